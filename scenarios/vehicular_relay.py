@@ -1,0 +1,205 @@
+"""Scenario ``vehicular_relay``: controllable mmWave vehicles on a highway learn to form relays to RSUs.
+
+A PettingZoo Parallel environment over ``vehicular_road.Highway`` whose agent set changes: an agent
+is a controlled vehicle, it leaves (terminated) when its vehicle drives off the road, and a vehicle
+entering the road becomes a new agent (a fresh name) while fewer than ``n_agents`` are on it.
+Registered as ``marlq/vehicular_relay-v0``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import gymnasium
+import numpy as np
+import pettingzoo
+from pettingzoo import ParallelEnv
+
+from scenarios.spec import ScenarioSpec
+from scenarios.vehicular_road import ACTION_NAMES, CHANNELS, Highway, RelayState, VehicularRelayConfig
+
+__all__ = ["VehicularRelayConfig", "VehicularRelayEnv", "make", "SCENARIOS"]
+
+
+def agent_name(agent_id: int) -> str:
+    """The PettingZoo name of the agent with integer id ``agent_id``."""
+    return f"vehicle_{agent_id}"
+
+
+class VehicularRelayEnv(ParallelEnv):
+    """Highway relay environment: observation = ego-centred occupancy grid + own lane, speed, link state.
+
+    Observation (float32 in [0, 1]): channels (vehicle, mmWave vehicle, RSU, RSU-connected node) x
+    lanes x (2 * view_cells + 1) cells centred on the ego vehicle, then a one-hot of the own lane,
+    speed / vmax and whether the ego vehicle is RSU-connected. Actions: keep, accelerate,
+    decelerate, lane left, lane right. Agents missing from the action dict follow the traffic model
+    (that is the no-control baseline). Reward: marginal coverage (coverage lost if this vehicle's
+    radio were off, scaled so one vehicle covering a fresh 2R stretch earns 1), a bonus for being
+    RSU-connected, minus a penalty for an unsafe or impossible move.
+    """
+
+    metadata = {"name": "vehicular_relay_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
+
+    def __init__(self, cfg: Optional[VehicularRelayConfig] = None, render_mode: Optional[str] = None,
+                 **overrides: Any) -> None:
+        cfg = dataclasses.replace(cfg or VehicularRelayConfig(), **overrides)
+        cfg.validate()
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode: {render_mode!r} is not supported (choices: None, 'rgb_array')")
+        self.cfg = cfg
+        self.render_mode = render_mode
+        self.possible_agents = [agent_name(i) for i in range(cfg.n_agents + cfg.lanes * cfg.max_steps)]
+        self.agents: list[str] = []
+        width = 2 * cfg.view_cells + 1
+        self.grid_shape = (len(CHANNELS), cfg.lanes, width)
+        self.obs_dim = int(np.prod(self.grid_shape)) + cfg.lanes + 2
+        self._obs_space = gymnasium.spaces.Box(0.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
+        self._act_space = gymnasium.spaces.Discrete(len(ACTION_NAMES))
+        self._rng = np.random.default_rng()
+        self.road: Optional[Highway] = None
+        self.relay: Optional[RelayState] = None
+        self.metrics: dict[str, float] = {}
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
+        """The same Box object for every agent."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
+        """The same Discrete(5) object for every agent."""
+        return self._act_space
+
+    # -- episode ------------------------------------------------------------------------------
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None
+              ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+        """Populate the road, run warm-up traffic and hand ``n_agents`` random vehicles to agents."""
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.road = Highway(self.cfg, self._rng)
+        self.road.populate(self.cfg.n_agents)
+        self.relay = self.road.relay_state()
+        ids = self._agent_ids_on_road()
+        self.agents = [agent_name(i) for i in ids]
+        self._update_metrics()
+        obs = self._observe(ids)
+        return {agent_name(i): obs[k] for k, i in enumerate(ids)}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, int]):
+        """Apply the agents' moves, advance traffic one second, and report who left and who joined."""
+        road = self.road
+        if road is None:
+            raise RuntimeError("step() before reset()")
+        moves = {}
+        for name, act in actions.items():
+            if name not in self.agents:
+                raise ValueError(f"actions: {name!r} is not a live agent")
+            moves[int(name.split("_")[1])] = int(act)
+        before = set(self.agents)
+        left, unsafe = road.step(moves)
+        self.relay = road.relay_state()
+        ids = self._agent_ids_on_road()
+        self._update_metrics()
+        obs_arr = self._observe(ids)
+        rewards_arr = self._rewards(ids, set(unsafe.tolist()))
+        truncate = road.t >= self.cfg.max_steps
+        obs, rew, term, trunc, info = {}, {}, {}, {}, {}
+        for k, i in enumerate(ids):
+            name = agent_name(i)
+            obs[name], rew[name] = obs_arr[k], float(rewards_arr[k])
+            term[name], trunc[name], info[name] = False, truncate, {}
+        for i in left.tolist():
+            name = agent_name(i)
+            if name in before:
+                obs[name] = np.zeros(self.obs_dim, dtype=np.float32)
+                rew[name], term[name], trunc[name], info[name] = 0.0, True, False, {}
+        self.agents = [] if truncate else [agent_name(i) for i in ids]
+        return obs, rew, term, trunc, info
+
+    def render(self) -> Optional[np.ndarray]:
+        """A top-down RGB picture of the road, RSUs, mmWave vehicles and the LOS links of RSU-connected nodes."""
+        if self.render_mode != "rgb_array" or self.road is None:
+            return None
+        from scenarios.vehicular_picture import draw_highway
+        return draw_highway(self.road, self.relay)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- internals ----------------------------------------------------------------------------
+    def _agent_ids_on_road(self) -> np.ndarray:
+        ids = self.road.agent_id[self.road.agent_id >= 0]
+        return np.sort(ids)
+
+    def _vehicle_of(self, ids: np.ndarray) -> np.ndarray:
+        road = self.road
+        index_of = np.full(road.next_agent_id + 1, -1, dtype=np.int64)
+        driven = np.nonzero(road.agent_id >= 0)[0]
+        index_of[road.agent_id[driven]] = driven
+        return index_of[ids]
+
+    def _update_metrics(self) -> None:
+        road, relay = self.road, self.relay
+        agent_nodes = relay.connected[~relay.is_rsu] & (road.agent_id[relay.node_vehicle[~relay.is_rsu]] >= 0)
+        self.metrics = {
+            "coverage": relay.coverage,
+            "relay_length_m": relay.relay_length_m,
+            "relay_length_max_m": relay.relay_length_max_m,
+            "connected_agents": int(agent_nodes.sum()),
+            "agents": int((road.agent_id >= 0).sum()),
+            "vehicles": int(len(road.lane)),
+        }
+
+    def _connected_vehicles(self) -> np.ndarray:
+        relay = self.relay
+        flag = np.zeros(len(self.road.lane), dtype=bool)
+        veh = relay.node_vehicle[~relay.is_rsu]
+        flag[veh] = relay.connected[~relay.is_rsu]
+        return flag
+
+    def _observe(self, ids: np.ndarray) -> np.ndarray:
+        cfg, road = self.cfg, self.road
+        view = cfg.view_cells
+        vehicles = self._vehicle_of(ids)
+        grid = np.zeros((len(CHANNELS), cfg.lanes, road.n_cells + 2 * view), dtype=np.float32)
+        grid[0, road.lane, road.cell + view] = 1.0
+        grid[1, road.lane[road.mmwave], road.cell[road.mmwave] + view] = 1.0
+        rsu_cells = np.minimum((road.rsu_x / cfg.cell_m).astype(np.int64), road.n_cells - 1) + view
+        grid[2, :, rsu_cells] = 1.0
+        connected = self._connected_vehicles()
+        grid[3, road.lane[connected], road.cell[connected] + view] = 1.0
+        grid[3, :, rsu_cells] = 1.0
+        cols = road.cell[vehicles][:, None] + np.arange(2 * view + 1)[None, :]
+        windows = grid[:, :, cols]                       # (C, lanes, A, W)
+        windows = np.transpose(windows, (2, 0, 1, 3)).reshape(len(ids), -1)
+        lane_onehot = np.eye(cfg.lanes, dtype=np.float32)[road.lane[vehicles]]
+        speed = (road.speed[vehicles] / cfg.vmax).astype(np.float32)[:, None]
+        linked = connected[vehicles].astype(np.float32)[:, None]
+        return np.concatenate([windows, lane_onehot, speed, linked], axis=1)
+
+    def _rewards(self, ids: np.ndarray, unsafe: set[int]) -> np.ndarray:
+        cfg = self.cfg
+        vehicles = self._vehicle_of(ids)
+        connected = self._connected_vehicles()[vehicles].astype(np.float64)
+        if cfg.reward == "marginal_coverage":
+            gain = self.road.marginal_coverage(self.relay, vehicles) * (cfg.road_length_m / (2 * cfg.radio_range_m))
+        else:
+            gain = np.full(len(ids), self.relay.coverage)
+        penalty = np.array([i in unsafe for i in ids.tolist()], dtype=np.float64)
+        return cfg.reward_coverage * gain + cfg.reward_connected * connected - cfg.penalty_unsafe * penalty
+
+
+def make(cfg: VehicularRelayConfig, seed: int = 0) -> VehicularRelayEnv:
+    """Factory the runtime calls: an environment built from the scenario config (reset it with ``seed``)."""
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(VehicularRelayConfig)}
+    env = VehicularRelayEnv(VehicularRelayConfig(**fields))
+    env.reset(seed=seed)
+    return env
+
+
+SCENARIOS = {
+    "vehicular_relay": ScenarioSpec(
+        config=VehicularRelayConfig, make=make, kind="parallel",
+        help="highway mmWave relays to RSUs with LOS blockage; controllable vehicles enter and leave"),
+}
+
+pettingzoo.register("parallel", "marlq/vehicular_relay-v0", entry_point=VehicularRelayEnv)
