@@ -1,0 +1,135 @@
+"""The native batched torch simulator compiled from a VQC spec.
+
+Two paths compute the same function (tested against each other and against PennyLane):
+
+- dense: when data enters only before the trainable part, the encoded state is a product of
+  single-qubit states F (cos(t_i/2), sin(t_i/2)); with F folded in, the whole circuit is one
+  2^n x 2^n complex matrix D(theta) acting on the real product vector r(x). Forward is
+  r @ [Re D | Im D], squared, then one matmul with the readout matrix. D depends on the weights
+  only, so rollouts (no grad) reuse it until the weights change.
+- gates: a (..., 2^n) complex state updated one single-qubit matrix and one entangling block
+  (a signed permutation of basis states) at a time; used with data re-uploading and for large n.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from circuits import gates
+from circuits.spec import ANSATZE, VQCConfig
+
+COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def apply_single_qubit(psi: torch.Tensor, matrix: torch.Tensor, wire: int, n_qubits: int) -> torch.Tensor:
+    """Apply a 2x2 matrix (broadcastable to psi's leading dims) to one wire of states psi (..., 2^n)."""
+    lead = psi.shape[:-1]
+    view = psi.reshape(*lead, 2**wire, 2, 2 ** (n_qubits - wire - 1))
+    return (matrix.unsqueeze(-3) @ view).reshape(*lead, 2**n_qubits)
+
+
+def apply_signed_permutation(psi: torch.Tensor, inverse: torch.Tensor, sign: torch.Tensor | None) -> torch.Tensor:
+    """Apply a product of CNOT/CZ gates given as (inverse permutation, sign) to states psi (..., 2^n)."""
+    out = psi[..., inverse]
+    return out if sign is None else out * sign
+
+
+def real_product_state(vectors: torch.Tensor) -> torch.Tensor:
+    """Kronecker product over qubits of per-qubit 2-vectors: (..., n, 2) -> (..., 2^n), wire 0 first."""
+    state = vectors[..., 0, :]
+    for wire in range(1, vectors.shape[-2]):
+        state = (state.unsqueeze(-1) * vectors[..., wire, None, :]).flatten(-2)
+    return state
+
+
+def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
+    """(..., n) angles -> (..., n, 2) real vectors (cos(t/2), sin(t/2))."""
+    half = angles * 0.5
+    return torch.stack([torch.cos(half), torch.sin(half)], dim=-1)
+
+
+class CompiledCircuit(nn.Module):
+    """The fixed structure of one spec on n qubits (permutations, readout and encoding matrices).
+
+    Holds no trainable parameters: weights and angles are passed in, so the same compiled structure
+    serves a VQC, the DiffQAS pool and the tests. Buffers are non-persistent (not in state_dict).
+    """
+
+    def __init__(self, cfg: VQCConfig, complex_dtype: torch.dtype = torch.complex64) -> None:
+        super().__init__()
+        self.n_qubits = cfg.n_qubits
+        self.layers = cfg.layers
+        self.encoding = cfg.encoding
+        self.hadamard = cfg.hadamard
+        self.ansatz = cfg.ansatz
+        self.rotation = cfg.rotation
+        self.reupload = cfg.reupload
+        self.entangle_first = ANSATZE[cfg.ansatz].entangle_first
+        self.complex_dtype = complex_dtype
+        self.real_dtype = COMPLEX_TO_REAL[complex_dtype]
+        self.signs_trivial: list[bool] = []
+        for layer in range(cfg.layers):
+            pairs = gates.entangling_pairs(cfg.ansatz, cfg.entangler, cfg.n_qubits, layer)
+            inverse, sign = gates.signed_permutation(pairs, cfg.n_qubits)
+            self.register_buffer(f"inverse_{layer}", torch.as_tensor(inverse), persistent=False)
+            self.register_buffer(f"sign_{layer}", torch.as_tensor(sign, dtype=self.real_dtype), persistent=False)
+            self.signs_trivial.append(bool(np.all(sign == 1.0)))
+        readout = gates.readout_matrix(cfg.observable, cfg.n_qubits)
+        self.register_buffer("readout", torch.as_tensor(readout, dtype=self.real_dtype), persistent=False)
+        self.register_buffer("readout_stacked", torch.as_tensor(np.concatenate([readout, readout]), dtype=self.real_dtype), persistent=False)
+        state_map = gates.encoding_state_map(cfg.encoding, cfg.hadamard)
+        self.register_buffer("state_map", torch.as_tensor(state_map, dtype=complex_dtype), persistent=False)
+        kron = np.ones((1, 1), dtype=np.complex128)
+        for _ in range(cfg.n_qubits):
+            kron = np.kron(kron, state_map)
+        self.register_buffer("encoded_basis", torch.as_tensor(kron.T.copy(), dtype=complex_dtype), persistent=False)
+
+    def entangle(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
+        """Apply layer ``layer``'s entangling block."""
+        sign = None if self.signs_trivial[layer] else getattr(self, f"sign_{layer}")
+        return apply_signed_permutation(psi, getattr(self, f"inverse_{layer}"), sign)
+
+    def rotate(self, psi: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
+        """Apply per-qubit matrices (..., n, 2, 2) (leading dims broadcast against psi's)."""
+        for wire in range(self.n_qubits):
+            psi = apply_single_qubit(psi, matrices[..., wire, :, :], wire, self.n_qubits)
+        return psi
+
+    def trainable_layer(self, psi: torch.Tensor, weights: torch.Tensor, layer: int) -> torch.Tensor:
+        """Apply ansatz layer ``layer`` with weights (L, n, k) to states psi (..., 2^n)."""
+        matrices = gates.layer_rotation_matrices(self.ansatz, self.rotation, weights[layer], self.complex_dtype)
+        if self.entangle_first:
+            return self.rotate(self.entangle(psi, layer), matrices)
+        return self.entangle(self.rotate(psi, matrices), layer)
+
+    def encoded_state(self, angles: torch.Tensor) -> torch.Tensor:
+        """The product state after the first encoding block: angles (B, n) -> (B, 2^n) complex."""
+        vectors = half_angle_vectors(angles.to(self.real_dtype)).to(self.complex_dtype)
+        return real_product_state(vectors @ self.state_map.T)
+
+    def dense_matrix(self, weights: torch.Tensor) -> torch.Tensor:
+        """Real (2^n, 2^(n+1)) matrix [Re D | Im D] with r(x) @ D = final state (row) of the circuit."""
+        psi = self.encoded_basis
+        for layer in range(self.layers):
+            psi = self.trainable_layer(psi, weights, layer)
+        return torch.cat([psi.real, psi.imag], dim=-1)
+
+    def forward_dense(self, angles: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """Readouts (B, m) from angles (B, n) and a dense matrix from ``dense_matrix``."""
+        product = real_product_state(half_angle_vectors(angles.to(self.real_dtype)))
+        amplitudes = product @ dense
+        return amplitudes.square() @ self.readout_stacked
+
+    def forward_gates(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Readouts (B, m) gate by gate; angles (B, n) or, with reupload, (B, layers, n) per block."""
+        per_block = angles.dim() == 3
+        first = angles[:, 0] if per_block else angles
+        psi = self.encoded_state(first)
+        for layer in range(self.layers):
+            if layer > 0 and self.reupload:
+                block = angles[:, layer] if per_block else angles
+                encoders = gates.encoding_gate_matrices(self.encoding, self.hadamard, block.to(self.real_dtype), self.complex_dtype)
+                psi = self.rotate(psi, encoders)
+            psi = self.trainable_layer(psi, weights, layer)
+        return torch.view_as_real(psi).square().sum(-1) @ self.readout

@@ -1,0 +1,130 @@
+"""Gate matrices and the fixed (data- and weight-free) pieces of a circuit, as pure functions.
+
+Conventions follow PennyLane: wire 0 is the most significant bit of a basis index, and a rotation
+about Pauli P by angle t is exp(-i t P / 2) = cos(t/2) I - i sin(t/2) P.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from circuits.spec import (
+    ANSATZE,
+    ENCODINGS,
+    HADAMARD,
+    ROTATION_AXES,
+    readout_qubits,
+)
+
+
+def basis_bits(n_qubits: int) -> np.ndarray:
+    """(2^n, n) array of the bits of every basis index, wire 0 first (most significant)."""
+    idx = np.arange(2**n_qubits)[:, None]
+    return (idx >> (n_qubits - 1 - np.arange(n_qubits))[None, :]) & 1
+
+
+def encoding_state_map(encoding: str, hadamard: bool) -> np.ndarray:
+    """2x2 complex F with R_P(t) h |0> = F @ (cos(t/2), sin(t/2)) for the encoding's Pauli P.
+
+    h is the Hadamard when ``hadamard`` else the identity. Writing the encoded single-qubit state as
+    a fixed matrix times a real vector lets the dense engine fold F into the cached circuit matrix.
+    """
+    pauli = ROTATION_AXES[ENCODINGS[encoding].axis]
+    h = HADAMARD if hadamard else np.eye(2, dtype=np.complex128)
+    start = h @ np.array([1.0, 0.0], dtype=np.complex128)
+    return np.stack([start, -1j * (pauli @ start)], axis=1)
+
+
+def rotation_matrices(axis: str, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
+    """Batched R_axis(angles): (...,) real angles -> (..., 2, 2) complex matrices."""
+    pauli = torch.as_tensor(ROTATION_AXES[axis], dtype=complex_dtype, device=angles.device)
+    half = angles.to(pauli.real.dtype) * 0.5
+    cos = torch.cos(half)[..., None, None]
+    sin = torch.sin(half)[..., None, None]
+    eye = torch.eye(2, dtype=complex_dtype, device=angles.device)
+    return cos * eye - 1j * sin * pauli
+
+
+def encoding_gate_matrices(encoding: str, hadamard: bool, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
+    """Batched matrices of one encoding block on one qubit, R_P(angle) h: (...,) -> (..., 2, 2)."""
+    rot = rotation_matrices(ENCODINGS[encoding].axis, angles, complex_dtype)
+    if not hadamard:
+        return rot
+    return rot @ torch.as_tensor(HADAMARD, dtype=complex_dtype, device=angles.device)
+
+
+def rot_matrices(weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
+    """Batched RZ(w2) RY(w1) RZ(w0) (PennyLane's Rot(phi=w0, theta=w1, omega=w2)): (..., 3) -> (..., 2, 2)."""
+    phi, theta, omega = weights.unbind(-1)
+    cos = torch.cos(theta * 0.5).to(complex_dtype)
+    sin = torch.sin(theta * 0.5).to(complex_dtype)
+    plus = torch.exp(-0.5j * (phi + omega).to(complex_dtype))
+    minus = torch.exp(0.5j * (phi - omega).to(complex_dtype))
+    row0 = torch.stack([plus * cos, -minus * sin], dim=-1)
+    row1 = torch.stack([minus.conj() * sin, plus.conj() * cos], dim=-1)
+    return torch.stack([row0, row1], dim=-2)
+
+
+def layer_rotation_matrices(ansatz: str, rotation: str, layer_weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
+    """The single-qubit matrices of one ansatz layer: weights (..., n, k) -> (..., n, 2, 2)."""
+    if ansatz in ("strongly_entangling", "rzryrz_ring"):
+        return rot_matrices(layer_weights, complex_dtype)
+    if ansatz == "basic_entangler":
+        return rotation_matrices(rotation, layer_weights[..., 0], complex_dtype)
+    raise AssertionError(f"unregistered ansatz {ansatz!r}")
+
+
+def entangling_pairs(ansatz: str, entangler: str, n_qubits: int, layer: int) -> list[tuple[str, int, int]]:
+    """The two-qubit gates (name, control, target) of layer ``layer`` of an ansatz, in order."""
+    if n_qubits < 2:
+        return []
+    if ansatz == "strongly_entangling":
+        reach = layer % (n_qubits - 1) + 1
+        return [("cnot", i, (i + reach) % n_qubits) for i in range(n_qubits)]
+    if ansatz == "basic_entangler":
+        if n_qubits == 2:
+            return [(entangler, 0, 1)]
+        return [(entangler, i, (i + 1) % n_qubits) for i in range(n_qubits)]
+    if ansatz == "rzryrz_ring":
+        return [("cnot", i, (i + 1) % n_qubits) for i in range(n_qubits)]
+    raise AssertionError(f"unregistered ansatz {ansatz!r}")
+
+
+def signed_permutation(pairs: list[tuple[str, int, int]], n_qubits: int) -> tuple[np.ndarray, np.ndarray]:
+    """A product of CNOT/CZ gates as E|k> = s_k |pi(k)>, returned as (pi^-1, s o pi^-1).
+
+    A state vector transforms as psi'[j] = s[pi^-1(j)] psi[pi^-1(j)], i.e. ``psi[..., inv] * sign``.
+    """
+    dim = 2**n_qubits
+    image = np.arange(dim)
+    sign = np.ones(dim)
+    for gate, control, target in pairs:
+        control_bit = (image >> (n_qubits - 1 - control)) & 1
+        target_mask = 1 << (n_qubits - 1 - target)
+        if gate == "cnot":
+            image = np.where(control_bit == 1, image ^ target_mask, image)
+        elif gate == "cz":
+            target_bit = (image & target_mask) > 0
+            sign = np.where((control_bit == 1) & target_bit, -sign, sign)
+        else:
+            raise AssertionError(f"unknown entangling gate {gate!r}")
+    inverse = np.empty(dim, dtype=np.int64)
+    inverse[image] = np.arange(dim)
+    return inverse, sign[inverse]
+
+
+def readout_matrix(observable: str, n_qubits: int) -> np.ndarray:
+    """(2^n, m) real matrix R with readouts = probabilities @ R (diagonal observables only)."""
+    bits = basis_bits(n_qubits)
+    z_values = 1.0 - 2.0 * bits  # <k|Z_i|k> for every basis state k and wire i
+    columns = [np.prod(z_values[:, list(wires)], axis=1) for wires in readout_qubits(observable, n_qubits)]
+    matrix = np.stack(columns, axis=1)
+    if observable == "p0":
+        matrix = (matrix + 1.0) / 2.0
+    return matrix
+
+
+def weight_shape(ansatz: str, layers: int, n_qubits: int) -> tuple[int, int, int]:
+    """Shape of an ansatz's trainable weights: (layers, n_qubits, weights per qubit)."""
+    return (layers, n_qubits, ANSATZE[ansatz].weights_per_qubit)
+

@@ -1,0 +1,139 @@
+"""The PennyLane reference of a VQC spec: a QNode on any PennyLane device, built from the same spec.
+
+It uses PennyLane's own gates and templates (StronglyEntanglingLayers, BasicEntanglerLayers,
+Projector for P(0)), so it is an independent check of the native engine, and the way to run a
+trained circuit on other simulators or hardware.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any, Callable
+
+import pennylane as qml
+import torch
+
+from circuits import gates
+from circuits.spec import ENCODINGS, CircuitConfigError, VQCConfig, readout_qubits
+
+# Where a device's plugin comes from (pip package), for the error when it is not installed.
+DEVICE_PACKAGES: dict[str, str] = {
+    "lightning.qubit": "pennylane-lightning",
+    "lightning.gpu": "pennylane-lightning-gpu",
+    "lightning.kokkos": "pennylane-lightning-kokkos",
+    "lightning.tensor": "pennylane-lightning-tensor",
+    "qiskit": "pennylane-qiskit",
+    "braket": "amazon-braket-pennylane-plugin",
+    "cirq": "pennylane-cirq",
+    "qulacs": "pennylane-qulacs",
+    "ionq": "pennylane-ionq",
+    "rigetti": "pennylane-rigetti",
+    "quantuminspire": "pennylane-quantuminspire",
+    "aqt": "pennylane-aqt",
+    "qrack": "pennylane-qrack",
+}
+
+PENNYLANE_GATES = {"rx": qml.RX, "ry": qml.RY, "rz": qml.RZ}
+
+
+def installed_devices() -> list[str]:
+    """Names of the PennyLane devices whose plugins are installed."""
+    return sorted(e.name for e in importlib.metadata.entry_points(group="pennylane.plugins"))
+
+
+def check_device(name: str) -> None:
+    """Raise CircuitConfigError naming the pip package when device ``name``'s plugin is missing."""
+    available = installed_devices()
+    if name in available:
+        return
+    package = DEVICE_PACKAGES.get(name) or DEVICE_PACKAGES.get(name.split(".")[0])
+    hint = f"install it with `pip install {package}`" if package else "no known pip package provides it"
+    raise CircuitConfigError(
+        f"pennylane_device: {name!r} is not installed ({hint}); installed devices: {', '.join(available)}"
+    )
+
+
+def _ansatz_layer(cfg: VQCConfig, weights: Any, layer: int) -> None:
+    wires = list(range(cfg.n_qubits))
+    if cfg.ansatz == "strongly_entangling":
+        reach = layer % (cfg.n_qubits - 1) + 1 if cfg.n_qubits > 1 else 0
+        qml.StronglyEntanglingLayers(weights[layer : layer + 1], wires=wires, ranges=[reach])
+    elif cfg.ansatz == "basic_entangler":
+        if cfg.entangler == "cnot":
+            gate = PENNYLANE_GATES[cfg.rotation]
+            qml.BasicEntanglerLayers(weights[layer : layer + 1, :, 0], wires=wires, rotation=gate)
+        else:
+            for wire in wires:
+                PENNYLANE_GATES[cfg.rotation](weights[layer, wire, 0], wires=wire)
+            for _, control, target in gates.entangling_pairs(cfg.ansatz, cfg.entangler, cfg.n_qubits, layer):
+                qml.CZ(wires=[control, target])
+    elif cfg.ansatz == "rzryrz_ring":
+        if cfg.n_qubits > 1:
+            for wire in wires:
+                qml.CNOT(wires=[wire, (wire + 1) % cfg.n_qubits])
+        for wire in wires:
+            qml.RZ(weights[layer, wire, 0], wires=wire)
+            qml.RY(weights[layer, wire, 1], wires=wire)
+            qml.RZ(weights[layer, wire, 2], wires=wire)
+    else:
+        raise AssertionError(f"unregistered ansatz {cfg.ansatz!r}")
+
+
+def _encoding_block(cfg: VQCConfig, angles: Any) -> None:
+    gate = PENNYLANE_GATES[ENCODINGS[cfg.encoding].axis]
+    for wire in range(cfg.n_qubits):
+        if cfg.hadamard:
+            qml.Hadamard(wires=wire)
+        gate(angles[..., wire], wires=wire)
+
+
+def _measurements(cfg: VQCConfig) -> list[Any]:
+    out = []
+    for wires in readout_qubits(cfg.observable, cfg.n_qubits):
+        if cfg.observable == "p0":
+            out.append(qml.expval(qml.Projector([0], wires=wires[0])))
+        elif cfg.observable == "z":
+            out.append(qml.expval(qml.PauliZ(wires[0])))
+        else:
+            out.append(qml.expval(qml.PauliZ(wires[0]) @ qml.PauliZ(wires[1])))
+    return out
+
+
+def build_qnode(cfg: VQCConfig, device: str = "default.qubit", diff_method: str = "best", **device_kwargs: Any) -> qml.QNode:
+    """A QNode ``qnode(angles, weights)`` of the spec; angles (B, n) or (B, layers, n) with reupload."""
+    check_device(device)
+    dev = qml.device(device, wires=cfg.n_qubits, **device_kwargs)
+
+    def circuit(angles: Any, weights: Any) -> list[Any]:
+        per_block = angles.ndim == 3
+        for layer in range(cfg.layers):
+            if layer == 0 or cfg.reupload:
+                _encoding_block(cfg, angles[:, layer] if per_block else angles)
+            _ansatz_layer(cfg, weights, layer)
+        return _measurements(cfg)
+
+    return qml.QNode(circuit, dev, interface="torch", diff_method=diff_method)
+
+
+def readouts_from_qnode(qnode: qml.QNode, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Run the QNode on a batch (parameter broadcasting) and stack its readouts into (B, m)."""
+    if angles.device.type == "cuda":
+        with torch.device(angles.device):  # default.qubit makes its initial state on the default device
+            results = qnode(angles, weights)
+    else:
+        results = qnode(angles, weights)
+    columns = [torch.as_tensor(r).reshape(-1) for r in results]
+    batch = angles.shape[0]
+    columns = [c.expand(batch) if c.numel() == 1 else c for c in columns]
+    return torch.stack(columns, dim=-1)
+
+
+def qnode_function(module: torch.nn.Module, qnode: qml.QNode) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Wrap a VQC's classical pieces around a QNode: f(x) -> (B, out_dim), with ``f.qnode``."""
+
+    def function(x: torch.Tensor) -> torch.Tensor:
+        angles = module.angles(x)
+        readouts = readouts_from_qnode(qnode, angles, module.weights)
+        return module.head_output(readouts.to(angles.dtype))
+
+    function.qnode = qnode  # type: ignore[attr-defined]
+    return function

@@ -1,0 +1,168 @@
+"""``VQC``: a variational quantum circuit as a torch module (B, in_dim) -> (B, out_dim).
+
+The classical pieces (optional pre-layer, feature scaling, output layer) are ordinary torch; the
+circuit runs on the native engine (``backend: torch``) or through a PennyLane QNode
+(``backend: pennylane``). ``to_qnode`` hands back the same function evaluated by PennyLane.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from circuits import gates
+from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit
+from circuits.reference import build_qnode, check_device, qnode_function, readouts_from_qnode
+from circuits.spec import CircuitConfigError, VQCConfig, feature_count, make_config, readout_count, validate_config
+
+COMPLEX_DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of a config's ``device`` key; a clear error when CUDA is asked for but absent."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CircuitConfigError("device: 'cuda' was requested but torch sees no CUDA GPU (torch.cuda.is_available() is False); use device: cpu")
+    return torch.device(name)
+
+
+class VQC(nn.Module):
+    """A VQC head built from a spec (the keys of ``VQCConfig``); see the module docstring."""
+
+    def __init__(self, in_dim: int, out_dim: int, config: VQCConfig | None = None, **spec: Any) -> None:
+        super().__init__()
+        if config is None:
+            config = make_config(**spec)
+        elif spec:
+            raise TypeError("pass either config or spec keys, not both")
+        else:
+            validate_config(config)
+        cfg = config
+        self.cfg = cfg
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        self.n_features = feature_count(cfg, in_dim)
+        self.use_dense = self._choose_dense(cfg)
+        device = resolve_device(cfg.device)
+        complex_dtype = COMPLEX_DTYPES[cfg.dtype]
+        real_dtype = COMPLEX_TO_REAL[complex_dtype]
+        generator = torch.Generator().manual_seed(cfg.seed) if cfg.seed is not None else None
+
+        self.pre = nn.Linear(in_dim, cfg.n_qubits, dtype=real_dtype) if cfg.preprocess == "linear" else None
+        blocks = cfg.layers if cfg.reupload else 1
+        self.input_scale = nn.Parameter(torch.ones(blocks, self.n_features, dtype=real_dtype)) if cfg.scaling == "trainable" else None
+        self.register_buffer("bound_factor", self._bound_factors(cfg).to(real_dtype), persistent=False)
+        shape = gates.weight_shape(cfg.ansatz, cfg.layers, cfg.n_qubits)
+        self.weights = nn.Parameter((torch.rand(shape, generator=generator, dtype=real_dtype) * 2.0 - 1.0) * cfg.init_scale)
+        self.circuit = CompiledCircuit(cfg, complex_dtype)
+        self.n_readouts = readout_count(cfg.observable, cfg.n_qubits)
+        self._check_output(cfg)
+        self.output_scale = nn.Parameter(torch.ones(out_dim, dtype=real_dtype)) if cfg.output == "scaled" else None
+        self.post = nn.Linear(self.n_readouts, out_dim, dtype=real_dtype) if cfg.output in ("linear", "relu_linear") else None
+        if cfg.output == "sum":
+            groups = torch.zeros(self.n_readouts, out_dim, dtype=real_dtype)
+            groups[torch.arange(self.n_readouts), torch.arange(self.n_readouts) % out_dim] = 1.0
+            self.register_buffer("sum_groups", groups, persistent=False)
+        self._dense_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._qnode_function: Callable[[torch.Tensor], torch.Tensor] | None = None
+        if cfg.backend == "pennylane":
+            check_device(cfg.pennylane_device)
+        self.to(device=device)
+
+    def _choose_dense(self, cfg: VQCConfig) -> bool:
+        if cfg.engine == "dense":
+            if cfg.reupload:
+                raise CircuitConfigError("engine: 'dense' needs all data to enter before the trainable part; reupload: true needs engine gates or auto")
+            return True
+        return cfg.engine == "auto" and not cfg.reupload and cfg.n_qubits <= cfg.dense_max_qubits
+
+    def _bound_factors(self, cfg: VQCConfig) -> torch.Tensor:
+        """pi / bound per feature for scaling: bound (NaN marks an unbounded feature: 2 atan(x))."""
+        if cfg.scaling != "bound":
+            return torch.zeros(0)
+        if len(cfg.bounds) != self.n_features:
+            raise CircuitConfigError(
+                f"bounds: scaling 'bound' needs one entry per encoded feature ({self.n_features}), got {len(cfg.bounds)}; use null for an unbounded feature"
+            )
+        return torch.tensor([math.pi / b if b is not None else math.nan for b in cfg.bounds])
+
+    def _check_output(self, cfg: VQCConfig) -> None:
+        if cfg.output in ("raw", "scaled") and self.out_dim > self.n_readouts:
+            raise CircuitConfigError(
+                f"output: {cfg.output!r} reads out_dim={self.out_dim} readouts but observable {cfg.observable!r} on "
+                f"{cfg.n_qubits} qubits gives {self.n_readouts}; use output: linear, sum, or more qubits"
+            )
+
+    def angles(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoding angles: (B, n) or, with trainable scaling and reupload, (B, layers, n)."""
+        features = self.pre(x) if self.pre is not None else x
+        scaling = self.cfg.scaling
+        if scaling == "atan":
+            features = 2.0 * torch.atan(features)
+        elif scaling == "bound":
+            bounded = ~torch.isnan(self.bound_factor)
+            factor = torch.nan_to_num(self.bound_factor)
+            features = torch.where(bounded, features * factor, 2.0 * torch.atan(features))
+        elif scaling == "trainable":
+            features = features.unsqueeze(1) * self.input_scale
+            if not self.cfg.reupload:
+                features = features[:, 0]
+        missing = self.cfg.n_qubits - self.n_features
+        if missing:
+            features = nn.functional.pad(features, (0, missing))
+        return features
+
+    def dense_matrix(self) -> torch.Tensor:
+        """The circuit's dense matrix; reused across no-grad calls until the weights change (rollouts)."""
+        if torch.is_grad_enabled() and self.weights.requires_grad:
+            return self.circuit.dense_matrix(self.weights)
+        cache = self._dense_cache
+        if cache is not None and cache[0].device == self.weights.device and torch.equal(cache[0], self.weights):
+            return cache[1]
+        weights = self.weights.detach().clone()
+        dense = self.circuit.dense_matrix(weights)
+        self._dense_cache = (weights, dense)
+        return dense
+
+    def readouts(self, x: torch.Tensor) -> torch.Tensor:
+        """Circuit readouts (B, m) before the output layer."""
+        angles = self.angles(x)
+        if self.cfg.backend == "pennylane":
+            if self._qnode_function is None:
+                self._qnode_function = self.to_qnode(self.cfg.pennylane_device, self.cfg.diff_method)
+            return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights).to(angles.dtype)  # type: ignore[attr-defined]
+        if self.use_dense:
+            return self.circuit.forward_dense(angles, self.dense_matrix())
+        return self.circuit.forward_gates(angles, self.weights)
+
+    def head_output(self, readouts: torch.Tensor) -> torch.Tensor:
+        """Map readouts (B, m) to outputs (B, out_dim) as the ``output`` key says."""
+        kind = self.cfg.output
+        if kind == "raw":
+            return readouts[:, : self.out_dim]
+        if kind == "scaled":
+            return readouts[:, : self.out_dim] * self.output_scale
+        if kind == "sum":
+            return readouts @ self.sum_groups
+        if kind == "relu_linear":
+            readouts = torch.relu(readouts)
+        return self.post(readouts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, in_dim) -> (B, out_dim), computed on the module's device and returned on x's."""
+        if x.dim() != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"VQC expects input of shape (B, {self.in_dim}), got {tuple(x.shape)}")
+        weights = self.weights
+        out = self.head_output(self.readouts(x.to(device=weights.device, dtype=weights.dtype)))
+        return out.to(device=x.device, dtype=x.dtype if x.is_floating_point() else out.dtype)
+
+    def to_qnode(self, device: str = "default.qubit", diff_method: str = "best", **device_kwargs: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The same function with this module's parameters, the circuit run by a PennyLane QNode on ``device``."""
+        qnode = build_qnode(self.cfg, device, diff_method, **device_kwargs)
+        return qnode_function(self, qnode)
+
+    def extra_repr(self) -> str:
+        cfg = self.cfg
+        path = "dense" if self.use_dense else "gates"
+        return f"in={self.in_dim}, out={self.out_dim}, n_qubits={cfg.n_qubits}, layers={cfg.layers}, {cfg.encoding}, {cfg.ansatz}, {cfg.observable}, {cfg.output}, backend={cfg.backend}/{path}"
