@@ -1,0 +1,305 @@
+"""The actor-critic family in one core: A2C and A3C are PPO with particular knobs.
+
+Huang et al. (2022, arXiv 2205.09123): PPO with one epoch, the whole rollout as one minibatch,
+GAE lambda = 1, no advantage normalisation and no value clipping computes A2C's update (the ratio is
+1 on the only pass, so the clip never binds). So one loss with knobs: `epochs`, `minibatches`,
+`clip` (null = A2C), `gae_lambda`, `adv_norm`, `value_clip`, `optimizer`.
+
+How updates reach the server (`update`):
+- `grad`: the worker computes one gradient on its rollout and pushes it; the server applies it with
+  its shared optimizer (A3C with `server.aggregation: hogwild`, synchronous A2C with `sync`).
+- `delta`: the worker runs its local epochs with its own optimizer and pushes the parameter change;
+  the server adds it (scaled by the staleness weight; FedAsync/FedBuff with `buffered`).
+
+Read top to bottom: config -> losses -> worker (rollout, update) -> algorithm (service, summary).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.heads import FlatParameters, build_head, count_params
+from agents.returns import gae
+from marl_q.aggregation import Aggregator
+from marl_q.errors import ConfigError
+from marl_q.messages import SERVER, Message
+from marl_q.metrics import episode_summary
+from marl_q.protocol import Algorithm, Work, Worker
+from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
+from marl_q.services import PARAMS, ParameterService
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class ActorCriticConfig:
+    """A2C defaults (Stable-Baselines3's): n_steps 5, RMSprop lr 7e-4, vf 0.5, grad clip 0.5."""
+
+    n_steps: int = 5
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    epochs: int = 1
+    minibatches: int = 1
+    clip: Optional[float] = None  # PPO's ratio clip; null = A2C's plain policy gradient
+    value_clip: Optional[float] = None
+    adv_norm: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: Optional[float] = 0.5
+    optimizer: Literal["rmsprop", "adam", "sgd"] = "rmsprop"
+    lr: float = 7e-4
+    rms_alpha: float = 0.99
+    eps: float = 1e-5
+    update: Literal["grad", "delta"] = "grad"
+
+    def validate(self) -> None:
+        for key in ("n_steps", "epochs", "minibatches"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError("gamma and gae_lambda must lie in [0, 1]")
+        if self.lr <= 0:
+            raise ValueError(f"lr: must be positive, got {self.lr}")
+        if self.update == "grad" and self.epochs > 1:
+            raise ValueError("epochs > 1 needs update: delta (a pushed gradient is one pass by definition)")
+
+
+@dataclass
+class PPOConfig(ActorCriticConfig):
+    """PPO defaults (CleanRL's classic-control settings); workers push parameter deltas."""
+
+    n_steps: int = 128
+    gae_lambda: float = 0.95
+    epochs: int = 4
+    minibatches: int = 4
+    clip: Optional[float] = 0.2
+    value_clip: Optional[float] = 0.2
+    adv_norm: bool = True
+    ent_coef: float = 0.01
+    optimizer: Literal["rmsprop", "adam", "sgd"] = "adam"
+    lr: float = 2.5e-4
+    update: Literal["grad", "delta"] = "delta"
+
+
+def make_optimizer(kind: str, params: list[torch.Tensor], cfg: ActorCriticConfig) -> torch.optim.Optimizer:
+    """The optimizer the config names (RMSprop with SB3's alpha/eps, Adam, SGD)."""
+    if kind == "rmsprop":
+        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.eps)
+    return torch.optim.SGD(params, lr=cfg.lr)
+
+
+# ----------------------------------------------------------------------------- losses
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: Optional[float]) -> torch.Tensor:
+    """-E[min(r A, clip(r) A)] with r = pi/pi_old; without a clip, A2C's -E[A log pi]."""
+    if clip is None:
+        return -(adv * logp).mean()
+    ratio = torch.exp(logp - old_logp)
+    return -torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv).mean()
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+               value_clip: Optional[float]) -> torch.Tensor:
+    """E[(V - R)^2], or PPO's clipped form max((V-R)^2, (V_old + clip(V - V_old) - R)^2)."""
+    unclipped = (values - returns) ** 2
+    if value_clip is None:
+        return unclipped.mean()
+    clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+    return torch.max(unclipped, (clipped - returns) ** 2).mean()
+
+
+# ----------------------------------------------------------------------------- worker
+class ActorCriticWorker(Worker):
+    """Rolls out `n_steps` in `num_envs` vectorised environments with the last pulled parameters,
+    then pushes a gradient or a parameter delta and waits for fresh parameters."""
+
+    def __init__(self, cfg: Any, index: int) -> None:
+        self.cfg = cfg
+        self.ac: ActorCriticConfig = cfg.algorithm.params
+        self.name = f"w{index}"
+        seed = cfg.run.seed * 1000 + index
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        spec = SCENARIOS.get(cfg.scenario.name).obj
+        if spec.kind != "gym_vector":
+            raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a "
+                              f"single-agent vector environment (kind {spec.kind!r})")
+        self.envs = spec.make(cfg.scenario.params, seed=seed)
+        self.n_envs = self.envs.num_envs
+        self.actor, self.critic = build_models(cfg, self.envs.single_observation_space, self.envs.single_action_space)
+        self.flat = FlatParameters(self.actor, self.critic)
+        self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
+        obs, _ = self.envs.reset(seed=seed)
+        self.obs = np.asarray(obs, dtype=np.float32)
+        self.prev_done = np.zeros(self.n_envs, dtype=bool)
+        self.ep_return = np.zeros(self.n_envs)
+        self.ep_length = np.zeros(self.n_envs, dtype=np.int64)
+        self.version = -1
+        self.waiting = True
+        self.seq = 0
+
+    def start(self) -> list[Message]:
+        return [Message(self.name, SERVER, "hello")]
+
+    def deliver(self, msg: Message) -> None:
+        if msg.kind == PARAMS:
+            self.flat.load(msg.payload[PARAMS])
+            self.version = msg.base_version
+            self.waiting = False
+
+    def ready(self) -> bool:
+        return not self.waiting
+
+    def step(self) -> Work:
+        batch, episodes, steps = self.rollout()
+        before = self.flat.numpy() if self.ac.update == "delta" else None
+        self.learn(batch)
+        self.seq += 1
+        if self.ac.update == "grad":
+            payload = {"grad": self.flat.grad_numpy()}
+        else:
+            payload = {"delta": self.flat.numpy() - before}
+        self.waiting = True
+        msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq)
+        return Work([msg], env_steps=steps, episodes=episodes)
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray) -> np.ndarray:
+        logits = self.actor(torch.from_numpy(obs)).numpy()
+        # Gumbel-max sampling from the seeded numpy generator (cheaper than torch.distributions)
+        return np.argmax(logits - np.log(-np.log(self.rng.random(logits.shape))), axis=1)
+
+    def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+        """n_steps of every env. Steps that only reset an env (next-step autoreset) are masked out."""
+        T, N = self.ac.n_steps, self.n_envs
+        obs = np.zeros((T + 1, N) + self.obs.shape[1:], dtype=np.float32)
+        actions = np.zeros((T, N), dtype=np.int64)
+        rewards = np.zeros((T, N), dtype=np.float64)
+        terminated = np.zeros((T, N), dtype=bool)
+        dones = np.zeros((T, N), dtype=bool)
+        valid = np.zeros((T, N), dtype=bool)
+        episodes: list[dict[str, Any]] = []
+        for t in range(T):
+            obs[t] = self.obs
+            act = self._act(self.obs)
+            next_obs, rew, term, trunc, _ = self.envs.step(act)
+            actions[t], rewards[t], terminated[t] = act, rew, term
+            dones[t] = term | trunc
+            valid[t] = ~self.prev_done
+            self.ep_return += np.where(valid[t], rew, 0.0)
+            self.ep_length += valid[t]
+            for i in np.flatnonzero(dones[t] & valid[t]):
+                episodes.append({"return": float(self.ep_return[i]), "length": int(self.ep_length[i]),
+                                 "version": self.version})
+                self.ep_return[i] = 0.0
+                self.ep_length[i] = 0
+            self.prev_done = dones[t].copy()
+            self.obs = np.asarray(next_obs, dtype=np.float32)
+        obs[T] = self.obs
+        batch = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated,
+                 "dones": dones, "valid": valid}
+        return batch, episodes, int(valid.sum())
+
+    def learn(self, batch: dict[str, np.ndarray]) -> None:
+        """One A2C gradient (grad mode), or PPO's epochs x minibatches with the local optimizer."""
+        ac = self.ac
+        T, N = batch["actions"].shape
+        obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
+        with torch.no_grad():
+            values_all = self.critic(obs_all).squeeze(-1).numpy().reshape(T + 1, N).astype(np.float64)
+            old_logp_all = torch.log_softmax(self.actor(obs_all[: T * N]), dim=-1)
+        adv = gae(batch["rewards"], values_all[:T], values_all[1:], batch["terminated"], batch["dones"],
+                  ac.gamma, ac.gae_lambda)
+        returns = adv + values_all[:T]
+        mask = batch["valid"].reshape(-1)
+        idx = np.flatnonzero(mask)
+        obs_t = obs_all[: T * N][idx]
+        act_t = torch.from_numpy(batch["actions"].reshape(-1)[idx])
+        adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
+        ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
+        oldv_t = torch.from_numpy(values_all[:T].reshape(-1)[idx]).float()
+        oldlp_t = old_logp_all[idx].gather(1, act_t[:, None]).squeeze(1)
+        n = len(idx)
+        for _ in range(ac.epochs):
+            order = self.rng.permutation(n) if ac.minibatches > 1 else np.arange(n)
+            for mb in np.array_split(order, ac.minibatches):
+                if len(mb) == 0:
+                    continue
+                mb_t = torch.from_numpy(mb)
+                a = adv_t[mb_t]
+                if ac.adv_norm and len(mb) > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                logits = self.actor(obs_t[mb_t])
+                logp_all = torch.log_softmax(logits, dim=-1)
+                logp = logp_all.gather(1, act_t[mb_t][:, None]).squeeze(1)
+                entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+                v = self.critic(obs_t[mb_t]).squeeze(-1)
+                loss = (policy_loss(logp, oldlp_t[mb_t], a, ac.clip) - ac.ent_coef * entropy
+                        + ac.vf_coef * value_loss(v, oldv_t[mb_t], ret_t[mb_t], ac.value_clip))
+                self.flat.zero_grad()
+                loss.backward()
+                if ac.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_([self.flat.flat], ac.max_grad_norm)
+                if self.optimizer is not None:
+                    self.optimizer.step()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def build_models(cfg: Any, obs_space: Any, act_space: Any) -> tuple[nn.Module, nn.Module]:
+    """The actor (obs -> logits) and the critic (obs -> V) the config's heads name."""
+    if not hasattr(act_space, "n"):
+        raise ConfigError(f"algorithm {cfg.algorithm.name}: needs a discrete action space, got {act_space}")
+    obs_dim = int(np.prod(obs_space.shape))
+    torch.manual_seed(cfg.run.seed)  # every worker starts from the same parameters as the server
+    actor = build_head(cfg.actor, obs_dim, int(act_space.n))
+    critic = build_head(cfg.critic, obs_dim, 1)
+    return actor, critic
+
+
+# ----------------------------------------------------------------------------- algorithm
+class ActorCritic(Algorithm):
+    """Workers roll out and push; the server's ParameterService holds the shared parameters."""
+
+    metric_fields = ["return", "length", "version"]
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        if cfg.algorithm.update == "delta" and cfg.algorithm.epochs < 1:
+            raise ConfigError("algorithm.epochs: must be at least 1")
+
+    def make_service(self) -> ParameterService:
+        cfg = self.cfg
+        env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=cfg.run.seed)
+        actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
+        env.close()
+        self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
+        flat = FlatParameters(actor, critic)
+        workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
+        aggregator: Aggregator = AGGREGATIONS.get(cfg.server.aggregation).obj(workers, cfg.server.buffer_k)
+        ac = cfg.algorithm.params
+        self.service = ParameterService(flat.numpy(), ac.update, aggregator,
+                                        make_optimizer=lambda ps: make_optimizer(ac.optimizer, ps, ac),
+                                        server_lr=cfg.server.server_lr)
+        return self.service
+
+    def make_worker(self, index: int) -> ActorCriticWorker:
+        return ActorCriticWorker(self.cfg, index)
+
+    def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        out = dict(getattr(self, "param_counts", {}))
+        out.update(episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window))
+        return out
+
+
+ALGORITHMS.add("a2c", ActorCritic, config=ActorCriticConfig,
+               help="A2C: one gradient per rollout; synchronous with server.aggregation=sync")
+ALGORITHMS.add("a3c", ActorCritic, config=ActorCriticConfig,
+               help="A3C: workers push gradients, applied on arrival by the server's shared optimizer")
+ALGORITHMS.add("ppo", ActorCritic, config=PPOConfig,
+               help="PPO: workers run clipped epochs locally and push parameter deltas")

@@ -1,0 +1,109 @@
+"""Classical heads: features (B, in_dim) -> outputs (B, out_dim), chosen by `actor.head` / `critic.head`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from marl_q.registry import HEADS
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+@dataclass
+class MLPConfig:
+    """A multilayer perceptron with orthogonal initialisation (the PPO/A2C default)."""
+
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu"] = "tanh"
+    ortho_init: bool = True
+    out_gain: float = 1.0  # gain of the last layer (0.01 for a policy keeps the first policy near uniform)
+
+    def validate(self) -> None:
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden: layer sizes must be positive, got {self.hidden}")
+
+
+@HEADS.register("mlp", config=MLPConfig, help="multilayer perceptron (hidden sizes, tanh|relu)")
+def build_mlp(cfg: MLPConfig, in_dim: int, out_dim: int) -> nn.Module:
+    sizes = [in_dim, *cfg.hidden]
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), ACTIVATIONS[cfg.activation]()]
+    layers.append(nn.Linear(sizes[-1], out_dim))
+    net = nn.Sequential(*layers)
+    if cfg.ortho_init:
+        linears = [m for m in net if isinstance(m, nn.Linear)]
+        for i, lin in enumerate(linears):
+            gain = cfg.out_gain if i == len(linears) - 1 else float(np.sqrt(2))
+            nn.init.orthogonal_(lin.weight, gain=gain)
+            nn.init.zeros_(lin.bias)
+    return net
+
+
+def count_params(module: nn.Module) -> int:
+    """Trainable parameters of a module."""
+    return int(sum(p.numel() for p in module.parameters() if p.requires_grad))
+
+
+def build_head(section, in_dim: int, out_dim: int) -> nn.Module:
+    """Build the head a config section (`actor` or `critic`) names."""
+    return HEADS.get(section.name).obj(section.params, in_dim, out_dim)
+
+
+class FlatParameters:
+    """Re-seats a module's parameters as views of one flat buffer, gradients too.
+
+    Loading parameters pulled from the server is then one copy, a pushed gradient is one array,
+    and an optimizer over ``self.flat`` updates every layer.
+    """
+
+    def __init__(self, *modules: nn.Module) -> None:
+        params = [p for m in modules for p in m.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in params)
+        self.flat = nn.Parameter(torch.zeros(total))
+        self.flat.grad = torch.zeros(total)
+        offset = 0
+        with torch.no_grad():
+            for m in modules:
+                for name, p in list(_named_leaf_params(m)):
+                    n = p.numel()
+                    self.flat[offset:offset + n].copy_(p.reshape(-1))
+                    offset += n
+        offset = 0
+        for m in modules:
+            for owner, name, p in list(_owned_params(m)):
+                n = p.numel()
+                view = nn.Parameter(self.flat.data[offset:offset + n].view_as(p))
+                view.grad = self.flat.grad[offset:offset + n].view_as(p)
+                owner._parameters[name] = view
+                offset += n
+        self.size = total
+
+    def load(self, values: np.ndarray) -> None:
+        with torch.no_grad():
+            self.flat.data.copy_(torch.from_numpy(values))
+
+    def zero_grad(self) -> None:
+        self.flat.grad.zero_()
+
+    def numpy(self) -> np.ndarray:
+        return self.flat.data.numpy().copy()
+
+    def grad_numpy(self) -> np.ndarray:
+        return self.flat.grad.numpy().copy()
+
+
+def _named_leaf_params(m: nn.Module):
+    for owner, name, p in _owned_params(m):
+        yield name, p
+
+
+def _owned_params(m: nn.Module):
+    for mod in m.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is not None and p.requires_grad:
+                yield mod, name, p

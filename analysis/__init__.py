@@ -1,0 +1,1 @@
+"""Reading run directories and drawing plots; never training code."""

@@ -1,0 +1,144 @@
+"""`local`: one OS process per worker, the server in the main process, the real wall clock.
+
+Each worker process rebuilds its Worker from the resolved config (so nothing but plain data crosses
+the process boundary), sends what its steps produce, and blocks for replies when it must. A worker
+process that dies is reported and restarted (up to backend.max_restarts times); the restarted
+worker says hello and resumes from the server's current parameters. If restarts run out, the run
+ends with what was learned saved (summary status "worker_failed").
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import time
+import traceback
+from typing import Any
+
+from marl_q.messages import Message
+from marl_q.protocol import Work
+from marl_q.registry import BACKENDS
+from marl_q.runtime import Runtime
+
+STOP = "stop"
+POLL_S = 0.5
+
+
+def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any) -> None:
+    """Entry point of a worker process."""
+    import torch
+
+    from marl_q.config import build_config
+    from marl_q.registry import ALGORITHMS
+
+    cfg = build_config(cfg_dict)
+    torch.set_num_threads(cfg.backend.threads_per_worker)
+    worker = ALGORITHMS.get(cfg.algorithm.name).obj(cfg).make_worker(index)
+    name = worker.name
+    try:
+        outbox.put(("msgs", name, worker.start()))
+        while True:
+            while not worker.ready():
+                item = inbox.get()
+                if item == STOP:
+                    return
+                worker.deliver(item)
+            while True:  # take whatever else has arrived without waiting
+                try:
+                    item = inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item == STOP:
+                    return
+                worker.deliver(item)
+            work = worker.step()
+            outbox.put(("work", name, work))
+    except Exception:  # reported to the main process, which decides what to do
+        outbox.put(("error", name, traceback.format_exc()))
+    finally:
+        worker.close()
+
+
+@BACKENDS.register("local", help="one OS process per worker, server in the main process, wall clock")
+def run_local(rt: Runtime) -> dict:
+    cfg = rt.cfg
+    ctx = mp.get_context("spawn")
+    cfg_dict = cfg.to_dict()
+    outbox = ctx.Queue()
+    inboxes = {name: ctx.Queue() for name in rt.worker_names}
+    procs: dict[str, Any] = {}
+    restarts = {name: 0 for name in rt.worker_names}
+    t0 = time.perf_counter()
+    last_heard = {name: t0 for name in rt.worker_names}
+
+    def spawn(i: int) -> None:
+        name = rt.worker_names[i]
+        p = ctx.Process(target=_worker_main, args=(cfg_dict, i, inboxes[name], outbox), daemon=True)
+        p.start()
+        procs[name] = p
+        last_heard[name] = time.perf_counter()
+
+    def failed(name: str, detail: str) -> bool:
+        """Handle a dead worker; True if the run must end."""
+        now = time.perf_counter() - t0
+        if restarts[name] >= cfg.backend.max_restarts:
+            rt.record_fault("worker_failed", name, f"{detail}; no restarts left", now)
+            return True
+        restarts[name] += 1
+        rt.record_fault("worker_restarted", name, f"{detail}; restart {restarts[name]}", now)
+        p = procs[name]
+        if p.is_alive():
+            p.terminate()
+        p.join(timeout=5)
+        _drain(inboxes[name])
+        spawn(rt.worker_names.index(name))
+        return False
+
+    for i in range(len(rt.worker_names)):
+        spawn(i)
+    status = "completed"
+    try:
+        while not rt.done():
+            try:
+                kind, name, body = outbox.get(timeout=POLL_S)
+            except queue.Empty:
+                kind = None
+            now = time.perf_counter()
+            if kind is not None:
+                last_heard[name] = now
+                if kind == "error":
+                    if failed(name, f"raised an exception:\n{body}"):
+                        status = "worker_failed"
+                        break
+                    continue
+                msgs: list[Message] = body.messages if kind == "work" else body
+                if kind == "work":
+                    rt.record_work(name, body, now - t0)
+                for msg in msgs:
+                    for reply in rt.deliver(msg, now - t0):
+                        inboxes[reply.dst].put(reply)
+                continue
+            for name, p in procs.items():
+                silent = now - last_heard[name] > cfg.backend.reply_timeout_s
+                if not p.is_alive() or silent:
+                    why = f"process exited with code {p.exitcode}" if not p.is_alive() else "silent too long"
+                    if failed(name, why):
+                        status = "worker_failed"
+                        break
+            if status != "completed":
+                break
+    finally:
+        for name in rt.worker_names:
+            inboxes[name].put(STOP)
+        for p in procs.values():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+    return rt.finish(time.perf_counter() - t0, virtual=False, status=status)
+
+
+def _drain(q: Any) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return

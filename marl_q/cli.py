@@ -1,0 +1,231 @@
+"""`marlq`: run, sweep, plot, list, bench. Exit codes: 0 ok, 2 bad input (named), 1 failure."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence
+
+from marl_q.errors import ConfigError, UserError
+
+EXIT_OK, EXIT_FAIL, EXIT_USER = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises (so usage mistakes exit 2 through one path) instead of exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="marlq", description="Asynchronous multi-agent RL with optional quantum heads.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run one scenario file")
+    r.add_argument("config", help="scenario YAML file")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (dotted), e.g. --set server.aggregation=sync")
+    r.add_argument("--out", help="run directory (default: runs/<config>/seed<N>-<time>)")
+    r.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    s = sub.add_parser("sweep", help="run a grid x seeds in parallel processes; rerun to continue")
+    s.add_argument("config")
+    s.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="values of one key to cross with the others")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--out", help="sweep folder (default: sweeps/<config>)")
+    s.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel runs")
+    s.add_argument("--no-plot", action="store_true", help="skip the plots at the end")
+
+    pl = sub.add_parser("plot", help="plot run directories or sweep folders")
+    pl.add_argument("paths", nargs="+")
+    pl.add_argument("--out", help="folder for the PNGs (default: <path>/plots)")
+
+    sub.add_parser("list", help="list registered algorithms, heads, scenarios, backends, rules")
+
+    b = sub.add_parser("bench", help="benchmarks: marlq bench NAME [args]")
+    b.add_argument("name")
+    b.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "bench" and len(argv) >= 2 and not argv[1].startswith("-"):
+            return cmd_bench(argv[1], argv[2:])
+        args = build_parser().parse_args(argv)
+        return {"run": cmd_run, "sweep": cmd_sweep, "plot": cmd_plot, "list": cmd_list}[args.command](args)
+    except UserError as exc:
+        print(f"marlq: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("marlq: interrupted", file=sys.stderr)
+        return EXIT_FAIL
+    except Exception:  # a bug or a failure of the run itself
+        traceback.print_exc()
+        return EXIT_FAIL
+
+
+# ----------------------------------------------------------------------------- run
+def cmd_run(args: argparse.Namespace) -> int:
+    from marl_q.experiment import run_experiment
+    from marl_q.config import load_config
+
+    cfg = load_config(args.config, args.overrides, seed=args.seed)
+    if args.quiet:
+        cfg.run.progress = False
+    out = Path(args.out) if args.out else default_run_dir(args.config, cfg.run.seed)
+    summary = run_experiment(cfg, out)
+    keys = ["status", "env_steps", "episodes", "final_return", "steps_to_solve", "wall_s", "virtual_s",
+            "messages", "rejected", "dropped_stale"]
+    shown = {k: summary[k] for k in keys if k in summary}
+    print(json.dumps(shown))
+    print(f"run directory: {out}")
+    return EXIT_OK if summary.get("status") == "completed" else EXIT_FAIL
+
+
+def default_run_dir(config: str, seed: int) -> Path:
+    return Path("runs") / Path(config).stem / f"seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+# ----------------------------------------------------------------------------- sweep
+def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
+    grid = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,...")
+        key, values = item.split("=", 1)
+        vals = [v for v in values.split(",") if v != ""]
+        if not key or not vals:
+            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,...")
+        grid.append((key.strip(), vals))
+    return grid
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from marl_q.config import load_config
+
+    grid = parse_grid(args.grid)
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds: must be at least 1, got {args.seeds}")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs: must be at least 1, got {args.jobs}")
+    combos = list(itertools.product(*[[(k, v) for v in vals] for k, vals in grid])) or [()]
+    # validate every combination before starting anything
+    for combo in combos:
+        load_config(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], seed=0)
+    root = Path(args.out) if args.out else Path("sweeps") / Path(args.config).stem
+    root.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for combo in combos:
+        cell = ",".join(f"{k}={v}" for k, v in combo) or "base"
+        for seed in range(args.seeds):
+            out = root / cell / f"seed{seed}"
+            if _completed(out):
+                continue
+            if out.exists():
+                keep = out.with_name(out.name + ".interrupted")
+                if keep.exists():
+                    shutil.rmtree(keep)
+                out.rename(keep)
+                print(f"sweep: {out} was incomplete; kept it as {keep.name} and starting it again")
+            cmd = [sys.executable, "-m", "marl_q.cli", "run", args.config, "--out", str(out), "--seed", str(seed),
+                   "--quiet"]
+            for ov in list(args.overrides) + [f"{k}={v}" for k, v in combo]:
+                cmd += ["--set", ov]
+            jobs.append((out, cmd))
+    total = len(combos) * args.seeds
+    print(f"sweep: {total} runs in {root}, {total - len(jobs)} already complete, {len(jobs)} to run")
+    failed = _run_pool(jobs, args.jobs)
+    if not args.no_plot:
+        from analysis.plots import plot_paths
+
+        for path in plot_paths([root], root / "plots"):
+            print(f"plot: {path}")
+    if failed:
+        print(f"sweep: {len(failed)} runs failed: " + ", ".join(str(f) for f in failed), file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _completed(out: Path) -> bool:
+    try:
+        return json.loads((out / "summary.json").read_text()).get("status") == "completed"
+    except (OSError, ValueError):
+        return False
+
+
+def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
+    running: list[tuple[Path, subprocess.Popen, float]] = []
+    failed: list[Path] = []
+    done = 0
+    queue = list(jobs)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    while queue or running:
+        while queue and len(running) < width:
+            out, cmd = queue.pop(0)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            log = open(out.parent / f"{out.name}.log", "w")
+            running.append((out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), time.perf_counter()))
+        time.sleep(0.2)
+        for item in list(running):
+            out, proc, start = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            done += 1
+            elapsed = time.perf_counter() - t0
+            eta = elapsed / done * (len(jobs) - done)
+            status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {out.name}.log)"
+            if proc.returncode != 0:
+                failed.append(out)
+            print(f"sweep: [{done}/{len(jobs)}] {out} {status} in {time.perf_counter() - start:.0f}s; "
+                  f"ETA {eta:.0f}s", flush=True)
+    return failed
+
+
+# ----------------------------------------------------------------------------- plot, list, bench
+def cmd_plot(args: argparse.Namespace) -> int:
+    from analysis.plots import plot_paths
+
+    paths = [Path(p) for p in args.paths]
+    out = Path(args.out) if args.out else None
+    for path in plot_paths(paths, out):
+        print(f"plot: {path}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from marl_q.plugins import load_plugins
+    from marl_q.registry import ALL
+
+    load_plugins()
+    for title, reg in ALL.items():
+        print(f"{title}:")
+        for entry in reg:
+            print(f"  {entry.name:<24} {entry.help}")
+    return EXIT_OK
+
+
+def cmd_bench(name: str, argv: list[str]) -> int:
+    from marl_q.plugins import load_plugins
+    from marl_q.registry import BENCHES
+
+    load_plugins()
+    return int(BENCHES.get(name, key="bench").obj(argv) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

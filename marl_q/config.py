@@ -1,0 +1,429 @@
+"""Scenario files -> a typed, validated config with defaults filled.
+
+A scenario file has fixed sections (`run`, `backend`, `server`) and chosen sections whose schema
+comes from a registry: `scenario.name`, `algorithm.name`, `actor.head`, `critic.head`. Every value
+is checked against its field's type where it enters; a mistake names the dotted key, the value and
+what was expected, and an unknown key suggests the closest valid one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from marl_q.errors import ConfigError
+from marl_q.registry import ALGORITHMS, BACKENDS, HEADS, SCENARIOS, Registry, unknown_choice_message
+
+
+# ----------------------------------------------------------------------------- fixed sections
+@dataclass
+class RunConfig:
+    """What to run for how long, and what to keep."""
+
+    seed: int = 0
+    total_env_steps: Optional[int] = None  # the run stops at whichever budget is reached first
+    total_episodes: Optional[int] = None
+    checkpoint_every: int = 0  # server updates between checkpoints; 0 = only at the end
+    progress: bool = True  # a progress bar on stderr
+    solve_return: Optional[float] = None  # a training mean that counts as solved (CartPole: 475)
+    solve_window: int = 100  # episodes in that mean
+    plots: bool = True  # draw plots into the run directory when the run ends
+
+
+@dataclass
+class ComputeProfile:
+    """Virtual compute time of a worker's step in `sim`: cost * step_s * factor * lognormal jitter."""
+
+    step_s: float = 1e-4  # virtual seconds per unit of cost (one env step for actor-critic)
+    jitter: float = 0.0  # sigma of a mean-one lognormal factor
+    stragglers: list[int] = field(default_factory=list)  # worker indices that run slower
+    straggler_factor: float = 1.0  # how much slower
+
+
+@dataclass
+class NetworkProfile:
+    """Virtual delay of a message in `sim`: latency + bytes / bandwidth, times lognormal jitter."""
+
+    latency_s: float = 1e-3
+    bandwidth_bytes_per_s: float = 1.25e8  # 1 Gb/s
+    jitter: float = 0.0
+
+
+@dataclass
+class BackendConfig:
+    """Where workers run: `sim` (virtual clock), `local` (OS processes) or `ray`."""
+
+    name: str = "sim"
+    workers: int = 1
+    compute: ComputeProfile = field(default_factory=ComputeProfile)
+    network: NetworkProfile = field(default_factory=NetworkProfile)
+    # sim only: `events` lets compute and network times decide who acts next; the others pick the
+    # active worker of each step from a schedule (LSVI's episode-by-episode asynchrony).
+    schedule: Literal["events", "uniform", "round_robin", "zipf"] = "events"
+    zipf_a: float = 1.5
+    threads_per_worker: int = 1  # torch threads inside each worker
+    max_restarts: int = 3  # local: a worker process that dies is restarted up to this many times
+    reply_timeout_s: float = 120.0  # local: a silent worker for this long is treated as failed
+
+
+@dataclass
+class StalenessConfig:
+    """Weight w(s) of an update that is s versions old (see marl_q/staleness.py)."""
+
+    rule: str = "constant"
+    a: float = 0.5
+    b: int = 4
+
+
+@dataclass
+class ServerConfig:
+    """How the server aggregates updates."""
+
+    aggregation: str = "hogwild"  # sync | hogwild | buffered
+    buffer_k: int = 4  # buffered: apply after this many updates
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    max_staleness: Optional[int] = None  # drop (and count) updates staler than this
+    server_lr: float = 1.0  # eta_g for parameter deltas
+
+
+# ----------------------------------------------------------------------------- chosen sections
+class Choice:
+    """A section whose schema was chosen by a discriminator (e.g. ``algorithm.name``).
+
+    Attribute access falls through to the chosen dataclass, so ``cfg.algorithm.lr`` works, and
+    ``cfg.algorithm.name`` is the chosen name.
+    """
+
+    def __init__(self, key: str, name: str, params: Any) -> None:
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "params", params)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(object.__getattribute__(self, "params"), item)
+
+    def __setattr__(self, item: str, value: Any) -> None:
+        setattr(self.params, item, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        body = to_plain(self.params) if self.params is not None else {}
+        return {self._key: self.name, **body}
+
+    def __repr__(self) -> str:
+        return f"Choice({self._key}={self.name!r}, {self.params!r})"
+
+
+@dataclass
+class ExperimentConfig:
+    """The whole resolved configuration of one run."""
+
+    run: RunConfig
+    backend: BackendConfig
+    server: ServerConfig
+    scenario: Choice
+    algorithm: Choice
+    actor: Choice
+    critic: Choice
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": to_plain(self.run),
+            "backend": to_plain(self.backend),
+            "server": to_plain(self.server),
+            "scenario": self.scenario.to_dict(),
+            "algorithm": self.algorithm.to_dict(),
+            "actor": self.actor.to_dict(),
+            "critic": self.critic.to_dict(),
+        }
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+FIXED = {"run": RunConfig, "backend": BackendConfig, "server": ServerConfig}
+# section -> (discriminator key, registry, default name)
+CHOSEN: dict[str, tuple[str, Registry, Optional[str]]] = {
+    "scenario": ("name", SCENARIOS, None),
+    "algorithm": ("name", ALGORITHMS, None),
+    "actor": ("head", HEADS, "mlp"),
+    "critic": ("head", HEADS, "mlp"),
+}
+SECTIONS = list(FIXED) + list(CHOSEN)
+
+
+# ----------------------------------------------------------------------------- loading
+def load_config(path: str | Path, overrides: list[str] = (), seed: Optional[int] = None) -> ExperimentConfig:
+    """Read a scenario YAML file, apply ``key=value`` overrides and validate everything."""
+    raw = read_yaml(path)
+    for item in overrides:
+        apply_override(raw, item)
+    if seed is not None:
+        raw.setdefault("run", {})["seed"] = seed
+    return build_config(raw, source=str(path))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML mapping, turning file and syntax problems into ConfigErrors that name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such config file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}: malformed YAML{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of sections at the top, got {type(data).__name__}")
+    return data
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Set a dotted key from ``key=value``; the value is parsed as YAML (so 3, 0.1, true, [1,2] are typed)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set server.aggregation=sync")
+    key, text = item.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise ConfigError(f"--set {item!r}: malformed key {key!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
+    """Validate a raw mapping into an ExperimentConfig (registries must be loaded)."""
+    from marl_q.plugins import load_plugins
+
+    load_plugins()
+    unknown = [k for k in raw if k not in SECTIONS]
+    for k in unknown:
+        raise ConfigError(unknown_key_message(str(k), SECTIONS, ""))
+    out: dict[str, Any] = {}
+    for name, cls in FIXED.items():
+        out[name] = build_dataclass(cls, raw.get(name) or {}, name)
+    for name, (key, registry, default) in CHOSEN.items():
+        section = raw.get(name)
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {section!r}")
+        section = dict(section)
+        choice = section.pop(key, default)
+        if choice is None:
+            raise ConfigError(f"{name}.{key}: missing (choices: {', '.join(registry.names())})")
+        entry = registry.get(str(choice), key=f"{name}.{key}")
+        params = build_dataclass(entry.config, section, name) if entry.config is not None else None
+        if params is None and section:
+            raise ConfigError(f"{name}: {key} {choice!r} takes no options, got {sorted(section)}")
+        out[name] = Choice(key, str(choice), params)
+    cfg = ExperimentConfig(**out)
+    validate_cross(cfg)
+    return cfg
+
+
+def validate_cross(cfg: ExperimentConfig) -> None:
+    """Checks that span sections or need registries."""
+    from marl_q.registry import AGGREGATIONS, STALENESS
+
+    BACKENDS.get(cfg.backend.name, key="backend.name")
+    AGGREGATIONS.get(cfg.server.aggregation, key="server.aggregation")
+    STALENESS.get(cfg.server.staleness.rule, key="server.staleness.rule")
+    positive = {
+        "backend.workers": cfg.backend.workers,
+        "server.buffer_k": cfg.server.buffer_k,
+        "run.solve_window": cfg.run.solve_window,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key}: must be at least 1, got {value}")
+    for key, value in (("run.total_env_steps", cfg.run.total_env_steps), ("run.total_episodes", cfg.run.total_episodes)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{key}: must be positive, got {value}")
+    if cfg.run.total_env_steps is None and cfg.run.total_episodes is None:
+        raise ConfigError("run: set run.total_env_steps or run.total_episodes (the run needs a budget)")
+    if cfg.run.checkpoint_every < 0:
+        raise ConfigError(f"run.checkpoint_every: must be >= 0, got {cfg.run.checkpoint_every}")
+    if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:
+        raise ConfigError(f"server.max_staleness: must be >= 0 or null, got {cfg.server.max_staleness}")
+    for i in cfg.backend.compute.stragglers:
+        if not 0 <= i < cfg.backend.workers:
+            raise ConfigError(
+                f"backend.compute.stragglers: worker index {i} out of range for {cfg.backend.workers} workers"
+            )
+    nonneg = {
+        "backend.compute.step_s": cfg.backend.compute.step_s,
+        "backend.compute.jitter": cfg.backend.compute.jitter,
+        "backend.network.latency_s": cfg.backend.network.latency_s,
+        "backend.network.jitter": cfg.backend.network.jitter,
+    }
+    for key, value in nonneg.items():
+        if value < 0:
+            raise ConfigError(f"{key}: must be >= 0, got {value}")
+    if cfg.backend.network.bandwidth_bytes_per_s <= 0:
+        raise ConfigError("backend.network.bandwidth_bytes_per_s: must be positive")
+    if cfg.backend.compute.straggler_factor <= 0:
+        raise ConfigError("backend.compute.straggler_factor: must be positive")
+    check = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "check_config", None)
+    if check is not None:
+        check(cfg)
+
+
+# ----------------------------------------------------------------------------- typed coercion
+def unknown_key_message(key: str, valid: list[str], path: str) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    where = f"{path}.{key}" if path else key
+    hint = f"; did you mean {(path + '.' if path else '') + close[0]!r}?" if close else ""
+    return f"{where}: unknown key{hint} (valid keys here: {', '.join(valid)})"
+
+
+def build_dataclass(cls: type, data: Any, path: str) -> Any:
+    """Build dataclass ``cls`` from a mapping, checking every key and type."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            raise ConfigError(unknown_key_message(str(key), list(fields), path))
+    kwargs = {key: coerce(value, hints[key], f"{path}.{key}") for key, value in data.items()}
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    post = getattr(obj, "validate", None)
+    if callable(post):
+        try:
+            post()
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return obj
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def coerce(value: Any, tp: Any, path: str) -> Any:
+    """Check ``value`` against type ``tp`` (with a few lossless conversions) or raise a ConfigError."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(unknown_choice_message(path, value, [str(a) for a in args]))
+    if origin in (list, tuple) or tp in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                if len(value) != len(args):
+                    raise ConfigError(f"{path}: expected {len(args)} items, got {len(value)}")
+                return tuple(coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+            item = args[0] if args else Any
+            items = [coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+            return tuple(items) if origin is tuple else items
+        raise ConfigError(f"{path}: expected a list, got {value!r}")
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        kt, vt = args if args else (Any, Any)
+        return {coerce(k, kt, f"{path}.<key>"): coerce(v, vt, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, path)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        num = _number(value)
+        if num is not None and float(num).is_integer():
+            return int(num)
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if tp is float:
+        num = _number(value)
+        if num is not None:
+            return float(num)
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _number(value: Any) -> Optional[float]:
+    """A number from an int, a float, or a numeric string such as '1e5' (YAML reads that as text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclasses -> dicts of YAML-safe values (tuples become lists)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Choice):
+        return obj.to_dict()
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj

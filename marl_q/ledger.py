@@ -1,0 +1,80 @@
+"""The ledger: one row per message into or out of the server, accepted or not, streamed to comm.csv."""
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import IO, Optional
+
+from marl_q.messages import SERVER, Message
+
+COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
+           "staleness", "accepted", "reason"]
+
+
+class Ledger:
+    """Counts and records traffic. Rows are buffered and flushed, so memory stays flat on long runs."""
+
+    def __init__(self, path: Optional[Path] = None, flush_every: int = 4096) -> None:
+        """Rows go to ``path`` (comm.csv); the wall clock of each row goes to a sidecar
+        ``comm_wall.csv``, kept apart so that comm.csv of a sim run is byte-identical across runs."""
+        self._file: Optional[IO[str]] = None
+        self._wall_file: Optional[IO[str]] = None
+        self._writer = self._wall_writer = None
+        if path is not None:
+            self._file = open(path, "w", newline="")
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(COLUMNS)
+            self._wall_file = open(Path(path).with_name("comm_wall.csv"), "w", newline="")
+            self._wall_writer = csv.writer(self._wall_file)
+            self._wall_writer.writerow(["id", "wall_s"])
+        self._t0 = time.perf_counter()
+        self._rows: list[tuple] = []
+        self._walls: list[tuple] = []
+        self.flush_every = flush_every
+        self.count = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.rejected = 0
+        self.dropped_stale = 0
+        self.by_kind: dict[str, list[int]] = {}  # kind -> [messages, bytes]
+
+    def record(self, msg: Message, t: float, server_version: int, staleness: Optional[int] = None,
+               accepted: bool = True, reason: str = "", stale_drop: bool = False) -> None:
+        nbytes = msg.nbytes
+        if msg.dst == SERVER:
+            self.bytes_up += nbytes
+        else:
+            self.bytes_down += nbytes
+        if not accepted:
+            self.rejected += not stale_drop
+            self.dropped_stale += stale_drop
+        tally = self.by_kind.setdefault(msg.kind, [0, 0])
+        tally[0] += 1
+        tally[1] += nbytes
+        self._rows.append((self.count, f"{t:.6f}", msg.src, msg.dst, msg.kind, msg.seq, nbytes,
+                           msg.base_version, server_version, "" if staleness is None else staleness,
+                           int(accepted), reason))
+        self._walls.append((self.count, f"{time.perf_counter() - self._t0:.6f}"))
+        self.count += 1
+        if len(self._rows) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._writer is not None and self._rows:
+            self._writer.writerows(self._rows)
+            self._wall_writer.writerows(self._walls)
+            self._file.flush()
+        self._rows.clear()
+        self._walls.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+            self._wall_file.close()
+            self._file = self._wall_file = None
+
+    def totals(self) -> dict[str, int]:
+        return {"messages": self.count, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                "rejected": self.rejected, "dropped_stale": self.dropped_stale}

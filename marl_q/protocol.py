@@ -1,0 +1,133 @@
+"""The seam between the runtime and algorithms: Algorithm, Worker, Service and what they exchange.
+
+See PLUGINS.md for the contract in prose. The same Worker and Service objects run on every
+backend; backends only move messages and keep time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from marl_q.messages import Message
+
+
+@dataclass(frozen=True)
+class MessageSpec:
+    """What a message kind must carry: payload name -> (shape with None for any size, dtype)."""
+
+    payload: dict[str, tuple[tuple[Optional[int], ...], str]]
+    versioned: bool = True  # staleness is computed and max_staleness enforced
+    finite: bool = True  # float arrays must hold finite values
+
+
+@dataclass
+class Work:
+    """The result of one Worker.step(): messages to send, env steps, finished episodes, sim cost."""
+
+    messages: list[Message] = field(default_factory=list)
+    env_steps: int = 0
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    cost: Optional[float] = None  # units of backend.compute.step_s; defaults to env_steps
+
+    @property
+    def sim_cost(self) -> float:
+        return float(self.env_steps if self.cost is None else self.cost)
+
+
+@dataclass
+class Context:
+    """What the server core tells a service about the message it is handing over."""
+
+    version: int
+    staleness: int
+    weight: float
+    workers: tuple[str, ...]
+    rng: np.random.Generator
+
+    @property
+    def next_version(self) -> int:
+        return self.version + 1
+
+
+@dataclass
+class Outcome:
+    """A service's verdict: did the state change (bumps the version), and what to send back."""
+
+    applied: bool
+    replies: list[Message] = field(default_factory=list)
+    accepted: bool = True
+    reason: str = ""
+
+
+class Worker:
+    """One decentralized agent (see PLUGINS.md)."""
+
+    name: str
+
+    def start(self) -> list[Message]:
+        raise NotImplementedError
+
+    def deliver(self, msg: Message) -> None:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def step(self) -> Work:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release environments and other resources."""
+
+
+class Service:
+    """The algorithm-specific handler the server hosts (see PLUGINS.md)."""
+
+    specs: dict[str, MessageSpec] = {}
+
+    def hello(self, worker: str, version: int) -> list[Message]:
+        raise NotImplementedError
+
+    def handle(self, msg: Message, ctx: Context) -> Outcome:
+        raise NotImplementedError
+
+    def on_reject(self, msg: Message, version: int) -> list[Message]:
+        """Replies to a rejected or dropped message, so a worker waiting on it can go on."""
+        return self.hello(msg.src, version)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+    def updates(self) -> int:
+        """Server updates applied so far (drives checkpoints and progress)."""
+        return 0
+
+
+class Algorithm:
+    """A learning algorithm: builds the server's service and the workers from the config."""
+
+    metric_fields: list[str] = ["return", "length"]
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Cross-section checks at load time (raise ConfigError)."""
+
+    def make_service(self) -> Service:
+        raise NotImplementedError
+
+    def make_worker(self, index: int) -> Worker:
+        raise NotImplementedError
+
+    def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}

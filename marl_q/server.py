@@ -1,0 +1,107 @@
+"""The server core: admission, versions, staleness, dispatch to the service, and the ledger.
+
+Admission is the same for every kind of traffic: a message from an unknown sender, of an unknown
+kind, with the wrong payload names, shapes or dtypes, or with non-finite values is rejected and
+recorded with its reason, and the run goes on with the server state unchanged.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from marl_q.config import ServerConfig
+from marl_q.ledger import Ledger
+from marl_q.messages import SERVER, Message
+from marl_q.protocol import Context, MessageSpec, Service
+from marl_q.registry import STALENESS
+
+HELLO = "hello"
+
+
+class Server:
+    """Hosts one service; every message in or out passes through `receive` and is in the ledger."""
+
+    def __init__(self, service: Service, workers: list[str], cfg: ServerConfig, ledger: Ledger,
+                 seed: int = 0) -> None:
+        self.service = service
+        self.workers = tuple(workers)
+        self._known = frozenset(workers)
+        self.cfg = cfg
+        self.ledger = ledger
+        self.version = 0
+        self.rng = np.random.default_rng(seed)
+        rule = cfg.staleness
+        fn = STALENESS.get(rule.rule, key="server.staleness.rule").obj
+        self._weight = lambda s: fn(s, a=rule.a, b=rule.b)
+        self.staleness_counts: dict[int, int] = {}
+
+    def receive(self, msg: Message, t: float) -> list[Message]:
+        """Admit, dispatch and record one message; return the replies (also recorded)."""
+        if msg.kind == HELLO and msg.src in self._known:
+            self.ledger.record(msg, t, self.version, accepted=True)
+            return self._send(self.service.hello(msg.src, self.version), t)
+        spec = self.service.specs.get(msg.kind)
+        reason = self._admission(msg, spec)
+        staleness: Optional[int] = None
+        if reason is None and spec.versioned:
+            staleness = self.version - msg.base_version
+            if staleness < 0:
+                reason = f"base_version {msg.base_version} is ahead of the server's {self.version}"
+            elif self.cfg.max_staleness is not None and staleness > self.cfg.max_staleness:
+                self.ledger.record(msg, t, self.version, staleness, accepted=False, stale_drop=True,
+                                   reason=f"stale: {staleness} > max_staleness {self.cfg.max_staleness}")
+                return self._send(self.service.on_reject(msg, self.version), t)
+        if reason is not None:
+            self.ledger.record(msg, t, self.version, staleness, accepted=False, reason=reason)
+            if msg.src in self._known:
+                return self._send(self.service.on_reject(msg, self.version), t)
+            return []
+        s = staleness or 0
+        ctx = Context(self.version, s, self._weight(s), self.workers, self.rng)
+        outcome = self.service.handle(msg, ctx)
+        if staleness is not None and outcome.accepted:
+            self.staleness_counts[s] = self.staleness_counts.get(s, 0) + 1
+        self.ledger.record(msg, t, self.version, staleness, accepted=outcome.accepted, reason=outcome.reason)
+        if outcome.applied:
+            self.version += 1
+        return self._send(outcome.replies, t)
+
+    def _send(self, replies: list[Message], t: float) -> list[Message]:
+        for reply in replies:
+            self.ledger.record(reply, t, self.version)
+        return replies
+
+    def _admission(self, msg: Message, spec: Optional[MessageSpec]) -> Optional[str]:
+        """None if the message may be handed to the service, else why not."""
+        if msg.src not in self._known:
+            return f"unknown sender {msg.src!r}"
+        if msg.dst != SERVER:
+            return f"addressed to {msg.dst!r}, not the server"
+        if spec is None:
+            return f"unknown kind {msg.kind!r} (expected one of {sorted(self.service.specs)})"
+        if not isinstance(msg.payload, dict):
+            return "payload is not a mapping of arrays"
+        names, expected = set(msg.payload), set(spec.payload)
+        if names != expected:
+            parts = []
+            if expected - names:
+                parts.append(f"missing {sorted(expected - names)}")
+            if names - expected:
+                parts.append(f"unexpected {sorted(names - expected)}")
+            return f"payload names: {', '.join(parts)}"
+        for name, (shape, dtype) in spec.payload.items():
+            arr = msg.payload[name]
+            if not isinstance(arr, np.ndarray):
+                return f"{name}: not an array ({type(arr).__name__})"
+            if arr.dtype != np.dtype(dtype):
+                return f"{name}: dtype {arr.dtype}, expected {dtype}"
+            if len(arr.shape) != len(shape) or any(e is not None and e != a for e, a in zip(shape, arr.shape)):
+                want = tuple("*" if e is None else e for e in shape)
+                return f"{name}: shape {arr.shape}, expected {want}"
+            if spec.finite and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+                return f"{name}: non-finite values (NaN or Inf)"
+        return None
+
+    def summary(self) -> dict:
+        return {"server_version": self.version, "updates": self.service.updates()}

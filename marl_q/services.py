@@ -1,0 +1,90 @@
+"""Services the runtime offers every algorithm. `ParameterService` carries gradients and deltas.
+
+The other three kinds of traffic (sufficient statistics, trajectories, state commits) are
+services their algorithms define (agents/), on the same Service seam (marl_q/protocol.py).
+"""
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+
+from marl_q.aggregation import Aggregator
+from marl_q.messages import SERVER, Message
+from marl_q.protocol import Context, MessageSpec, Outcome, Service
+
+PARAMS = "params"
+
+
+class ParameterService(Service):
+    """A versioned flat parameter vector updated by pushed gradients (`grad`) or deltas (`delta`).
+
+    Gradients go through one shared optimizer on the server (A3C's shared RMSProp statistics);
+    deltas are added, scaled by `server_lr` (FedAsync/FedBuff). The staleness weight scales each
+    update as the aggregation rule says.
+    """
+
+    def __init__(self, params: np.ndarray, mode: Literal["grad", "delta"], aggregator: Aggregator,
+                 make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
+                 server_lr: float = 1.0) -> None:
+        self.param = torch.nn.Parameter(torch.as_tensor(np.asarray(params, dtype=np.float32)).clone())
+        self.mode = mode
+        self.aggregator = aggregator
+        self.server_lr = server_lr
+        self.optimizer = make_optimizer([self.param]) if mode == "grad" else None
+        if mode == "grad" and self.optimizer is None:
+            raise ValueError("grad mode needs an optimizer")
+        self.specs = {mode: MessageSpec({mode: ((self.param.numel(),), "float32")})}
+        self._updates = 0
+        self._snapshot: np.ndarray | None = None
+
+    def _params_message(self, worker: str, version: int) -> Message:
+        if self._snapshot is None:
+            self._snapshot = self.param.detach().numpy().copy()
+        return Message(SERVER, worker, PARAMS, {PARAMS: self._snapshot}, base_version=version)
+
+    def hello(self, worker: str, version: int) -> list[Message]:
+        return [self._params_message(worker, version)]
+
+    def handle(self, msg: Message, ctx: Context) -> Outcome:
+        combined, release = self.aggregator.offer(msg.src, msg.payload[self.mode], ctx.weight)
+        applied = combined is not None
+        if applied:
+            self._apply(combined)
+        version = ctx.next_version if applied else ctx.version
+        return Outcome(applied, [self._params_message(w, version) for w in release])
+
+    def _apply(self, update: np.ndarray) -> None:
+        with torch.no_grad():
+            if self.mode == "grad":
+                self.param.grad = torch.from_numpy(np.ascontiguousarray(update))
+                self.optimizer.step()
+                self.param.grad = None
+            else:
+                self.param.add_(torch.from_numpy(np.ascontiguousarray(update)), alpha=self.server_lr)
+        self._snapshot = None
+        self._updates += 1
+
+    def updates(self) -> int:
+        return self._updates
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = {"params": self.param.detach().numpy().copy(), "updates": np.array(self._updates)}
+        if self.optimizer is not None:
+            for key, value in self.optimizer.state.get(self.param, {}).items():
+                state[f"optim.{key}"] = torch.as_tensor(value).detach().numpy().copy()
+        for key, value in self.aggregator.state_dict().items():
+            state[f"agg.{key}"] = value
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        with torch.no_grad():
+            self.param.copy_(torch.from_numpy(state["params"]))
+        self._updates = int(state["updates"])
+        if self.optimizer is not None:
+            optim = {k[6:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("optim.")}
+            if optim:
+                self.optimizer.state[self.param] = optim
+        self.aggregator.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("agg.")})
+        self._snapshot = None
