@@ -97,10 +97,11 @@ class LsviAgent:
         self.beta = float(beta)
         self.features = mdp.phi
         self.optimal_first_values = mdp.optimal_values()[0][0]
-        self.server = LsviStatistics(mdp.horizon, mdp.d, mdp.n_states, lam)
-        self.combined = self.server.copy()
+        self._server = LsviStatistics(mdp.horizon, mdp.d, mdp.n_states, lam)
+        self.combined = self._server.copy()
         self._clear_local()
         self.episodes_played = 0
+        self._pending: Download | None = None
         self.replan()
 
     def _clear_local(self) -> None:
@@ -110,18 +111,31 @@ class LsviAgent:
 
     def planning_statistics(self) -> LsviStatistics:
         """The statistics the agent's Q is planned from."""
-        return self.combined if self.plans_with_local_data else self.server
+        return self.combined if self.plans_with_local_data else self._server
+
+    @property
+    def server(self) -> LsviStatistics:
+        """The server statistics the agent last downloaded (after adopting any pending download)."""
+        self._adopt_pending()
+        return self._server
+
+    @property
+    def q_values(self) -> np.ndarray:
+        """The optimistic Q (H, S, A) the agent acts on (after adopting any pending download)."""
+        self._adopt_pending()
+        return self._q_values
 
     def replan(self) -> None:
         """Recompute optimistic Q, the greedy policy and that policy's exact values V^pi_1."""
         stats = self.planning_statistics()
-        self.q_values = plan_optimistic(self.features, stats.gram_inv, stats.reward_sums,
+        self._q_values = plan_optimistic(self.features, stats.gram_inv, stats.reward_sums,
                                         stats.next_state_sums, self.beta)
-        self.policy = self.q_values.argmax(axis=2)
+        self.policy = self._q_values.argmax(axis=2)
         self.policy_first_values = self.mdp.evaluate(self.policy)[0]
 
     def play_episode(self, rng: np.random.Generator) -> EpisodeResult:
         """Play one episode greedily, record it locally, and return it with its exact regret."""
+        self._adopt_pending()
         mdp = self.mdp
         horizon = mdp.horizon
         uniforms = rng.random(horizon + 1)
@@ -170,10 +184,21 @@ class LsviAgent:
         return upload
 
     def receive(self, download: Download) -> None:
-        """Adopt the server's statistics (local data not yet uploaded is kept on top) and re-plan."""
-        self.server = LsviStatistics.from_sums(download.gram, download.reward_sums,
+        """Take the server's statistics; they are adopted (and Q re-planned) before the agent next acts.
+
+        Deferring the work means an agent that receives several downloads between two of its
+        episodes (pooled and coop broadcasts) re-plans once, so an episode costs O(1) re-plans, not O(M).
+        """
+        self._pending = download
+
+    def _adopt_pending(self) -> None:
+        """Adopt a received download (local data not yet uploaded is kept on top) and re-plan."""
+        download, self._pending = self._pending, None
+        if download is None:
+            return
+        self._server = LsviStatistics.from_sums(download.gram, download.reward_sums,
                                                download.next_state_sums, self.lam)
-        self.combined = self.server.copy()
+        self.combined = self._server.copy()
         for transitions, rewards in zip(self.local_transitions, self.local_rewards):
             steps, states, actions, next_states = transitions.T
             assert np.array_equal(steps, np.arange(len(steps))), "local data is kept one episode at a time"
@@ -193,7 +218,8 @@ class AsyncCoopAgent(LsviAgent):
         super().__init__(mdp, lam, beta)
 
     def wants_upload(self) -> bool:
-        return bool(self.local_rewards) and determinant_trigger(self.combined.logdet, self.server.logdet,
+        self._adopt_pending()
+        return bool(self.local_rewards) and determinant_trigger(self.combined.logdet, self._server.logdet,
                                                                 self.alpha)
 
 
@@ -216,10 +242,11 @@ class CoopSyncAgent(LsviAgent):
         self.sync_requested = True
 
     def wants_upload(self) -> bool:
+        self._adopt_pending()
         if not self.local_rewards:
             return False
         return self.sync_requested or sync_condition(self.episodes_since_sync, self.combined.logdet,
-                                                     self.server.logdet, self.sync_threshold)
+                                                     self._server.logdet, self.sync_threshold)
 
     def take_upload(self) -> Upload:
         self.sync_requested = False

@@ -84,7 +84,8 @@ def plan_optimistic(features: np.ndarray, gram_inv: np.ndarray, reward_sums: np.
     n_states, n_actions, d = features.shape
     horizon = gram_inv.shape[0]
     flat = features.reshape(n_states * n_actions, d)
-    widths = np.sqrt(np.maximum(np.einsum("nd,hde,ne->hn", flat, gram_inv, flat), 0.0))
+    projected = np.tensordot(gram_inv, flat, axes=([1], [1]))  # (H, d, S*A): Lambda^-1 phi (symmetric)
+    widths = np.sqrt(np.maximum((projected * flat.T).sum(axis=1), 0.0))  # (H, S*A)
     q_values = np.empty((horizon, n_states, n_actions))
     next_values = np.zeros(n_states)
     for h in range(horizon - 1, -1, -1):
