@@ -1,0 +1,132 @@
+"""Gate matrices and single layers of the native engine against PennyLane's own matrices (qml.matrix)."""
+from __future__ import annotations
+
+import numpy as np
+import pennylane as qml
+import pytest
+import torch
+
+from circuits import gates
+from circuits.engine import CompiledCircuit, apply_single_qubit, real_product_state
+from circuits.spec import ENCODINGS, make_config
+
+torch.set_num_threads(1)
+RNG = np.random.default_rng(7)
+
+
+def matrix_of_ops(ops: list, n: int) -> np.ndarray:
+    """PennyLane's matrix of a gate list applied in order, wire 0 most significant."""
+
+    def apply_all() -> None:
+        for op in ops:
+            qml.apply(op)
+
+    return qml.matrix(apply_all, wire_order=list(range(n)))()
+
+
+def circuit_unitary(cfg, weights: torch.Tensor) -> np.ndarray:
+    """U of the trainable part alone, from the native engine run on the basis states."""
+    compiled = CompiledCircuit(cfg, torch.complex128)
+    psi = torch.eye(2**cfg.n_qubits, dtype=torch.complex128)
+    for layer in range(cfg.layers):
+        psi = compiled.trainable_layer(psi, weights, layer)
+    return psi.numpy().T  # row k is U|k>, so the transpose is U
+
+
+@pytest.mark.parametrize("axis, gate", [("rx", qml.RX), ("ry", qml.RY), ("rz", qml.RZ)])
+def test_rotation_matrices_match_pennylane(axis, gate):
+    angles = RNG.uniform(-4, 4, size=5)
+    ours = gates.rotation_matrices(axis, torch.tensor(angles), torch.complex128).numpy()
+    for angle, matrix in zip(angles, ours):
+        np.testing.assert_allclose(matrix, qml.matrix(gate(angle, wires=0)), atol=1e-12)
+
+
+def test_rot_matches_pennylane_rot():
+    weights = RNG.uniform(-4, 4, size=(6, 3))
+    ours = gates.rot_matrices(torch.tensor(weights), torch.complex128).numpy()
+    for w, matrix in zip(weights, ours):
+        np.testing.assert_allclose(matrix, qml.matrix(qml.Rot(*w, wires=0)), atol=1e-12)
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_encoding_state_map_gives_the_encoded_state(encoding, hadamard):
+    gate = {"rx": qml.RX, "ry": qml.RY, "rz": qml.RZ}[ENCODINGS[encoding].axis]
+    state_map = gates.encoding_state_map(encoding, hadamard)
+    for angle in RNG.uniform(-4, 4, size=4):
+        matrix = qml.matrix(gate(angle, wires=0))
+        if hadamard:
+            matrix = matrix @ qml.matrix(qml.Hadamard(wires=0))
+        expected = matrix[:, 0]  # the gates applied to |0>
+        np.testing.assert_allclose(state_map @ [np.cos(angle / 2), np.sin(angle / 2)], expected, atol=1e-12)
+        ours = gates.encoding_gate_matrices(encoding, hadamard, torch.tensor(angle), torch.complex128).numpy()
+        np.testing.assert_allclose(ours, matrix, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("entangler, gate", [("cnot", qml.CNOT), ("cz", qml.CZ)])
+def test_signed_permutation_matches_gate_product(n, entangler, gate):
+    pairs = [(entangler, i, (i + 1) % n) for i in range(n)]
+    inverse, sign = gates.signed_permutation(pairs, n)
+    matrix = np.eye(2**n)[inverse] * sign[:, None]  # rows: psi'[j] = sign[j] psi[inv[j]]
+    tape_ops = [gate(wires=[c, t]) for _, c, t in pairs]
+    expected = matrix_of_ops(tape_ops, n)
+    np.testing.assert_allclose(matrix, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("layers", [1, 3])
+def test_strongly_entangling_unitary_matches_template(n, layers):
+    cfg = make_config(n_qubits=n, layers=layers, ansatz="strongly_entangling")
+    weights = torch.tensor(RNG.uniform(-3, 3, size=(layers, n, 3)))
+    expected = qml.matrix(qml.StronglyEntanglingLayers(weights.numpy(), wires=range(n)), wire_order=list(range(n)))
+    np.testing.assert_allclose(circuit_unitary(cfg, weights), expected, atol=1e-10)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("rotation, gate", [("rx", qml.RX), ("ry", qml.RY), ("rz", qml.RZ)])
+def test_basic_entangler_unitary_matches_template(n, rotation, gate):
+    cfg = make_config(n_qubits=n, layers=2, ansatz="basic_entangler", rotation=rotation)
+    weights = torch.tensor(RNG.uniform(-3, 3, size=(2, n, 1)))
+    template = qml.BasicEntanglerLayers(weights[..., 0].numpy(), wires=range(n), rotation=gate)
+    expected = qml.matrix(template, wire_order=list(range(n)))
+    np.testing.assert_allclose(circuit_unitary(cfg, weights), expected, atol=1e-10)
+
+
+def test_rzryrz_ring_unitary_matches_hand_listed_gates():
+    n, layers = 4, 2
+    cfg = make_config(n_qubits=n, layers=layers, ansatz="rzryrz_ring")
+    weights = RNG.uniform(-3, 3, size=(layers, n, 3))
+    ops = []
+    for layer in range(layers):  # Koelle et al.: CNOT 0->1->2->3->0, then RZ RY RZ per qubit
+        ops += [qml.CNOT(wires=[0, 1]), qml.CNOT(wires=[1, 2]), qml.CNOT(wires=[2, 3]), qml.CNOT(wires=[3, 0])]
+        for q in range(n):
+            ops += [qml.RZ(weights[layer, q, 0], wires=q), qml.RY(weights[layer, q, 1], wires=q), qml.RZ(weights[layer, q, 2], wires=q)]
+    expected = matrix_of_ops(ops, n)
+    np.testing.assert_allclose(circuit_unitary(cfg, torch.tensor(weights)), expected, atol=1e-10)
+
+
+def test_apply_single_qubit_matches_kronecker_product():
+    n = 3
+    psi = torch.tensor(RNG.normal(size=(2, 8)) + 1j * RNG.normal(size=(2, 8)))
+    matrix = torch.tensor(RNG.normal(size=(2, 2)) + 1j * RNG.normal(size=(2, 2)))
+    for wire in range(n):
+        full = np.kron(np.kron(np.eye(2**wire), matrix.numpy()), np.eye(2 ** (n - wire - 1)))
+        expected = psi.numpy() @ full.T
+        np.testing.assert_allclose(apply_single_qubit(psi, matrix, wire, n).numpy(), expected, atol=1e-12)
+
+
+def test_real_product_state_is_the_kronecker_product():
+    vectors = torch.tensor(RNG.normal(size=(3, 4, 2)))
+    for b in range(3):
+        expected = vectors[b, 0].numpy()
+        for q in range(1, 4):
+            expected = np.kron(expected, vectors[b, q].numpy())
+        np.testing.assert_allclose(real_product_state(vectors)[b].numpy(), expected, atol=1e-12)
+
+
+def test_readout_matrix_hand_computed_two_qubits():
+    # basis |00>, |01>, |10>, |11>: Z_0 = +1 +1 -1 -1, Z_1 = +1 -1 +1 -1
+    np.testing.assert_array_equal(gates.readout_matrix("z", 2), [[1, 1], [1, -1], [-1, 1], [-1, -1]])
+    np.testing.assert_array_equal(gates.readout_matrix("zz", 2), [[1], [-1], [-1], [1]])
+    np.testing.assert_array_equal(gates.readout_matrix("p0", 2), [[1, 1], [1, 0], [0, 1], [0, 0]])
