@@ -61,6 +61,16 @@ class VehicularRelayEnv(ParallelEnv):
         self.relay: Optional[RelayState] = None
         self.metrics: dict[str, float] = {}
 
+    @property
+    def single_observation_space(self) -> gymnasium.spaces.Box:
+        """The observation space every agent shares (one shared policy reads it)."""
+        return self._obs_space
+
+    @property
+    def single_action_space(self) -> gymnasium.spaces.Discrete:
+        """The action space every agent shares."""
+        return self._act_space
+
     def observation_space(self, agent: str) -> gymnasium.spaces.Box:
         """The same Box object for every agent."""
         return self._obs_space

@@ -1,0 +1,242 @@
+"""Policies for the vehicular relay scenario: the baselines (no control, random, greedy gap-filling) and their evaluation.
+
+A policy maps the live agents' observations to actions; an agent left out of the returned dict
+follows the traffic model (that is how "no control" is expressed). The greedy heuristic reads only
+the agent's own observation, the same information the learned policy gets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, build_models,
+                                 make_optimizer)
+from agents.heads import FlatParameters
+from marl_q.errors import ConfigError
+from marl_q.registry import ALGORITHMS, SCENARIOS
+from scenarios.vehicular_road import (ACCELERATE, CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
+                                      VehicularRelayConfig)
+
+CONNECTED = CHANNELS.index("connected")
+VEHICLE = CHANNELS.index("vehicle")
+
+
+class RelayPolicy(Protocol):
+    """Observations of the live agents -> their actions (agents left out follow the traffic model)."""
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class ObservationLayout:
+    """Where the parts of a vehicular observation sit, so policies can read it."""
+
+    lanes: int
+    view_cells: int
+
+    @classmethod
+    def of(cls, cfg: VehicularRelayConfig) -> "ObservationLayout":
+        """The layout the environment built from ``cfg`` produces."""
+        return cls(cfg.lanes, cfg.view_cells)
+
+    @property
+    def width(self) -> int:
+        return 2 * self.view_cells + 1
+
+    def split(self, obs: np.ndarray) -> tuple[np.ndarray, int, float, bool]:
+        """One observation -> (grid (channels, lanes, width), own lane, speed / vmax, RSU-connected)."""
+        n_grid = len(CHANNELS) * self.lanes * self.width
+        grid = obs[:n_grid].reshape(len(CHANNELS), self.lanes, self.width)
+        lane = int(np.argmax(obs[n_grid:n_grid + self.lanes]))
+        return grid, lane, float(obs[n_grid + self.lanes]), bool(obs[n_grid + self.lanes + 1] > 0.5)
+
+
+def no_control(obs: dict[str, np.ndarray]) -> dict[str, int]:
+    """Every controlled vehicle drives like the rest of the traffic."""
+    return {}
+
+
+class RandomMoves:
+    """Each agent picks one of the five moves uniformly at random every second."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
+        names = sorted(obs)
+        return dict(zip(names, self.rng.integers(0, 5, size=len(names)).tolist()))
+
+
+class GreedyGapFilling:
+    """Park at the edge of the relay so the next vehicle can extend it; drive on when cut off.
+
+    Per agent, from its own observation: if RSU-connected, nothing connected lies beyond it on one
+    side (it is a frontier of the relay) and the nearest connected node on the other side is at
+    least ``spacing`` of the view away, decelerate (towards a stop: a parked relay node). If
+    connected but inside the relay, accelerate to go and extend it. If not connected but a connected
+    node is in view (in range, line of sight blocked), change lane towards that node's lane when the
+    cell beside is free; otherwise accelerate to find the relay.
+    """
+
+    def __init__(self, layout: ObservationLayout, spacing: float = 0.25) -> None:
+        self.layout = layout
+        self.spacing = spacing
+
+    def act_one(self, obs: np.ndarray) -> int:
+        """The heuristic's move for one observation."""
+        grid, lane, speed, connected = self.layout.split(obs)
+        v = self.layout.view_cells
+        cols = np.nonzero(grid[CONNECTED].any(axis=0))[0]
+        ahead, behind = cols[cols > v] - v, v - cols[cols < v]
+        far = self.spacing * v
+        if connected:
+            if speed == 0.0:
+                return KEEP
+            frontier_ahead = len(ahead) == 0 and len(behind) > 0 and behind.min() >= far
+            frontier_behind = len(behind) == 0 and len(ahead) > 0 and ahead.min() >= far
+            return DECELERATE if (frontier_ahead or frontier_behind) else ACCELERATE
+        if len(cols):
+            nearest = cols[np.argmin(np.abs(cols - v))]
+            target_lanes = np.nonzero(grid[CONNECTED][:, nearest])[0]
+            goal = int(target_lanes[np.argmin(np.abs(target_lanes - lane))])
+            if goal != lane:
+                step = 1 if goal > lane else -1
+                if grid[VEHICLE, lane + step, v] == 0:
+                    return LANE_LEFT if step == 1 else LANE_RIGHT
+        return ACCELERATE
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
+        return {name: self.act_one(o) for name, o in obs.items()}
+
+
+BASELINES: dict[str, Callable[[VehicularRelayConfig, int], RelayPolicy]] = {
+    "no_control": lambda cfg, seed: no_control,
+    "random": lambda cfg, seed: RandomMoves(seed),
+    "greedy": lambda cfg, seed: GreedyGapFilling(ObservationLayout.of(cfg)),
+}
+
+
+def evaluate_policy(env, policy: RelayPolicy, seed: int, episodes: int = 1) -> dict[str, float]:
+    """Run ``episodes`` episodes; the time-averaged coverage, relay length and agent reward per step."""
+    coverage, relay, relay_max, reward = [], [], [], []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + 1000 * ep)
+        while env.agents:
+            actions = policy({a: obs[a] for a in env.agents})
+            obs, rew, _, _, _ = env.step(actions)
+            coverage.append(env.metrics["coverage"])
+            relay.append(env.metrics["relay_length_m"])
+            relay_max.append(env.metrics["relay_length_max_m"])
+            if rew:
+                reward.append(float(np.mean(list(rew.values()))))
+    return {"coverage": float(np.mean(coverage)), "relay_length_m": float(np.mean(relay)),
+            "relay_length_max_m": float(np.mean(relay_max)), "reward": float(np.mean(reward)) if reward else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# A3C over the shared policy: every controlled vehicle of a worker's highway acts with the same
+# actor; the worker (one parallel environment instance) pushes one gradient per n_steps seconds.
+# ---------------------------------------------------------------------------------------------
+
+class VehicularA3CWorker(ActorCriticWorker):
+    """An A3C worker whose environment is one highway with a changing set of agents.
+
+    Each agent that acts during a rollout gets a column of the (T, N) batch; steps before it entered
+    or after it left are masked out (``valid``), so the actor-critic core's ``learn`` (n-step
+    returns, policy and value losses, entropy) applies unchanged. Leaving the road is a terminal
+    state; the episode's time limit truncates (bootstrapped from the final observation).
+    """
+
+    def __init__(self, cfg: Any, index: int) -> None:  # noqa: D107 - the parent's init expects a vector env
+        self.cfg = cfg
+        self.ac = cfg.algorithm.params
+        self.name = f"w{index}"
+        self.seed = cfg.run.seed * 1000 + index
+        self.rng = np.random.default_rng(self.seed)
+        torch.manual_seed(self.seed)
+        spec = SCENARIOS.get(cfg.scenario.name).obj
+        if spec.kind != "parallel" or not hasattr(spec.config, "n_agents"):
+            raise ConfigError(f"algorithm {cfg.algorithm.name}: needs scenario vehicular_relay, "
+                              f"got {cfg.scenario.name!r}")
+        self.env = spec.make(cfg.scenario.params, seed=self.seed)
+        self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
+        self.flat = FlatParameters(self.actor, self.critic)
+        self.optimizer = (make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac)
+                          if self.ac.update == "delta" else None)
+        self.episode = 0
+        self._start_episode()
+        self.version = -1
+        self.waiting = True
+        self.seq = 0
+
+    def _start_episode(self) -> None:
+        self.obs, _ = self.env.reset(seed=self.seed + 7919 * self.episode)
+        self.ep_return = 0.0
+        self.ep_length = 0
+        self.ep_coverage: list[float] = []
+        self.ep_relay: list[float] = []
+
+    def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+        """n_steps seconds of the highway; one batch column per (episode, agent) that acted."""
+        T = self.ac.n_steps
+        records = []  # (t, key, obs, action, reward, terminated, done, next_obs)
+        episodes: list[dict[str, Any]] = []
+        for t in range(T):
+            names = list(self.env.agents)
+            obs = np.stack([self.obs[a] for a in names]).astype(np.float32) if names else None
+            acts = self._act(obs) if names else np.zeros(0, dtype=np.int64)
+            next_obs, rew, term, trunc, _ = self.env.step(dict(zip(names, acts.tolist())))
+            for k, a in enumerate(names):
+                records.append((t, (self.episode, a), obs[k], int(acts[k]), float(rew[a]), bool(term[a]),
+                                bool(term[a] or trunc[a]), np.asarray(next_obs[a], dtype=np.float32)))
+            self.ep_return += float(np.mean([rew[a] for a in names])) if names else 0.0
+            self.ep_length += 1
+            self.ep_coverage.append(self.env.metrics["coverage"])
+            self.ep_relay.append(self.env.metrics["relay_length_m"])
+            self.obs = next_obs
+            if not self.env.agents:
+                episodes.append({"return": self.ep_return, "length": self.ep_length, "version": self.version,
+                                 "coverage": float(np.mean(self.ep_coverage)),
+                                 "relay_length_m": float(np.mean(self.ep_relay))})
+                self.episode += 1
+                self._start_episode()
+        keys = sorted({r[1] for r in records})
+        column = {key: i for i, key in enumerate(keys)}
+        N, D = len(keys), self.env.obs_dim
+        batch = {"obs": np.zeros((T + 1, N, D), dtype=np.float32), "actions": np.zeros((T, N), dtype=np.int64),
+                 "rewards": np.zeros((T, N)), "terminated": np.zeros((T, N), dtype=bool),
+                 "dones": np.zeros((T, N), dtype=bool), "valid": np.zeros((T, N), dtype=bool)}
+        for t, key, o, a, r, te, done, nxt in records:
+            i = column[key]
+            batch["obs"][t, i], batch["obs"][t + 1, i] = o, nxt
+            batch["actions"][t, i], batch["rewards"][t, i] = a, r
+            batch["terminated"][t, i], batch["dones"][t, i], batch["valid"][t, i] = te, done, True
+        return batch, episodes, T
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class VehicularA3C(ActorCritic):
+    """A3C with one policy shared by all controlled vehicles; each worker drives its own highway."""
+
+    metric_fields = ["return", "length", "version", "coverage", "relay_length_m"]
+
+    def make_worker(self, index: int) -> VehicularA3CWorker:
+        return VehicularA3CWorker(self.cfg, index)
+
+    def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super().summarize(metrics)
+        tail = metrics[-max(1, len(metrics) // 10):]
+        for key in ("coverage", "relay_length_m"):
+            values = [float(m[key]) for m in tail if key in m]
+            if values:
+                out[f"final_{key}"] = float(np.mean(values))
+        return out
+
+
+ALGORITHMS.add("a3c_vehicular", VehicularA3C, config=ActorCriticConfig,
+               help="A3C over one shared policy for the vehicular relay scenario (workers = highway instances)")
