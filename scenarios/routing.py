@@ -52,7 +52,7 @@ class RoutingConfig:
     latency_weight: float = 0.3
     reject_penalty: float = 0.1
     infeasible_penalty: float = 1.0
-    slot_seconds: float = 0.25
+    slot_seconds: float = 0.05
     episode_seconds: float = 60.0
 
 
@@ -395,7 +395,8 @@ class RoutingParallelEnv(ParallelEnv):
     request of its service (or an all-zero observation and info ``has_request=False`` when none
     waits); all agents decide on the same snapshot, and their commits are applied in a random
     order, so one agent's commit can make another's stale plan infeasible: that commit is refused
-    and its request is offered again next slot, up to ``max_replans`` times.
+    and its request is offered again next slot, up to ``max_replans`` times. Infos carry
+    ``has_request`` and ``action_mask`` (paths feasible on the snapshot, then reject).
     """
 
     metadata = {"name": "routing_v0", "render_modes": []}
@@ -432,7 +433,14 @@ class RoutingParallelEnv(ParallelEnv):
         self.agents = list(self.possible_agents)
         self._admit_arrivals()
         obs = self._observe()
-        return obs, {a: {"has_request": bool(self._queues[a])} for a in self.agents}
+        return obs, {a: self._decision_info(a) for a in self.agents}
+
+    def _decision_info(self, agent: str) -> dict:
+        """Whether the agent has a request now, and which actions are feasible (reject always is)."""
+        mask = np.ones(self.cfg.k_paths + 1, dtype=np.int8)
+        if agent in self._masks:
+            mask[:-1] = self._masks[agent]
+        return {"has_request": bool(self._queues[agent]), "action_mask": mask}
 
     def _admit_arrivals(self) -> None:
         """Queue the requests arriving in the current slot; unreachable ones are logged, not queued."""
@@ -495,7 +503,7 @@ class RoutingParallelEnv(ParallelEnv):
         terminations = {a: False for a in self.agents}
         truncations = {a: done for a in self.agents}
         for a in self.agents:
-            infos[a]["has_request"] = bool(self._queues[a])
+            infos[a].update(self._decision_info(a))
         if done:
             self.agents = []
         return obs, rewards, terminations, truncations, infos
