@@ -193,7 +193,7 @@ class ComaLearner:
             "critic_loss": float(critic_loss.detach()),
             "actor_loss": float(actor_loss.detach()),
             "advantage_std": float(advantage.std()) if advantage.numel() > 1 else 0.0,
-            "entropy": float(entropy.mean()),
+            "entropy": float(entropy.mean().detach()),
         }
 
 

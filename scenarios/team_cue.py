@@ -1,8 +1,8 @@
 """Team cue: a cooperative repeated game where each agent's credit is buried in a shared reward.
 
-Every step each of N agents privately sees a random cue in {0..K-1} and picks an action in the
-same set; all agents receive the same team reward, the fraction of agents whose action matched their
-own cue. An agent's own contribution is 1/N of the reward while the other N-1 agents add noise of
+Every step each of N agents privately sees a random cue c in {0..K-1} and picks an action in the
+same set; agent i's right answer is (c + i) mod K (so a shared actor must use the agent id), and all
+agents receive the same team reward, the fraction of agents that answered right. An agent's own contribution is 1/N of the reward while the other N-1 agents add noise of
 the same order, so a critic that conditions only on the agent's observation (IAC) or on the state
 (central-V) leaves that noise in the advantage, whereas COMA's counterfactual baseline (others'
 actions held fixed) removes it exactly. This is the difference-reward setting of Wolpert & Tumer
@@ -64,6 +64,10 @@ class TeamCueEnv(ParallelEnv):
         eye = np.eye(self.n_cues, dtype=np.float32)
         return {a: eye[self._cues[i]].copy() for i, a in enumerate(self.agents)}
 
+    def right_answers(self) -> np.ndarray:
+        """Each agent's rewarded action this step: (cue + agent index) mod K."""
+        return (self._cues + np.arange(self.n_agents)) % self.n_cues
+
     def state(self) -> np.ndarray:
         """All agents' cues, one-hot and concatenated: what the centralized critic may see."""
         return np.eye(self.n_cues, dtype=np.float32)[self._cues].reshape(-1)
@@ -82,7 +86,7 @@ class TeamCueEnv(ParallelEnv):
         chosen = np.array([int(actions[a]) for a in self.agents])
         if np.any((chosen < 0) | (chosen >= self.n_cues)):
             raise ValueError(f"team_cue actions must lie in 0..{self.n_cues - 1}, got {chosen.tolist()}")
-        team_reward = float(np.mean(chosen == self._cues))
+        team_reward = float(np.mean(chosen == self.right_answers()))
         self._t += 1
         done = self._t >= self.episode_length
         rewards = {a: team_reward for a in self.agents}

@@ -26,16 +26,15 @@ def test_registered_with_pettingzoo_and_marl_q() -> None:
     assert len(made.possible_agents) == 4
 
 
-def test_team_reward_is_the_fraction_of_agents_matching_their_own_cue() -> None:
+def test_team_reward_is_the_fraction_of_agents_answering_cue_plus_index_mod_k() -> None:
     env = TeamCueEnv(n_agents=4, n_cues=3, episode_length=2)
     obs, _ = env.reset(seed=7)
     cues = {a: int(np.argmax(o)) for a, o in obs.items()}
     state = env.state().reshape(4, 3)
     assert [int(np.argmax(row)) for row in state] == [cues[a] for a in env.possible_agents]
-    # agents 0 and 2 match, 1 and 3 pick another cue: reward 2/4 for everyone.
-    actions = {
-        a: cues[a] if i in (0, 2) else (cues[a] + 1) % 3 for i, a in enumerate(env.possible_agents)
-    }
+    # agent i's right answer is (cue_i + i) mod 3; agents 0 and 2 answer right, 1 and 3 do not.
+    right = {a: (cues[a] + i) % 3 for i, a in enumerate(env.possible_agents)}
+    actions = {a: right[a] if i in (0, 2) else (right[a] + 1) % 3 for i, a in enumerate(env.possible_agents)}
     _, rewards, terminated, truncated, _ = env.step(actions)
     assert rewards == {a: 0.5 for a in env.possible_agents}
     assert not any(terminated.values()) and not any(truncated.values())

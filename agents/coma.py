@@ -1,0 +1,459 @@
+"""COMA with its centralized critic on the server, and its baselines IAC and central-V.
+
+Foerster et al., AAAI 2018 (arXiv 1705.08926); specs/coma.md. Actor workers each run whole episodes
+of the multi-agent environment with the shared actor parameters they last pulled (every agent acts
+on its own observation and id only), push the episode as one ``trajectory`` message and wait for
+fresh parameters. The server's ``TrajectoryService`` keeps the critic, its target network and the
+shared actor; once enough trajectories are in (``server.aggregation``: ``hogwild`` one, ``buffered``
+``server.buffer_k``, ``sync`` one from every worker) it runs one learning step (agents/coma_learner.py)
+and replies with the new actor parameters. The core records each trajectory's staleness; its
+staleness weight scales that episode's actor loss, and ``off_policy_correction`` adds the
+decoupled pi_prox / pi_behav importance weight.
+
+Read top to bottom: config -> environment description -> worker -> service -> algorithm.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.coma_learner import ComaLearner, Dims, actor_inputs, critic_in_dim, critic_out_dim, stack_episodes
+from agents.coma_estimators import epsilon_floored_policy
+from agents.heads import FlatParameters, build_head, count_params
+from marl_q.errors import ConfigError
+from marl_q.messages import SERVER, Message
+from marl_q.metrics import episode_summary
+from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
+from marl_q.registry import ALGORITHMS, SCENARIOS
+
+TRAJECTORY = "trajectory"
+PARAMS = "params"
+EVAL_SEED_OFFSET = 100_003
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class ComaConfig:
+    """Defaults after the paper and PyMARL (TD(lambda) 0.8, gamma 0.99, eps 0.5 -> 0.02, clip 10)."""
+
+    gamma: float = 0.99
+    td_lambda: float = 0.8
+    n_step: int = 0  # > 0: n-step critic targets (EPyMARL uses 10) instead of TD(lambda)
+    actor_lr: float = 5e-4
+    critic_lr: float = 5e-4
+    grad_clip: float = 10.0
+    critic_steps_per_update: int = 1
+    target_update_every: int = 20  # critic steps between copies into the target network
+    epsilon_start: float = 0.5
+    epsilon_end: float = 0.02
+    epsilon_anneal_steps: int = 100_000  # env steps received by the server
+    entropy_coef: float = 0.0
+    team_reward: Literal["sum", "mean"] = "sum"  # how the agents' rewards make the team reward
+    off_policy_correction: bool = False  # weight by pi_prox / pi_behav (decoupled objective, AReaL)
+    importance_clip: float = 2.0  # truncation of that weight
+    eval_episodes: int = 100  # greedy episodes at the end, for summary.json's eval_return
+
+    def validate(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.td_lambda <= 1.0:
+            raise ValueError(f"gamma and td_lambda must lie in [0, 1], got {self.gamma}, {self.td_lambda}")
+        if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
+            raise ValueError("epsilon_start and epsilon_end must lie in [0, 1]")
+        for key in ("critic_steps_per_update", "target_update_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
+        for key in ("n_step", "epsilon_anneal_steps", "eval_episodes"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)}")
+        for key in ("actor_lr", "critic_lr", "grad_clip", "importance_clip"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be positive, got {getattr(self, key)}")
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linear anneal of the exploration floor over ``epsilon_anneal_steps`` env steps."""
+        if self.epsilon_anneal_steps == 0:
+            return self.epsilon_end
+        frac = min(1.0, env_steps / self.epsilon_anneal_steps)
+        return self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
+
+
+# ----------------------------------------------------------------------------- environment
+@dataclass
+class EnvDescription:
+    """What the networks are sized from, read off one environment instance."""
+
+    agents: list[str]
+    dims: Dims
+
+
+def make_env(cfg: Any, seed: int) -> Any:
+    """The scenario's PettingZoo ParallelEnv; any other kind is a config error naming the scenario."""
+    spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
+    if spec.kind != "parallel":
+        raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a multi-agent "
+                          f"PettingZoo ParallelEnv (kind {spec.kind!r})")
+    return spec.make(cfg.scenario.params, seed=seed)
+
+
+def describe_env(cfg: Any, env: Any) -> EnvDescription:
+    """Check that one shared actor can serve every agent (same discrete action space, same observation
+    size) and that a global state exists; raise a ConfigError naming the mismatch otherwise."""
+    agents = list(env.possible_agents)
+    name = cfg.algorithm.name
+    spaces_by_agent = {a: env.action_space(a) for a in agents}
+    for a, space in spaces_by_agent.items():
+        if not hasattr(space, "n"):
+            raise ConfigError(f"algorithm {name}: agent {a!r} has a non-discrete action space {space}")
+    sizes = {a: int(s.n) for a, s in spaces_by_agent.items()}
+    if len(set(sizes.values())) > 1:
+        listing = ", ".join(f"{a}: {n}" for a, n in sizes.items())
+        raise ConfigError(
+            f"algorithm {name}: a shared actor needs every agent to have the same action space, but the "
+            f"scenario {cfg.scenario.name!r} has different ones ({listing}); pad them (e.g. "
+            f"scenario.common_spaces: true for speaker_listener)")
+    obs_sizes = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
+    if len(set(obs_sizes.values())) > 1:
+        listing = ", ".join(f"{a}: {n}" for a, n in obs_sizes.items())
+        raise ConfigError(f"algorithm {name}: a shared actor needs equal observation sizes ({listing}); "
+                          f"pad them (e.g. scenario.common_spaces: true)")
+    if not callable(getattr(env, "state", None)):
+        raise ConfigError(f"algorithm {name}: scenario {cfg.scenario.name!r} offers no global state() for the critic")
+    env.reset(seed=cfg.run.seed)
+    state_dim = int(np.asarray(env.state()).size)
+    dims = Dims(len(agents), obs_sizes[agents[0]], state_dim, sizes[agents[0]])
+    return EnvDescription(agents, dims)
+
+
+def build_actor(cfg: Any, dims: Dims) -> nn.Module:
+    """The shared actor: (obs ++ one-hot agent id) -> action logits, from the ``actor`` head."""
+    torch.manual_seed(cfg.run.seed)
+    return build_head(cfg.actor, dims.obs_dim + dims.n_agents, dims.n_actions)
+
+
+def team_reward(rewards: dict[str, float], agents: list[str], how: str) -> float:
+    """The cooperative reward all agents are trained on: the sum or the mean of theirs."""
+    values = [float(rewards.get(a, 0.0)) for a in agents]
+    return float(np.sum(values) if how == "sum" else np.mean(values))
+
+
+def _stack_obs(obs: dict[str, Any], agents: list[str], obs_dim: int) -> np.ndarray:
+    out = np.zeros((len(agents), obs_dim), dtype=np.float32)
+    for i, a in enumerate(agents):
+        if a in obs:
+            out[i] = np.asarray(obs[a], dtype=np.float32).reshape(-1)
+    return out
+
+
+def _stack_avail(infos: dict[str, Any], agents: list[str], n_actions: int) -> np.ndarray:
+    out = np.ones((len(agents), n_actions), dtype=np.float32)
+    for i, a in enumerate(agents):
+        mask = (infos.get(a) or {}).get("action_mask")
+        if mask is not None:
+            out[i] = np.asarray(mask, dtype=np.float32)
+    return out
+
+
+def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: float, rng: np.random.Generator,
+                 how: str, greedy: bool = False, seed: Optional[int] = None) -> dict[str, np.ndarray]:
+    """One episode with the shared actor; arrays as the trajectory message carries them.
+
+    obs/state/actions/avail have T+1 rows: the last row is the observation after the final transition
+    with an action sampled there (never executed), so the critic can bootstrap a truncated episode.
+    """
+    agents, dims = desc.agents, desc.dims
+    obs_d, infos = env.reset(seed=seed)
+    obs_l, state_l, act_l, avail_l, rew_l, term_l, logp_l = [], [], [], [], [], [], []
+    done = False
+    while True:
+        obs = _stack_obs(obs_d, agents, dims.obs_dim)
+        avail = _stack_avail(infos, agents, dims.n_actions)
+        with torch.no_grad():
+            logits = actor(actor_inputs(torch.from_numpy(obs)))
+            pi = epsilon_floored_policy(logits, 0.0 if greedy else epsilon, torch.from_numpy(avail)).numpy()
+        if greedy:
+            actions = np.argmax(np.where(avail > 0, pi, -1.0), axis=1)
+        else:  # inverse-CDF sampling from the seeded numpy generator
+            cum = np.cumsum(pi, axis=1)
+            draws = rng.random((len(agents), 1)) * cum[:, -1:]
+            actions = np.minimum((draws > cum).sum(axis=1), dims.n_actions - 1)
+        obs_l.append(obs)
+        state_l.append(np.asarray(env.state(), dtype=np.float32).reshape(-1))
+        act_l.append(actions.astype(np.int64))
+        avail_l.append(avail)
+        if done:
+            break
+        logp_l.append(np.log(np.maximum(pi[np.arange(len(agents)), actions], 1e-10)).astype(np.float32))
+        live = set(env.agents)
+        obs_d, rewards, terminated, truncated, infos = env.step(
+            {a: int(actions[i]) for i, a in enumerate(agents) if a in live})
+        rew_l.append(team_reward(rewards, agents, how))
+        ended = any(terminated.get(a, False) for a in agents)
+        term_l.append(1.0 if ended else 0.0)
+        done = ended or not env.agents or all(truncated.get(a, False) for a in agents)
+    return {
+        "obs": np.stack(obs_l),
+        "state": np.stack(state_l),
+        "actions": np.stack(act_l),
+        "avail": np.stack(avail_l),
+        "rewards": np.asarray(rew_l, dtype=np.float32),
+        "terminated": np.asarray(term_l, dtype=np.float32),
+        "behaviour_logp": np.stack(logp_l),
+    }
+
+
+# ----------------------------------------------------------------------------- worker
+class ComaWorker(Worker):
+    """An actor process: plays one episode per step with the last pulled actor, pushes it, waits."""
+
+    def __init__(self, cfg: Any, index: int) -> None:
+        self.cfg = cfg
+        self.hp: ComaConfig = cfg.algorithm.params
+        self.name = f"w{index}"
+        self.seed = cfg.run.seed * 1000 + index
+        self.rng = np.random.default_rng(self.seed)
+        self.env = make_env(cfg, self.seed)
+        self.desc = describe_env(cfg, self.env)
+        self.actor = build_actor(cfg, self.desc.dims)
+        self.flat = FlatParameters(self.actor)
+        self.version = -1
+        self.epsilon = self.hp.epsilon_start
+        self.waiting = True
+        self.seq = 0
+        self.episodes_played = 0
+
+    def start(self) -> list[Message]:
+        return [Message(self.name, SERVER, "hello")]
+
+    def deliver(self, msg: Message) -> None:
+        if msg.kind == PARAMS:
+            self.flat.load(msg.payload[PARAMS])
+            self.version = msg.base_version
+            self.epsilon = float(msg.info.get("epsilon", self.epsilon))
+            self.waiting = False
+
+    def ready(self) -> bool:
+        return not self.waiting
+
+    def step(self) -> Work:
+        seed = self.seed * 100_000 + self.episodes_played if self.episodes_played == 0 else None
+        episode = play_episode(self.env, self.actor, self.desc, self.epsilon, self.rng, self.hp.team_reward, seed=seed)
+        self.episodes_played += 1
+        self.seq += 1
+        self.waiting = True
+        steps = int(len(episode["rewards"]))
+        msg = Message(self.name, SERVER, TRAJECTORY, episode, base_version=self.version, seq=self.seq,
+                      info={"agents": list(self.desc.agents)})
+        row = {"return": float(episode["rewards"].sum()), "length": steps, "version": self.version}
+        return Work([msg], env_steps=steps, episodes=[row])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+# ----------------------------------------------------------------------------- service
+def trajectory_spec(dims: Dims) -> MessageSpec:
+    """Payload layout of one pushed episode; the length dim is free (checked for consistency here)."""
+    a, o, s, u = dims.n_agents, dims.obs_dim, dims.state_dim, dims.n_actions
+    return MessageSpec({
+        "obs": ((None, a, o), "float32"),
+        "state": ((None, s), "float32"),
+        "actions": ((None, a), "int64"),
+        "avail": ((None, a, u), "float32"),
+        "rewards": ((None,), "float32"),
+        "terminated": ((None,), "float32"),
+        "behaviour_logp": ((None, a), "float32"),
+    })
+
+
+def trajectory_problem(payload: dict[str, np.ndarray], info: dict[str, Any], agents: list[str],
+                       dims: Dims) -> Optional[str]:
+    """Why a trajectory (already shape-checked by the core) cannot be learned from, or None."""
+    sent = info.get("agents")
+    if sent is None or list(sent) != list(agents):
+        return f"agent set {sent!r} differs from the scenario's {agents!r}"
+    steps = len(payload["rewards"])
+    if steps < 1:
+        return "length: an episode needs at least one transition"
+    for key in ("terminated", "behaviour_logp"):
+        if len(payload[key]) != steps:
+            return f"length: {key} has {len(payload[key])} steps, rewards {steps}"
+    for key in ("obs", "state", "actions", "avail"):
+        if len(payload[key]) != steps + 1:
+            return f"length: {key} has {len(payload[key])} rows, expected rewards + 1 = {steps + 1}"
+    actions = payload["actions"]
+    if actions.min() < 0 or actions.max() >= dims.n_actions:
+        return f"actions: outside 0..{dims.n_actions - 1}"
+    taken_avail = np.take_along_axis(payload["avail"], actions[..., None], axis=-1)
+    if np.any(taken_avail <= 0):
+        return "actions: an unavailable action (action_mask 0) was taken"
+    term = payload["terminated"]
+    if np.any((term != 0) & (term != 1)) or np.any(term[:-1] != 0):
+        return "terminated: must be 0/1 and only the last transition may terminate"
+    if np.any(payload["behaviour_logp"] > 1e-6):
+        return "behaviour_logp: log-probabilities must be <= 0"
+    return None
+
+
+class TrajectoryService(Service):
+    """Server side of COMA/IAC/central-V: buffers pushed episodes, learns, publishes the actor."""
+
+    def __init__(self, cfg: Any, desc: EnvDescription, actor: nn.Module, critic: nn.Module) -> None:
+        self.cfg, self.desc, self.hp = cfg, desc, cfg.algorithm.params
+        self.learner = ComaLearner(cfg.algorithm.name, actor, critic, desc.dims, self.hp)
+        self.specs = {TRAJECTORY: trajectory_spec(desc.dims)}
+        self.workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
+        self.aggregation = cfg.server.aggregation
+        if self.aggregation not in ("hogwild", "buffered", "sync"):
+            raise ConfigError(f"server.aggregation: {self.aggregation!r} is not supported by the trajectory service "
+                              f"(hogwild | buffered | sync)")
+        self.buffer: list[tuple[str, dict[str, np.ndarray], float, int]] = []
+        self.env_steps = 0
+        self.accepted = 0
+        self.rejections: Counter[str] = Counter()
+        self.staleness_sum = 0
+        self.last_stats: dict[str, float] = {}
+        self._snapshot: Optional[np.ndarray] = None
+
+    def _episodes_needed(self) -> int:
+        if self.aggregation == "hogwild":
+            return 1
+        if self.aggregation == "buffered":
+            return self.cfg.server.buffer_k
+        return len(self.workers)
+
+    def _round_complete(self) -> bool:
+        if self.aggregation == "sync":
+            return {w for w, *_ in self.buffer} >= set(self.workers)
+        return len(self.buffer) >= self._episodes_needed()
+
+    def actor_vector(self) -> np.ndarray:
+        """The shared actor's parameters as one float32 vector (what workers load)."""
+        if self._snapshot is None:
+            self._snapshot = torch.nn.utils.parameters_to_vector(self.learner.actor.parameters()).detach().numpy().astype(np.float32)
+        return self._snapshot
+
+    def _params(self, worker: str, version: int) -> Message:
+        return Message(SERVER, worker, PARAMS, {PARAMS: self.actor_vector()}, base_version=version,
+                       info={"epsilon": self.hp.epsilon(self.env_steps)})
+
+    def hello(self, worker: str, version: int) -> list[Message]:
+        return [self._params(worker, version)]
+
+    def handle(self, msg: Message, ctx: Context) -> Outcome:
+        problem = trajectory_problem(msg.payload, msg.info, self.desc.agents, self.desc.dims)
+        if problem is not None:
+            self.rejections[problem.split(":")[0]] += 1
+            return Outcome(False, [self._params(msg.src, ctx.version)], accepted=False, reason=problem)
+        self.accepted += 1
+        self.staleness_sum += ctx.staleness
+        self.env_steps += len(msg.payload["rewards"])
+        if self.aggregation == "sync":  # a worker pushing twice in a round replaces its episode
+            self.buffer = [b for b in self.buffer if b[0] != msg.src]
+        self.buffer.append((msg.src, msg.payload, ctx.weight, ctx.staleness))
+        if not self._round_complete():
+            replies = [] if self.aggregation == "sync" else [self._params(msg.src, ctx.version)]
+            return Outcome(False, replies)
+        self._learn()
+        released = self.workers if self.aggregation == "sync" else (msg.src,)
+        return Outcome(True, [self._params(w, ctx.next_version) for w in released])
+
+    def _learn(self) -> None:
+        by_length: dict[int, list[tuple[dict[str, np.ndarray], float]]] = {}
+        for _, payload, weight, _ in self.buffer:
+            by_length.setdefault(len(payload["rewards"]), []).append((payload, weight))
+        self.buffer = []
+        epsilon = self.hp.epsilon(self.env_steps)
+        for group in by_length.values():
+            batch = stack_episodes([p for p, _ in group], [w for _, w in group])
+            self.last_stats = self.learner.learn(batch, epsilon=epsilon)
+        self._snapshot = None
+
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        out = {"updates": np.array(self.learner.updates), "env_steps": np.array(self.env_steps)}
+        for prefix, module in (("actor", self.learner.actor), ("critic", self.learner.critic),
+                               ("target_critic", self.learner.target_critic)):
+            for key, value in module.state_dict().items():
+                out[f"{prefix}.{key}"] = value.detach().numpy().copy()
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for prefix, module in (("actor", self.learner.actor), ("critic", self.learner.critic),
+                               ("target_critic", self.learner.target_critic)):
+            own = {k[len(prefix) + 1:]: torch.from_numpy(np.array(v)) for k, v in state.items()
+                   if k.startswith(prefix + ".")}
+            module.load_state_dict(own)
+        self.learner.updates = int(state["updates"])
+        self.env_steps = int(state["env_steps"])
+        self._snapshot = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "trajectories_accepted": self.accepted,
+            "trajectories_rejected": int(sum(self.rejections.values())),
+            "rejections_by_field": dict(self.rejections),
+            "mean_staleness": self.staleness_sum / self.accepted if self.accepted else None,
+            "learning_updates": self.learner.updates,
+            **{f"last_{k}": v for k, v in self.last_stats.items()},
+        }
+
+
+# ----------------------------------------------------------------------------- algorithm
+class CentralizedCriticAlgorithm(Algorithm):
+    """coma | iac | central_v: the algorithm name picks the critic (agents/coma_learner.py)."""
+
+    metric_fields = ["return", "length", "version"]
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        env = make_env(cfg, cfg.run.seed)
+        self.desc = describe_env(cfg, env)
+        env.close()
+        self.service: Optional[TrajectoryService] = None
+
+    def make_service(self) -> TrajectoryService:
+        dims = self.desc.dims
+        kind = self.cfg.algorithm.name
+        actor = build_actor(self.cfg, dims)
+        critic = build_head(self.cfg.critic, critic_in_dim(kind, dims), critic_out_dim(kind, dims))
+        self.service = TrajectoryService(self.cfg, self.desc, actor, critic)
+        return self.service
+
+    def make_worker(self, index: int) -> ComaWorker:
+        return ComaWorker(self.cfg, index)
+
+    def evaluate(self, episodes: int) -> Optional[float]:
+        """Mean team return of ``episodes`` greedy episodes of the server's current actor."""
+        if self.service is None or episodes == 0:
+            return None
+        env = make_env(self.cfg, self.cfg.run.seed + EVAL_SEED_OFFSET)
+        rng = np.random.default_rng(self.cfg.run.seed + EVAL_SEED_OFFSET)
+        returns = []
+        for i in range(episodes):
+            ep = play_episode(env, self.service.learner.actor, self.desc, 0.0, rng, self.cfg.algorithm.team_reward,
+                              greedy=True, seed=self.cfg.run.seed + EVAL_SEED_OFFSET + i)
+            returns.append(float(ep["rewards"].sum()))
+        env.close()
+        return float(np.mean(returns))
+
+    def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        out = episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window)
+        out["eval_return"] = self.evaluate(self.cfg.algorithm.eval_episodes)
+        if self.service is not None:
+            out["actor_params"] = count_params(self.service.learner.actor)
+            out["critic_params"] = count_params(self.service.learner.critic)
+        return out
+
+
+ALGORITHMS.add("coma", CentralizedCriticAlgorithm, config=ComaConfig,
+               help="COMA: centralized Q critic on the server, counterfactual baseline, shared actor")
+ALGORITHMS.add("iac", CentralizedCriticAlgorithm, config=ComaConfig,
+               help="independent actor-critic: each agent's V from its own observation (COMA's baseline)")
+ALGORITHMS.add("central_v", CentralizedCriticAlgorithm, config=ComaConfig,
+               help="central-V: one V(s) critic on the server, advantage G - V(s) (COMA's baseline)")
