@@ -8,6 +8,7 @@ integers (kb/s) so that allocated + residual == capacity holds exactly, not up t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -125,8 +126,46 @@ class SharedResources:
 
     def commit(self, delta: ResourceDelta, base_version: int) -> CommitResult:
         """Apply delta atomically iff it fits the current residuals; otherwise change nothing."""
-        link_need, node_need = self._demand(delta)
+        result = self._commit(delta, base_version, base_version < self.version)
+        self.version += int(result.accepted)
+        return CommitResult(result.accepted, self.version, result.stale, result.reason)
+
+    def release(self, request_id: int) -> ResourceDelta:
+        """Give back exactly what an accepted request took; a second release is an error."""
+        self._check_releasable([request_id])
+        delta = self._release(request_id)
+        self.version += 1
+        return delta
+
+    def transact(self, release_ids: list[int], delta: Optional[ResourceDelta], base_version: int
+                 ) -> Optional[CommitResult]:
+        """Releases, then (optionally) one commit, as one versioned step: what one message carries.
+
+        The releases are checked first (all held, no repeats); if any is not, ResourceError is
+        raised and nothing changes. The version moves by one if anything was applied.
+        """
+        self._check_releasable(release_ids)
         stale = base_version < self.version
+        if delta is not None:
+            self._demand(delta)       # validate the delta before anything changes
+        for rid in release_ids:
+            self._release(rid)
+        result = self._commit(delta, base_version, stale) if delta is not None else None
+        changed = bool(release_ids) or (result is not None and result.accepted)
+        self.version += int(changed)
+        if result is None:
+            return None
+        return CommitResult(result.accepted, self.version, result.stale, result.reason)
+
+    def _check_releasable(self, release_ids: list[int]) -> None:
+        if len(set(release_ids)) != len(release_ids):
+            raise ResourceError(f"release ids repeat: {sorted(release_ids)}")
+        missing = [rid for rid in release_ids if rid not in self.holdings]
+        if missing:
+            raise ResourceError(f"request {missing[0]} holds no resources (never accepted or already released)")
+
+    def _commit(self, delta: ResourceDelta, base_version: int, stale: bool) -> CommitResult:
+        link_need, node_need = self._demand(delta)
         self.counters.commits += 1
         self.counters.stale_commits += int(stale)
         if delta.request_id in self.holdings:
@@ -139,20 +178,15 @@ class SharedResources:
         self.link_residual -= link_need
         self.node_residual -= node_need
         self.holdings[delta.request_id] = delta
-        self.version += 1
         self.counters.accepted += 1
         return CommitResult(True, self.version, stale)
 
-    def release(self, request_id: int) -> ResourceDelta:
-        """Give back exactly what an accepted request took; a second release is an error."""
-        delta = self.holdings.pop(request_id, None)
-        if delta is None:
-            raise ResourceError(f"request {request_id} holds no resources (never accepted or already released)")
+    def _release(self, request_id: int) -> ResourceDelta:
+        delta = self.holdings.pop(request_id)
         np.add.at(self.link_residual, np.asarray(delta.link_ids, dtype=np.int64),
                   np.asarray(delta.link_amounts, dtype=np.int64))
         np.add.at(self.node_residual, np.asarray(delta.node_ids, dtype=np.int64),
                   np.asarray(delta.node_amounts, dtype=np.int64))
-        self.version += 1
         self.counters.releases += 1
         return delta
 

@@ -157,6 +157,39 @@ class ConcurrentCommits(RuleBasedStateMachine):
         assert (self.env.node_residual - before_n).tolist() == need_n
         self.released.add(rid)
 
+    @rule(agent=st.integers(0, 2), data=st.data())
+    def releases_and_commit_in_one_message(self, agent: int, data: st.DataObject) -> None:
+        """What a worker's message does: give back some holdings, then commit, as one version step."""
+        snap = self.snapshots[agent]
+        give_back = data.draw(st.lists(st.sampled_from(sorted(self.taken)), unique=True)) if self.taken else []
+        links = data.draw(st.lists(st.integers(0, N_LINKS - 1), max_size=3))
+        link_amt = [data.draw(st.integers(0, 12)) for _ in links]
+        rid = self.next_id
+        self.next_id += 1
+        freed = [sum(self.taken[r][0][i] for r in give_back) for i in range(N_LINKS)]
+        need_l = [sum(a for l, a in zip(links, link_amt) if l == i) for i in range(N_LINKS)]
+        fits = all(need_l[i] <= int(self.env.link_residual[i]) + freed[i] for i in range(N_LINKS))
+        version = self.env.version
+        result = self.env.transact(give_back, delta(rid, links, link_amt, [], []), snap.version)
+        assert result.accepted == fits
+        assert self.env.version == version + int(bool(give_back) or fits)
+        for r in give_back:
+            self.taken.pop(r)
+            self.released.add(r)
+        if fits:
+            self.taken[rid] = (need_l, [0] * N_NODES)
+
+    @precondition(lambda self: bool(self.released))
+    @rule(data=st.data())
+    def bad_release_in_a_message_changes_nothing(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.released)))
+        before = (self.env.link_residual.copy(), self.env.version, dict(self.env.holdings))
+        good = sorted(self.taken)[:1]
+        with pytest.raises(ResourceError):
+            self.env.transact(good + [rid], delta(self.next_id, [0], [0], [], []), self.env.version)
+        assert np.array_equal(self.env.link_residual, before[0]) and self.env.version == before[1]
+        assert self.env.holdings == before[2]
+
     @precondition(lambda self: bool(self.released))
     @rule(data=st.data())
     def release_again(self, data: st.DataObject) -> None:
