@@ -43,6 +43,15 @@ def real_product_state(vectors: torch.Tensor) -> torch.Tensor:
     return state
 
 
+def kron_matrices(matrices: torch.Tensor) -> torch.Tensor:
+    """Kronecker product over wires of per-wire matrices: (..., n, 2, 2) -> (..., 2^n, 2^n), wire 0 first."""
+    out = matrices[..., 0, :, :]
+    for wire in range(1, matrices.shape[-3]):
+        size = out.shape[-1] * 2
+        out = (out[..., :, None, :, None] * matrices[..., wire, None, :, None, :]).reshape(*out.shape[:-2], size, size)
+    return out
+
+
 def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
     """(..., n) angles -> (..., n, 2) real vectors (cos(t/2), sin(t/2))."""
     half = angles * 0.5
@@ -75,6 +84,8 @@ class CompiledCircuit(nn.Module):
             self.register_buffer(f"inverse_{layer}", torch.as_tensor(inverse), persistent=False)
             self.register_buffer(f"sign_{layer}", torch.as_tensor(sign, dtype=self.real_dtype), persistent=False)
             self.signs_trivial.append(bool(np.all(sign == 1.0)))
+        shifts = gates.basis_bits(cfg.n_qubits).T * (np.pi / 2)  # (n, 2^n): cos(t/2 - pi/2) = sin(t/2)
+        self.register_buffer("bit_shifts", torch.as_tensor(shifts, dtype=self.real_dtype), persistent=False)
         readout = gates.readout_matrix(cfg.observable, cfg.n_qubits)
         self.register_buffer("readout", torch.as_tensor(readout, dtype=self.real_dtype), persistent=False)
         self.register_buffer("readout_stacked", torch.as_tensor(np.concatenate([readout, readout]), dtype=self.real_dtype), persistent=False)
@@ -109,16 +120,29 @@ class CompiledCircuit(nn.Module):
         return real_product_state(vectors @ self.state_map.T)
 
     def dense_matrix(self, weights: torch.Tensor) -> torch.Tensor:
-        """Real (2^n, 2^(n+1)) matrix [Re D | Im D] with r(x) @ D = final state (row) of the circuit."""
+        """Real (2^n, 2^(n+1)) matrix [Re D | Im D] with r(x) @ D = final state (row) of the circuit.
+
+        Each layer's single-qubit part is one Kronecker product K_l, applied to all basis rows at once.
+        """
+        rotations = gates.layer_rotation_matrices(self.ansatz, self.rotation, weights, self.complex_dtype)
+        kron_transposed = kron_matrices(rotations).transpose(-1, -2)  # (L, 2^n, 2^n)
         psi = self.encoded_basis
         for layer in range(self.layers):
-            psi = self.trainable_layer(psi, weights, layer)
+            if self.entangle_first:
+                psi = self.entangle(psi, layer) @ kron_transposed[layer]
+            else:
+                psi = self.entangle(psi @ kron_transposed[layer], layer)
         return torch.cat([psi.real, psi.imag], dim=-1)
+
+    def product_state(self, angles: torch.Tensor) -> torch.Tensor:
+        """The real product vector r(x) (B, 2^n) with r_k = prod_i cos(t_i/2 - bit_i(k) pi/2)."""
+        if self.n_qubits <= 8:  # one fused expression; its (B, n, 2^n) intermediate stays small
+            return torch.cos(angles.unsqueeze(-1) * 0.5 - self.bit_shifts).prod(-2)
+        return real_product_state(half_angle_vectors(angles))
 
     def forward_dense(self, angles: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) from angles (B, n) and a dense matrix from ``dense_matrix``."""
-        product = real_product_state(half_angle_vectors(angles.to(self.real_dtype)))
-        amplitudes = product @ dense
+        amplitudes = self.product_state(angles.to(self.real_dtype)) @ dense
         return amplitudes.square() @ self.readout_stacked
 
     def forward_gates(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
