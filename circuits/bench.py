@@ -136,7 +136,14 @@ def bench_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                                        "engine_path": "dense" if module.use_dense else "gates"}
                 graphs = args.cuda_graphs and device.type == "cuda" and mode != "act"
                 try:
-                    call = graphed_call(module, x, mode) if graphs else make_call(module, module, x, mode)
+                    try:
+                        call = graphed_call(module, x, mode) if graphs else make_call(module, module, x, mode)
+                    except RuntimeError as exc:  # graph capture refused: measure without graphs, say so
+                        if not graphs:
+                            raise
+                        graphs, row["note"] = False, f"cuda graph capture failed ({str(exc).splitlines()[0][:120]})"
+                        torch.cuda.empty_cache()
+                        call = make_call(module, module, x, mode)
                     native = time_per_call(call, device, args.min_time)
                     row.update(native_ms_per_call=native * 1e3, native_samples_per_s=batch / native, cuda_graphs=graphs)
                 except torch.OutOfMemoryError:

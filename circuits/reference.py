@@ -131,7 +131,7 @@ def qnode_function(module: torch.nn.Module, qnode: qml.QNode) -> Callable[[torch
     """Wrap a VQC's classical pieces around a QNode: f(x) -> (B, out_dim), with ``f.qnode``."""
 
     def function(x: torch.Tensor) -> torch.Tensor:
-        angles = module.angles(x)
+        angles = module.angles(x.to(device=module.weights.device, dtype=module.weights.dtype))
         readouts = readouts_from_qnode(qnode, angles, module.weights)
         return module.head_output(readouts.to(angles.dtype))
 

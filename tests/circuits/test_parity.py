@@ -8,6 +8,7 @@ are covered by smaller grids below rather than multiplied into the main one, to 
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from circuits.spec import ANSATZE, ENCODINGS, OBSERVABLES
 
 torch.set_num_threads(1)
 TOLERANCE = 1e-5
+# circuits/gpu_check.py runs this file with MARLQ_TEST_DEVICE=cuda on a GPU machine.
+DEVICE = os.environ.get("MARLQ_TEST_DEVICE", "cpu")
 
 
 def assert_parity(module: VQC, x: torch.Tensor, device: str = "default.qubit", nonzero_grad: bool = True) -> None:
@@ -43,8 +46,8 @@ GRID = list(itertools.product(ENCODINGS, ANSATZE, [False, True], OBSERVABLES, [2
 def test_parity_registered_grid(encoding, ansatz, reupload, observable, n):
     torch.manual_seed(hash((encoding, ansatz, reupload, observable, n)) % 2**31)
     module = VQC(n, 1 if observable == "zz" and n == 2 else 2, n_qubits=n, layers=2, encoding=encoding,
-                 ansatz=ansatz, reupload=reupload, observable=observable)
-    assert_parity(module, torch.randn(3, n))
+                 ansatz=ansatz, reupload=reupload, observable=observable, device=DEVICE)
+    assert_parity(module, torch.randn(3, n, device=DEVICE))
 
 
 @pytest.mark.parametrize("encoding, hadamard, rotation, entangler",
@@ -52,10 +55,10 @@ def test_parity_registered_grid(encoding, ansatz, reupload, observable, n):
 def test_parity_encoding_and_block_options(encoding, hadamard, rotation, entangler):
     torch.manual_seed(1)
     module = VQC(3, 3, n_qubits=3, layers=2, encoding=encoding, hadamard=hadamard, ansatz="basic_entangler",
-                 rotation=rotation, entangler=entangler, reupload=hadamard)
+                 rotation=rotation, entangler=entangler, reupload=hadamard, device=DEVICE)
     # Some of these (the DiffQAS pool) are degenerate by physics, e.g. RZ blocks with CZ leave
     # every Z-basis probability unchanged, so zero gradients are allowed here; the values still match.
-    assert_parity(module, torch.randn(3, 3), nonzero_grad=False)
+    assert_parity(module, torch.randn(3, 3, device=DEVICE), nonzero_grad=False)
 
 
 @pytest.mark.parametrize("scaling, output, preprocess, reupload",
@@ -67,21 +70,22 @@ def test_parity_classical_pieces(scaling, output, preprocess, reupload):
     in_dim = 6 if preprocess == "linear" else 3
     bounds = [4.8, None, 0.418] if scaling == "bound" else []
     module = VQC(in_dim, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0", scaling=scaling,
-                 bounds=bounds, output=output, preprocess=preprocess, reupload=reupload)
-    assert_parity(module, torch.randn(4, in_dim) * 2)
+                 bounds=bounds, output=output, preprocess=preprocess, reupload=reupload, device=DEVICE)
+    assert_parity(module, torch.randn(4, in_dim, device=DEVICE) * 2)
 
 
 @pytest.mark.parametrize("engine", ["dense", "gates"])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_parity_engine_paths_and_dtypes(engine, dtype):
     torch.manual_seed(3)
-    module = VQC(5, 2, n_qubits=5, layers=3, ansatz="strongly_entangling", encoding="angle_y", engine=engine, dtype=dtype)
+    module = VQC(5, 2, n_qubits=5, layers=3, ansatz="strongly_entangling", encoding="angle_y", engine=engine, dtype=dtype,
+                 device=DEVICE)
     assert module.use_dense == (engine == "dense")
     assert module.weights.dtype == (torch.float32 if dtype == "complex64" else torch.float64)
-    assert_parity(module, torch.randn(3, 5))
+    assert_parity(module, torch.randn(3, 5, device=DEVICE))
 
 
 def test_batch_of_one_matches_reference():
     torch.manual_seed(4)
-    module = VQC(4, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0")
-    assert_parity(module, torch.randn(1, 4))
+    module = VQC(4, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0", device=DEVICE)
+    assert_parity(module, torch.randn(1, 4, device=DEVICE))
