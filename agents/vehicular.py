@@ -6,8 +6,10 @@ the agent's own observation, the same information the learned policy gets.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 import torch
@@ -240,3 +242,100 @@ class VehicularA3C(ActorCritic):
 
 ALGORITHMS.add("a3c_vehicular", VehicularA3C, config=ActorCriticConfig,
                help="A3C over one shared policy for the vehicular relay scenario (workers = highway instances)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluating a trained run: the learned policy and the baselines at several penetration ratios
+# ---------------------------------------------------------------------------------------------
+
+class LearnedPolicy:
+    """The shared actor of a finished run (its last checkpoint), sampling actions with a seeded generator."""
+
+    def __init__(self, run_dir: Path, seed: int = 0) -> None:
+        from marl_q.config import load_config
+        from marl_q.plugins import load_plugins
+        from marl_q.rundir import latest_checkpoint, load_checkpoint
+
+        load_plugins()
+        self.cfg = load_config(Path(run_dir) / "config.yaml")
+        ckpt = latest_checkpoint(Path(run_dir))
+        if ckpt is None:
+            raise ConfigError(f"{run_dir}: no checkpoint to evaluate (did the run finish?)")
+        arrays, _ = load_checkpoint(ckpt)
+        env = make_relay_env(self.cfg.scenario.params)
+        self.actor, critic = build_models(self.cfg, env.single_observation_space, env.single_action_space)
+        FlatParameters(self.actor, critic).load(arrays["service.params"])
+        self.rng = np.random.default_rng(seed)
+
+    @torch.no_grad()
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
+        names = sorted(obs)
+        if not names:
+            return {}
+        logits = self.actor(torch.from_numpy(np.stack([obs[n] for n in names]).astype(np.float32))).numpy()
+        acts = np.argmax(logits - np.log(-np.log(self.rng.random(logits.shape))), axis=1)
+        return dict(zip(names, acts.tolist()))
+
+
+def make_relay_env(scenario_params: Any, **overrides: Any):
+    """A vehicular relay environment from a config's scenario section, with fields overridden."""
+    from scenarios.vehicular_relay import VehicularRelayEnv
+
+    fields = {f.name: getattr(scenario_params, f.name) for f in dataclasses.fields(VehicularRelayConfig)}
+    fields.update(overrides)
+    return VehicularRelayEnv(VehicularRelayConfig(**fields), render_mode="rgb_array")
+
+
+def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Rows (policy, p, coverage, relay length) for the learned policy and each baseline; plus one rendered frame.
+
+    Evaluation seeds differ from training seeds; every policy sees the same traffic seeds. The frame
+    is the learned policy at the training penetration ratio after 150 s.
+    """
+    learned = LearnedPolicy(run_dir)
+    cfg = learned.cfg
+    seed = 100_000 + cfg.run.seed * 100
+    rows = []
+    for p in penetrations:
+        env = make_relay_env(cfg.scenario.params, penetration=float(p))
+        policies = {"learned": learned, **{name: mk(env.cfg, seed) for name, mk in BASELINES.items()}}
+        for name, policy in policies.items():
+            result = evaluate_policy(env, policy, seed=seed, episodes=episodes)
+            rows.append({"run_seed": cfg.run.seed, "policy": name, "penetration": float(p), **result})
+    env = make_relay_env(cfg.scenario.params)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(150):
+        obs, *_ = env.step(learned({a: obs[a] for a in env.agents}))
+    return rows, env.render()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Evaluate one trained run (RUN_DIR --p 0.1 0.2 --episodes 2 --out eval.csv); analysis/vehicular.py calls it."""
+    import argparse
+    import csv
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--p", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--episodes", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True, help="CSV of results; the frame goes beside it (.npy)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    bad = [p for p in args.p if not 0.0 <= p <= 1.0]
+    if bad:
+        print(f"--p: {bad} outside [0, 1]", file=sys.stderr)
+        return 2
+    try:
+        rows, frame = evaluate_run(args.run_dir, args.p, args.episodes)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    np.save(args.out.with_suffix(".frame.npy"), frame)
+    return 0
+

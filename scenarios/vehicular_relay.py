@@ -115,6 +115,8 @@ class VehicularRelayEnv(ParallelEnv):
         obs, rew, term, trunc, info = {}, {}, {}, {}, {}
         for k, i in enumerate(ids):
             name = agent_name(i)
+            if truncate and name not in before:
+                continue  # entered in the episode's last second: never live, so never reported
             obs[name], rew[name] = obs_arr[k], float(rewards_arr[k])
             term[name], trunc[name], info[name] = False, truncate, {}
         for i in left.tolist():

@@ -1,0 +1,199 @@
+"""Vehicular relays (issue 7): train over seeds, evaluate at several penetration ratios, plot and summarise.
+
+    python -m analysis.vehicular --config scenarios/vehicular_a3c.yaml --seeds 5 --out sweeps/vehicular
+
+Training is ``marlq run`` (one subprocess per seed, skipped when its run directory is complete);
+evaluation is ``agents.vehicular.main`` (one subprocess per run, written to ``eval/seed_<s>.csv``).
+This module itself only reads those files and draws: coverage and relay length against p for the
+learned policy and the baselines (mean and 95% band over seeds), the rendered frame of a learned
+relay, and ``figures.json`` with the acceptance ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+POLICIES = ("learned", "no_control", "greedy", "random")
+LABELS = {"learned": "A3C (shared policy)", "no_control": "no control (traffic model)",
+          "greedy": "greedy gap-filling", "random": "random moves"}
+COLOURS = {"learned": "tab:red", "no_control": "tab:blue", "greedy": "tab:green", "random": "tab:gray"}
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of a Student-t 95% interval over seeds (0 for a single seed)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), 0.0
+    t = T_95.get(len(x) - 1, 1.96)
+    return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(len(x)))
+
+
+def read_evaluations(root: Path) -> list[dict]:
+    """All rows of ``root/eval/seed_*.csv`` with numbers parsed."""
+    rows = []
+    for path in sorted((root / "eval").glob("seed_*.csv")):
+        with open(path) as fh:
+            for row in csv.DictReader(fh):
+                rows.append({k: (v if k == "policy" else float(v)) for k, v in row.items()})
+    return rows
+
+
+def table(rows: list[dict], metric: str) -> dict[str, dict[float, list[float]]]:
+    """policy -> p -> per-seed values of ``metric``."""
+    out: dict[str, dict[float, list[float]]] = {}
+    for row in rows:
+        out.setdefault(row["policy"], {}).setdefault(row["penetration"], []).append(row[metric])
+    return out
+
+
+def acceptance_figures(rows: list[dict], train_p: float = 0.2) -> dict:
+    """Learned / no-control coverage per p (ratio of seed means), per-seed ratios at train_p, relay lengths."""
+    cov, relay = table(rows, "coverage"), table(rows, "relay_length_m")
+    out: dict = {"seeds": len(cov.get("learned", {}).get(train_p, [])), "per_p": {}}
+    for p in sorted(cov.get("learned", {})):
+        entry = {}
+        for name in POLICIES:
+            if p in cov.get(name, {}):
+                entry[f"coverage_{name}"] = mean_ci95(cov[name][p])
+                entry[f"relay_length_m_{name}"] = mean_ci95(relay[name][p])
+        entry["coverage_ratio_learned_vs_no_control"] = (entry["coverage_learned"][0]
+                                                         / entry["coverage_no_control"][0])
+        entry["learned_not_below_no_control"] = entry["coverage_learned"][0] >= entry["coverage_no_control"][0]
+        out["per_p"][str(p)] = entry
+    if train_p in cov.get("learned", {}):
+        out["ratio_at_train_p"] = out["per_p"][str(train_p)]["coverage_ratio_learned_vs_no_control"]
+        out["target_1.3x_met"] = out["ratio_at_train_p"] >= 1.3
+        out["never_below_no_control"] = all(e["learned_not_below_no_control"] for e in out["per_p"].values())
+    return out
+
+
+def plot_against_p(rows: list[dict], metric: str, ylabel: str, title: str, path: Path) -> Path:
+    """One line per policy: the seed mean of ``metric`` against p with a 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = table(rows, metric)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    seeds = 0
+    for name in POLICIES:
+        if name not in data:
+            continue
+        ps = sorted(data[name])
+        stats = [mean_ci95(data[name][p]) for p in ps]
+        seeds = max(seeds, max(len(data[name][p]) for p in ps))
+        mean = np.array([s[0] for s in stats])
+        half = np.array([s[1] for s in stats])
+        ax.plot(ps, mean, marker="o", color=COLOURS[name], label=LABELS[name])
+        ax.fill_between(ps, mean - half, mean + half, color=COLOURS[name], alpha=0.2)
+    ax.set_xlabel("mmWave penetration ratio p (fraction of uncontrolled vehicles)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title}\n(trained at p = 0.2; mean and 95% band over {seeds} seeds)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_frame(frame: np.ndarray, road_length_m: float, path: Path, title: str) -> Path:
+    """The rendered top-down frame with a metre scale along the road and a colour legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(14, 2.8))
+    ax.imshow(frame, aspect="auto", extent=(0, road_length_m, frame.shape[0], 0), interpolation="nearest")
+    ax.set_xlabel("position along the road (m)")
+    ax.set_yticks([])
+    ax.set_ylabel("RSUs / lanes 0-2\n/ coverage", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    legend = [Patch(color=np.array(c) / 255, label=l) for c, l in [
+        ((0, 0, 0), "RSU"), ((220, 20, 20), "agent, RSU-connected"), ((255, 165, 0), "agent, cut off"),
+        ((20, 60, 200), "mmWave, connected"), ((140, 190, 240), "mmWave, cut off"),
+        ((110, 110, 110), "no mmWave"), ((0, 160, 60), "LOS link / covered road")]]
+    ax.legend(handles=legend, ncol=7, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report(root: Path) -> dict:
+    """Plots and figures.json from the evaluations under ``root``."""
+    rows = read_evaluations(root)
+    if not rows:
+        raise SystemExit(f"error: {root}/eval holds no seed_*.csv evaluations")
+    plots = root / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    plot_against_p(rows, "coverage", "coverage (fraction of road cells within range)",
+                   "Coverage of a 3 km highway by RSU-connected relays", plots / "coverage_vs_p.png")
+    plot_against_p(rows, "relay_length_m", "relay length (m, mean over RSUs)",
+                   "Relay length from the RSUs", plots / "relay_length_vs_p.png")
+    frames = sorted((root / "eval").glob("seed_*.frame.npy"))
+    if frames:
+        cfg_path = root / "train" / frames[0].name.split(".")[0] / "config.yaml"
+        length = 3000.0
+        if cfg_path.exists():
+            import yaml
+
+            length = float(yaml.safe_load(cfg_path.read_text())["scenario"]["road_length_m"])
+        plot_frame(np.load(frames[0]), length, plots / "learned_relay_frame.png",
+                   f"Learned policy at p = 0.2 after 150 s ({frames[0].name.split('.')[0]})")
+    figures = acceptance_figures(rows)
+    (root / "figures.json").write_text(json.dumps(figures, indent=2))
+    return figures
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Train ``--seeds`` runs of ``--config``, evaluate each at ``--p``, then plot (``--report-only`` skips the first two)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--config", default="scenarios/vehicular_a3c.yaml")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("sweeps/vehicular"))
+    parser.add_argument("--p", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--episodes", type=int, default=2, help="evaluation episodes per policy and p")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for marlq run")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        print(f"--seeds: {args.seeds} must be at least 1", file=sys.stderr)
+        return 2
+    if not args.report_only:
+        for seed in range(args.seeds):
+            run_dir = args.out / "train" / f"seed_{seed}"
+            if not (run_dir / "summary.json").exists():
+                cmd = [sys.executable, "-m", "marl_q.cli", "run", args.config, "--seed", str(seed),
+                       "--out", str(run_dir), "--set", "run.progress=false", "--set", "run.plots=false"]
+                for item in args.overrides:
+                    cmd += ["--set", item]
+                code = subprocess.call(cmd)
+                if code != 0:
+                    return code
+            eval_csv = args.out / "eval" / f"seed_{seed}.csv"
+            if not eval_csv.exists():
+                cmd = [sys.executable, "-c", "import sys; from agents.vehicular import main; sys.exit(main(sys.argv[1:]))",
+                       str(run_dir), "--episodes", str(args.episodes), "--out", str(eval_csv), "--p",
+                       *[str(p) for p in args.p]]
+                code = subprocess.call(cmd)
+                if code != 0:
+                    return code
+    figures = report(args.out)
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
