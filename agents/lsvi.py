@@ -8,7 +8,8 @@ upload (a communication round) and every byte.
 Traffic: a worker uploads ``upload`` = {gram (H, d, d): local sum phi phi^T, transitions (n, 4) int32:
 [h, s, a, s'], rewards (n,)}; the server folds it into its statistics and replies ``statistics`` =
 {gram (H, d, d) with lam I, reward_sums c (H, d), next_state_sums B (H, d, S)} to the uploader
-(async), to every worker (pooled), or to every worker with a request to upload (coop sync).
+(async), to every worker (pooled), or to every worker with a request to upload (a coop sync; the
+uploads answering that request get the statistics back and start nothing).
 A worker's step() plays exactly one episode; with ``backend.schedule`` uniform | round_robin | zipf
 the sim backend picks the agent of each episode, which is the paper's asynchronous participation.
 """
@@ -87,7 +88,8 @@ class LsviWorker(Worker):
         if self.agent.wants_upload():
             upload = self.agent.take_upload()
             payload = {"gram": upload.gram, "transitions": upload.transitions, "rewards": upload.rewards}
-            messages.append(Message(self.name, SERVER, UPLOAD, payload))
+            info = {"answers_sync": True} if getattr(self.agent, "answers_request", False) else {}
+            messages.append(Message(self.name, SERVER, UPLOAD, payload, info=info))
         row = {"agent": self.index, "regret": result.regret, "wall_clock_s": time.perf_counter()}
         return Work(messages=messages, env_steps=len(result.rewards), episodes=[row], cost=1.0)
 
@@ -135,7 +137,8 @@ class LsviService(Service):
         download = self.record.download()
         payload = {"gram": download.gram, "reward_sums": download.reward_sums,
                    "next_state_sums": download.next_state_sums}
-        recipients = ctx.workers if self.broadcast else (msg.src,)
+        starts_sync = self.broadcast and not msg.info.get("answers_sync")
+        recipients = ctx.workers if starts_sync else (msg.src,)
         replies = []
         for name in recipients:
             info = {"sync_request": True} if self.sync_request and name != msg.src else {}

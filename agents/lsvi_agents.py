@@ -9,7 +9,8 @@
   when an agent's (k - k_last) log(det Lambda_now / det Lambda_last) exceeds ``sync_threshold``; the
   server then sends its statistics to every agent and asks each to upload its local data. With one
   active agent per episode (the runtime's schedules) an asked agent uploads after its next episode, so
-  the global sync completes within one episode of each agent rather than instantly.
+  the global sync completes within one episode of each agent rather than instantly; such an answering
+  upload gets the statistics back but does not start another sync.
 - ``lsvi_ucb_pooled``: every episode is uploaded and the server's statistics reach every agent before
   the next episode, so all agents act as one LSVI-UCB learner (perfect communication).
 - ``lsvi_ucb_independent``: every agent runs LSVI-UCB on its own data only; nothing is sent.
@@ -231,6 +232,7 @@ class CoopSyncAgent(LsviAgent):
             raise ValueError(f"algorithm.sync_threshold must be > 0, got {sync_threshold!r}")
         self.sync_threshold = float(sync_threshold)
         self.sync_requested = False
+        self.answers_request = False
         self.episodes_since_sync = 0
         super().__init__(mdp, lam, beta)
 
@@ -249,6 +251,8 @@ class CoopSyncAgent(LsviAgent):
                                                      self._server.logdet, self.sync_threshold)
 
     def take_upload(self) -> Upload:
+        """Hand over local data; ``answers_request`` says whether it completes a sync another agent started."""
+        self.answers_request = self.sync_requested
         self.sync_requested = False
         self.episodes_since_sync = 0
         return super().take_upload()

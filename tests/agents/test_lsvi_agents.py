@@ -30,7 +30,8 @@ def drive(agents, server, broadcast, episodes, seed, before=None, after=None):
             uploaded = agent.take_upload()
             server.absorb(uploaded)
             download = server.download()
-            recipients = range(len(agents)) if broadcast else [m]
+            starts_sync = broadcast and not getattr(agent, "answers_request", False)
+            recipients = range(len(agents)) if starts_sync else [m]
             for r in recipients:
                 if isinstance(agents[r], CoopSyncAgent) and r != m:
                     agents[r].request_sync()
@@ -126,23 +127,27 @@ def test_coop_sync_requests_every_other_agent_to_upload_after_a_sync():
     mdp = tiny_mdp()
     agents = [CoopSyncAgent(mdp, LAM, BETA, sync_threshold=0.5) for _ in range(3)]
     server = LsviServerRecord(mdp.phi, mdp.horizon, LAM)
-    events = []
+    events, starts = [], []
 
     def after(k, m, agent, result, uploaded):
-        events.append((m, uploaded is not None))
+        events.append((m, uploaded is not None, uploaded is not None and not agent.answers_request))
         if uploaded is not None:
             assert not agent.sync_requested
-            for other in agents:
-                np.testing.assert_allclose(other.server.gram, server.gram)
+            np.testing.assert_allclose(agent.server.gram, server.gram)
+            if not agent.answers_request:  # a sync started: everyone has the server's statistics
+                for other in agents:
+                    np.testing.assert_allclose(other.server.gram, server.gram)
+                    starts.append(k)
 
     drive(agents, server, broadcast=True, episodes=40, seed=3, after=after)
-    assert sum(up for _, up in events) >= 2
+    assert sum(up for _, up, _ in events) >= 2 and starts
+    assert sum(up for _, up, _ in events) < len(events)  # answering uploads do not start new syncs
     requested_at = {}
-    for step, (m, up) in enumerate(events):
+    for step, (m, up, started) in enumerate(events):
         if m in requested_at and not up:
             raise AssertionError(f"agent {m} was asked to sync at episode {requested_at[m]} but did not upload")
         requested_at.pop(m, None)
-        if up:
+        if started:
             requested_at.update({o: step for o in range(3) if o != m})
 
 

@@ -76,8 +76,12 @@ def test_async_default_alpha_is_one_over_m_squared_and_coop_runs(tmp_path):
     assert summary["alpha"] == pytest.approx(1 / M ** 2)
     summary, _, comm = run(tmp_path / "coop", "algorithm.name=coop_lsvi", "algorithm.sync_threshold=0.2")
     uploads = [r for r in comm if r["kind"] == "upload"]
+    downloads = [r for r in comm if r["kind"] == "statistics"]
     assert summary["comm_rounds"] == len(uploads) > 0
-    assert summary["bytes_down"] == len(uploads) * M * DOWNLOAD_BYTES
+    assert summary["bytes_down"] == len(downloads) * DOWNLOAD_BYTES
+    # a sync-starting upload is answered to all M agents, an answering upload to its sender only
+    started, rest = divmod(len(downloads) - len(uploads), M - 1)
+    assert rest == 0 and 0 < started <= len(uploads)
 
 
 @pytest.mark.parametrize("schedule", ["round_robin", "zipf"])
