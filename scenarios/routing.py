@@ -55,6 +55,10 @@ class RoutingConfig:
     slot_seconds: float = 0.05
     episode_seconds: float = 60.0
 
+    def validate(self) -> None:
+        """Called by the config loader: values the types alone do not rule out."""
+        validate_routing_config(self)
+
 
 def validate_routing_config(cfg: RoutingConfig) -> None:
     """Raise ValueError naming the key for values the types alone do not rule out."""

@@ -1,0 +1,489 @@
+"""AMARL routing (spec: routing.md): the commit service, PPO per service (`ippo`) or for all (`single_ppo`).
+
+The server hosts the shared resource environment as a ``CommitService``. A worker routes its own
+request stream: it reads the last snapshot the server sent, decides with its policy, and sends one
+message per decision: ``commit`` (its due releases plus the chosen path's resource delta) or
+``release`` (only the releases, after a reject). The reply is ``accept``/``refuse`` (or
+``snapshot``) with fresh residuals. A refused request is re-planned on them up to
+``scenario.max_replans`` times. Workers learn locally with the actor-critic core's PPO update and
+upload their parameters (``policy``) so the server can checkpoint and evaluate them.
+
+Heuristic baselines: shortest-path first-fit, random feasible path, uniformly random action.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import gymnasium
+import numpy as np
+import torch
+
+from agents.actor_critic import ActorCriticWorker, PPOConfig, build_models, make_optimizer
+from agents.heads import FlatParameters, count_params
+from marl_q.errors import ConfigError
+from marl_q.messages import SERVER, Message
+from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work
+from marl_q.registry import ALGORITHMS
+from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
+                               evaluate_routing, summarize_outcomes)
+from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
+
+COMMIT, RELEASE, POLICY = "commit", "release", "policy"
+ACCEPT, REFUSE, SNAPSHOT = "accept", "refuse", "snapshot"
+EVAL_SEED_OFFSET = 10_000   # evaluation demand is independent of every training stream
+
+
+# ----------------------------------------------------------------------------- heuristics
+def shortest_path_first_fit(service: str, obs: np.ndarray, feasible: np.ndarray) -> int:
+    """The shortest-delay candidate path that is feasible (paths are sorted by delay), else reject."""
+    idx = np.flatnonzero(feasible)
+    return int(idx[0]) if len(idx) else len(feasible)
+
+
+class RandomFeasible:
+    """A uniformly random feasible path, else reject."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, service: str, obs: np.ndarray, feasible: np.ndarray) -> int:
+        idx = np.flatnonzero(feasible)
+        return int(self.rng.choice(idx)) if len(idx) else len(feasible)
+
+
+class UniformRandom:
+    """A uniformly random action among the k path slots and reject (what an untrained policy does)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, service: str, obs: np.ndarray, feasible: np.ndarray) -> int:
+        return int(self.rng.integers(len(feasible) + 1))
+
+
+HEURISTICS: dict[str, Callable[[int], Policy]] = {
+    "shortest_path_first_fit": lambda seed: shortest_path_first_fit,
+    "random_feasible": RandomFeasible,
+    "uniform_random": UniformRandom,
+}
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class RoutingPPOConfig(PPOConfig):
+    """PPO for routing: one decision per step; the episode is a metrics window, not a reset."""
+
+    n_steps: int = 256
+    gamma: float = 0.5
+    gae_lambda: float = 0.9
+    lr: float = 1e-3
+    episode_requests: int = 200          # finished requests per metrics row
+    policy_push_every: int = 1           # rollouts between parameter uploads (the server evaluates the last)
+    eval_days: float = 1.0               # evaluation length in (compressed) days, per demand
+    eval_shifts: list[str] = field(default_factory=lambda: list(SHIFTS))
+    eval_baselines: bool = True          # also evaluate the heuristics on the same demand
+
+    def validate(self) -> None:
+        super().validate()
+        bad = [s for s in self.eval_shifts if s not in SHIFTS]
+        if bad:
+            raise ValueError(f"eval_shifts: {bad} not among {list(SHIFTS)}")
+        if self.episode_requests < 1 or self.policy_push_every < 1 or not self.eval_days >= 0:
+            raise ValueError("episode_requests and policy_push_every must be >= 1, eval_days >= 0")
+
+
+# ----------------------------------------------------------------------------- shared pieces
+def routing_spaces(world: RoutingWorld, service_onehot: bool) -> tuple[gymnasium.spaces.Box, gymnasium.spaces.Discrete]:
+    """Observation and action spaces of a routing learner."""
+    obs = gymnasium.spaces.Box(-1.0, 4.0, shape=(world.obs_dim(service_onehot),), dtype=np.float32)
+    return obs, gymnasium.spaces.Discrete(world.cfg.k_paths + 1)
+
+
+def greedy_policy(actors: dict[str, torch.nn.Module]) -> Policy:
+    """Deterministic policy: the argmax action of the actor that owns the request's service."""
+
+    @torch.no_grad()
+    def act(service: str, obs: np.ndarray, feasible: np.ndarray) -> int:
+        return int(torch.argmax(actors[service](torch.from_numpy(obs[None]))[0]))
+
+    return act
+
+
+def evaluate_on_shifts(scenario: RoutingConfig, policy_for: Callable[[], Policy], service_onehot: bool,
+                       shifts: list[str], days: float, seed: int, prefix: str) -> dict[str, float]:
+    """GoS and latency of a policy on each demand (nominal and shifted), one exact replay each."""
+    out: dict[str, float] = {}
+    for shift in shifts:
+        world = RoutingWorld(scenario, shift)
+        outcomes = evaluate_routing(world, policy_for(), service_onehot, 0.0, days * scenario.day_seconds, seed)
+        for key, value in summarize_outcomes(outcomes, world.services).items():
+            out[f"{prefix}{shift}_{key}"] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- service
+class CommitService(Service):
+    """The shared resource environment on the server: optimistic commits, releases, policy uploads."""
+
+    def __init__(self, cfg: Any, owners: dict[str, list[str]], service_onehot: bool, n_params: int) -> None:
+        self.cfg = cfg
+        self.world = RoutingWorld(cfg.scenario.params)
+        self.resources = self.world.new_resources()
+        self.owners = owners                    # worker -> services it routes
+        self.service_onehot = service_onehot
+        self.n_params = n_params
+        ids = ((None,), "int64")
+        self.specs = {
+            COMMIT: MessageSpec({"release_ids": ids, "request": ((3,), "int64"), "links": ids, "nodes": ids}),
+            RELEASE: MessageSpec({"release_ids": ids}, versioned=False),
+            POLICY: MessageSpec({"params": ((n_params,), "float32")}, versioned=False),
+        }
+        self.holder: dict[int, str] = {}        # request id -> worker that holds it
+        self.policies: dict[str, np.ndarray] = {}
+        self.per_worker = {w: {"commits": 0, "accepted": 0, "refused": 0, "conflicts": 0} for w in owners}
+        self._updates = 0
+
+    def _reply(self, kind: str, worker: str, version: int) -> Message:
+        return Message(SERVER, worker, kind, {"link_residual": self.resources.link_residual.copy(),
+                                              "node_residual": self.resources.node_residual.copy()},
+                       base_version=version)
+
+    def hello(self, worker: str, version: int) -> list[Message]:
+        return [self._reply(SNAPSHOT, worker, version)]
+
+    def on_reject(self, msg: Message, version: int) -> list[Message]:
+        return [self._reply(REFUSE if msg.kind == COMMIT else SNAPSHOT, msg.src, version)]
+
+    def handle(self, msg: Message, ctx: Context) -> Outcome:
+        if msg.kind == POLICY:
+            self.policies[msg.src] = msg.payload["params"].copy()
+            return Outcome(False, [])
+        assert self.resources.version == ctx.version, "resource versions must track server versions"
+        release_ids = [int(r) for r in msg.payload["release_ids"]]
+        foreign = [r for r in release_ids if self.holder.get(r) != msg.src]
+        delta = None
+        if msg.kind == COMMIT:
+            rid, link_kbps, node_kbps = (int(v) for v in msg.payload["request"])
+            delta = ResourceDelta.along_path(rid, msg.payload["links"], msg.payload["nodes"], link_kbps, node_kbps)
+        refusal_kind = REFUSE if delta is not None else SNAPSHOT
+        if foreign:
+            return Outcome(False, [self._reply(refusal_kind, msg.src, ctx.version)], accepted=False,
+                           reason=f"release of request {foreign[0]}, which {msg.src} does not hold")
+        try:
+            result = self.resources.transact(release_ids, delta, msg.base_version)
+        except ResourceError as exc:
+            return Outcome(False, [self._reply(refusal_kind, msg.src, ctx.version)], accepted=False, reason=str(exc))
+        for r in release_ids:
+            del self.holder[r]
+        applied = self.resources.version != ctx.version
+        self._updates += int(applied)
+        version = ctx.next_version if applied else ctx.version
+        if result is None:
+            return Outcome(applied, [self._reply(SNAPSHOT, msg.src, version)])
+        stats = self.per_worker[msg.src]
+        stats["commits"] += 1
+        if result.accepted:
+            self.holder[delta.request_id] = msg.src
+            stats["accepted"] += 1
+            return Outcome(applied, [self._reply(ACCEPT, msg.src, version)])
+        stats["refused"] += 1
+        stats["conflicts"] += int(result.stale)
+        return Outcome(applied, [self._reply(REFUSE, msg.src, version)], reason=f"refused: {result.reason}")
+
+    def updates(self) -> int:
+        return self._updates
+
+    # -- persistence ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        held = sorted(self.resources.holdings)
+        deltas = [self.resources.holdings[r] for r in held]
+        state = {
+            "link_residual": self.resources.link_residual.copy(),
+            "node_residual": self.resources.node_residual.copy(),
+            "version": np.array(self.resources.version), "updates": np.array(self._updates),
+            "held_ids": np.array(held, dtype=np.int64),
+            "held_worker": np.array([list(self.owners).index(self.holder[r]) for r in held], dtype=np.int64),
+            "held_link_counts": np.array([len(d.link_ids) for d in deltas], dtype=np.int64),
+            "held_links": np.concatenate([d.link_ids for d in deltas] or [np.zeros(0, np.int64)]),
+            "held_link_amounts": np.concatenate([d.link_amounts for d in deltas] or [np.zeros(0, np.int64)]),
+            "held_node_counts": np.array([len(d.node_ids) for d in deltas], dtype=np.int64),
+            "held_nodes": np.concatenate([d.node_ids for d in deltas] or [np.zeros(0, np.int64)]),
+            "held_node_amounts": np.concatenate([d.node_amounts for d in deltas] or [np.zeros(0, np.int64)]),
+        }
+        for worker, params in self.policies.items():
+            state[f"policy.{worker}"] = params.copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        res = self.world.new_resources()
+        link_ends = np.cumsum(state["held_link_counts"])
+        node_ends = np.cumsum(state["held_node_counts"])
+        workers = list(self.owners)
+        self.holder = {}
+        for i, rid in enumerate(state["held_ids"].tolist()):
+            ls, le = (link_ends[i - 1] if i else 0), link_ends[i]
+            ns, ne = (node_ends[i - 1] if i else 0), node_ends[i]
+            d = ResourceDelta(rid, state["held_links"][ls:le], state["held_link_amounts"][ls:le],
+                              state["held_nodes"][ns:ne], state["held_node_amounts"][ns:ne])
+            if not res.commit(d, res.version).accepted:
+                raise ResourceError(f"checkpoint holds request {rid}, which does not fit the network")
+            self.holder[rid] = workers[int(state["held_worker"][i])]
+        if not (np.array_equal(res.link_residual, state["link_residual"])
+                and np.array_equal(res.node_residual, state["node_residual"])):
+            raise ResourceError("checkpoint residuals do not match its holdings")
+        res.version = int(state["version"])
+        self.resources = res
+        self._updates = int(state["updates"])
+        self.policies = {k[len("policy."):]: np.asarray(v, dtype=np.float32) for k, v in state.items()
+                         if k.startswith("policy.")}
+
+    # -- summary: conflicts and the evaluation of the uploaded policies ------------------------
+    def actors(self) -> dict[str, torch.nn.Module]:
+        """Service name -> the actor network of the worker that routes it, from uploaded parameters."""
+        obs_space, act_space = routing_spaces(self.world, self.service_onehot)
+        out = {}
+        for worker, services in self.owners.items():
+            actor, critic = build_models(self.cfg, obs_space, act_space)
+            FlatParameters(actor, critic).load(self.policies[worker])
+            for s in services:
+                out[s] = actor
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        c = self.resources.counters
+        out: dict[str, Any] = {
+            "commits": c.commits, "commits_accepted": c.accepted, "commits_refused": c.refused,
+            "commit_conflicts": c.conflicts, "stale_commits": c.stale_commits, "releases": c.releases,
+            "commit_conflict_rate": c.conflicts / c.commits if c.commits else 0.0,
+            "commit_refusal_rate": c.refused / c.commits if c.commits else 0.0,
+            "per_worker": {w: dict(v, services=self.owners[w]) for w, v in self.per_worker.items()},
+        }
+        algo = self.cfg.algorithm.params
+        missing = [w for w in self.owners if w not in self.policies]
+        if algo.eval_days > 0 and missing:
+            out["eval_skipped"] = f"workers {missing} never uploaded a policy (run shorter than n_steps?)"
+        elif algo.eval_days > 0:
+            scenario = self.cfg.scenario.params
+            seed = EVAL_SEED_OFFSET + self.cfg.run.seed
+            actors = self.actors()
+            out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(actors), self.service_onehot,
+                                          algo.eval_shifts, algo.eval_days, seed, "eval_"))
+            if algo.eval_baselines:
+                for name, make in HEURISTICS.items():
+                    out.update(evaluate_on_shifts(scenario, lambda: make(seed), False, algo.eval_shifts,
+                                                  algo.eval_days, seed, f"baseline_{name}_"))
+        return out
+
+
+# ----------------------------------------------------------------------------- worker
+class RoutingPPOWorker(ActorCriticWorker):
+    """Routes one request stream and learns with the actor-critic core's PPO update (``learn``).
+
+    It replaces the parent's vector-environment rollout with one decision per step; what
+    ``ActorCriticWorker.learn`` reads (ac, actor, critic, flat, optimizer, rng) is set up here.
+    """
+
+    def __init__(self, cfg: Any, index: int, services: list[str], service_onehot: bool) -> None:
+        self.cfg = cfg
+        self.ac: RoutingPPOConfig = cfg.algorithm.params
+        self.name = f"w{index}"
+        seed = cfg.run.seed * 1000 + index
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.world = RoutingWorld(cfg.scenario.params)
+        self.stream = AgentStream(self.world, services, np.random.default_rng([seed, 1]), service_onehot,
+                                  first_id=index, id_step=cfg.backend.workers)
+        obs_space, act_space = routing_spaces(self.world, service_onehot)
+        self.actor, self.critic = build_models(cfg, obs_space, act_space)
+        self.flat = FlatParameters(self.actor, self.critic)
+        self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac)
+        self.snapshot: Optional[Snapshot] = None
+        self.waiting = True
+        self.pending: Optional[Plan] = None
+        self.request_open = False
+        self.held: dict[int, ResourceDelta] = {}
+        self.releases: list[int] = []
+        self.obs_buf: list[np.ndarray] = []
+        self.act_buf: list[int] = []
+        self.rew_buf: list[float] = []
+        self.rollouts = 0
+        self.seq = 0
+        self.version = 0
+        self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
+        self._rows: list[dict[str, Any]] = []
+
+    def start(self) -> list[Message]:
+        return [Message(self.name, SERVER, "hello")]
+
+    def deliver(self, msg: Message) -> None:
+        if msg.kind not in (ACCEPT, REFUSE, SNAPSHOT):
+            return
+        self.snapshot = Snapshot(msg.base_version, np.array(msg.payload["link_residual"]),
+                                 np.array(msg.payload["node_residual"]))
+        self.version = msg.base_version
+        self.waiting = False
+        if self.pending is not None:
+            plan, self.pending = self.pending, None
+            accepted = msg.kind == ACCEPT
+            reward, finished = self.stream.resolve(plan, accepted)
+            if accepted:
+                self.held[plan.delta.request_id] = plan.delta
+            self._record(reward, finished)
+
+    def ready(self) -> bool:
+        return not self.waiting
+
+    def _next_request(self) -> None:
+        request = self.stream.advance()
+        assert request is not None, "training streams are unbounded"
+        self.request_open = True
+        for rid in self.stream.take_releases():
+            d = self.held.pop(rid)
+            # the worker knows exactly what it gives back: patch its view before deciding
+            np.add.at(self.snapshot.link_residual, d.link_ids, d.link_amounts)
+            np.add.at(self.snapshot.node_residual, d.node_ids, d.node_amounts)
+            self.releases.append(rid)
+
+    def step(self) -> Work:
+        messages: list[Message] = []
+        if not self.request_open:
+            self._next_request()
+        obs, feasible = self.stream.observe(self.snapshot)
+        if len(self.rew_buf) >= self.ac.n_steps:
+            self._update(obs)
+            if self.rollouts % self.ac.policy_push_every == 0:
+                messages.append(self.policy_message())
+        action = int(self._act(obs[None])[0])
+        self.obs_buf.append(obs)
+        self.act_buf.append(action)
+        plan = self.stream.act(action, feasible)
+        release_ids = np.array(self.releases, dtype=np.int64)
+        self.releases = []
+        self.seq += 1
+        if plan.delta is None:
+            self._record(plan.reward, True)
+            messages.append(Message(self.name, SERVER, RELEASE, {"release_ids": release_ids},
+                                    base_version=self.version, seq=self.seq))
+        else:
+            self.pending = plan
+            d = plan.delta
+            messages.append(Message(self.name, SERVER, COMMIT, {
+                "release_ids": release_ids,
+                "request": np.array([d.request_id, d.link_amounts[0] if len(d.link_amounts) else 0,
+                                     d.node_amounts[0] if len(d.node_amounts) else 0], dtype=np.int64),
+                "links": d.link_ids.astype(np.int64), "nodes": d.node_ids.astype(np.int64)},
+                base_version=self.snapshot.version, seq=self.seq))
+        self.waiting = True
+        rows, self._rows = self._rows, []
+        return Work(messages, env_steps=1, episodes=rows)
+
+    def policy_message(self) -> Message:
+        """Upload of the current actor and critic parameters."""
+        return Message(self.name, SERVER, POLICY, {"params": self.flat.numpy().astype(np.float32)},
+                       base_version=self.version)
+
+    def _record(self, reward: float, finished: bool) -> None:
+        self.rew_buf.append(reward)
+        w = self._window
+        w["return"] += reward
+        w["length"] += 1
+        if finished:
+            self.request_open = False
+            done = self.stream.outcomes[w["first_outcome"]:]
+            if len(done) >= self.ac.episode_requests:
+                lat = [o.latency_ms for o in done if o.outcome == ACCEPTED]
+                self._rows.append({
+                    "return": w["return"], "length": w["length"], "requests": len(done),
+                    "gos": len(lat) / len(done), "latency_ms": float(np.mean(lat)) if lat else float("nan"),
+                    "refusals": int(sum(o.refusals for o in done)), "net_time_s": done[-1].time_s,
+                    "service": "+".join(self.stream.services), "version": self.version})
+                self._window = {"return": 0.0, "length": 0, "first_outcome": len(self.stream.outcomes)}
+
+    def _update(self, next_obs: np.ndarray) -> None:
+        """One PPO update on the last n_steps decisions (a continuing task: bootstrap from next_obs)."""
+        T = len(self.rew_buf)
+        obs = np.stack(self.obs_buf + [next_obs])[:, None, :]
+        zeros = np.zeros((T, 1), dtype=bool)
+        batch = {"obs": obs, "actions": np.array(self.act_buf, dtype=np.int64)[:, None],
+                 "rewards": np.array(self.rew_buf, dtype=np.float64)[:, None], "terminated": zeros,
+                 "dones": zeros, "valid": np.ones((T, 1), dtype=bool)}
+        self.learn(batch)
+        self.obs_buf, self.act_buf, self.rew_buf = [], [], []
+        self.rollouts += 1
+
+    def close(self) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- algorithms
+class RoutingPPO(Algorithm):
+    """Shared wiring of the two routing learners; subclasses say who routes which services."""
+
+    metric_fields = ["return", "length", "requests", "gos", "latency_ms", "refusals", "net_time_s",
+                     "service", "version"]
+    service_onehot = False
+
+    @classmethod
+    def owned_services(cls, services: list[str], workers: int) -> list[list[str]]:
+        raise NotImplementedError
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        if cfg.scenario.name != "routing":
+            raise ConfigError(f"algorithm.name {cfg.algorithm.name!r} needs scenario.name: routing, "
+                              f"got {cfg.scenario.name!r}")
+        cls.owned_services(list(cfg.scenario.params.services), cfg.backend.workers)
+        if cfg.server.max_staleness is not None:
+            raise ConfigError("server.max_staleness must be null for routing: a stale snapshot alone is no "
+                              "conflict; the commit service checks feasibility against the current state")
+
+    def owners(self) -> dict[str, list[str]]:
+        services = list(self.cfg.scenario.params.services)
+        return {f"w{i}": s for i, s in enumerate(self.owned_services(services, self.cfg.backend.workers))}
+
+    def make_service(self) -> CommitService:
+        world = RoutingWorld(self.cfg.scenario.params)
+        actor, critic = build_models(self.cfg, *routing_spaces(world, self.service_onehot))
+        self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
+        return CommitService(self.cfg, self.owners(), self.service_onehot, count_params(actor) + count_params(critic))
+
+    def make_worker(self, index: int) -> RoutingPPOWorker:
+        services = self.owners()[f"w{index}"]
+        return RoutingPPOWorker(self.cfg, index, services, self.service_onehot)
+
+    def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = dict(getattr(self, "param_counts", {}))
+        for service in {m["service"] for m in metrics}:
+            rows = [m for m in metrics if m["service"] == service][-5:]
+            out[f"train_final_gos_{service}"] = float(np.mean([m["gos"] for m in rows]))
+        return out
+
+
+@ALGORITHMS.register("ippo", config=RoutingPPOConfig,
+                     help="routing: one PPO learner per service, coordinating only through commits")
+class IndependentRoutingPPO(RoutingPPO):
+    """AMARL: worker i routes service i with its own PPO learner."""
+
+    service_onehot = False
+
+    @classmethod
+    def owned_services(cls, services: list[str], workers: int) -> list[list[str]]:
+        if workers != len(services):
+            raise ConfigError(f"backend.workers: ippo runs one worker per service, so {len(services)} "
+                              f"for {services}; got {workers}")
+        return [[s] for s in services]
+
+
+@ALGORITHMS.register("single_ppo", config=RoutingPPOConfig,
+                     help="routing baseline: one PPO agent routes every service (service one-hot input)")
+class SingleRoutingPPO(RoutingPPO):
+    """The single-agent baseline: one worker routes all services, the service one-hot in its input."""
+
+    service_onehot = True
+
+    @classmethod
+    def owned_services(cls, services: list[str], workers: int) -> list[list[str]]:
+        if workers != 1:
+            raise ConfigError(f"backend.workers: single_ppo is one agent, so 1; got {workers}")
+        return [list(services)]

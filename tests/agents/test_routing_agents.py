@@ -1,0 +1,187 @@
+"""Routing agents: heuristics, the commit service behind the server core, and tiny end-to-end runs."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.actor_critic import ActorCriticWorker
+from agents.routing import (ACCEPT, COMMIT, REFUSE, RELEASE, SNAPSHOT, CommitService, IndependentRoutingPPO,
+                            RandomFeasible, RoutingPPOWorker, UniformRandom, shortest_path_first_fit)
+from marl_q.config import load_config
+from marl_q.errors import ConfigError
+from marl_q.experiment import run_experiment
+from marl_q.ledger import Ledger
+from marl_q.messages import SERVER, Message
+from marl_q.server import Server
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[2]
+AMARL = ROOT / "scenarios" / "routing_amarl.yaml"
+SINGLE = ROOT / "scenarios" / "routing_single_ppo.yaml"
+TINY = ["run.progress=false", "algorithm.n_steps=64", "algorithm.eval_days=0.02", "algorithm.episode_requests=50"]
+
+
+def test_shortest_path_first_fit_by_hand() -> None:
+    assert shortest_path_first_fit("embb", np.zeros(3), np.array([False, True, True])) == 1
+    assert shortest_path_first_fit("embb", np.zeros(3), np.array([True, True, False])) == 0
+    assert shortest_path_first_fit("embb", np.zeros(3), np.array([False, False, False])) == 3   # reject
+
+
+def test_random_feasible_is_uniform_over_feasible_paths() -> None:
+    pick = RandomFeasible(seed=0)
+    feasible = np.array([True, False, True, True])
+    counts = np.bincount([pick("x", np.zeros(1), feasible) for _ in range(3000)], minlength=5)
+    assert counts[1] == 0 and counts[4] == 0
+    assert np.all(np.abs(counts[[0, 2, 3]] - 1000) < 120)        # ~4 sd of a binomial(3000, 1/3)
+    assert pick("x", np.zeros(1), np.zeros(4, dtype=bool)) == 4
+
+
+def test_uniform_random_uses_every_action() -> None:
+    pick = UniformRandom(seed=1)
+    counts = np.bincount([pick("x", np.zeros(1), np.ones(4, dtype=bool)) for _ in range(2500)], minlength=5)
+    assert np.all(np.abs(counts - 500) < 90)
+
+
+def test_the_ppo_update_is_the_actor_critic_core() -> None:
+    """The routing worker runs the lead's PPO loss and loop, not a copy of it."""
+    assert RoutingPPOWorker.learn is ActorCriticWorker.learn
+
+
+# ----------------------------------------------------------------------------- the commit service
+@pytest.fixture
+def served():
+    cfg = load_config(AMARL, TINY)
+    algo = IndependentRoutingPPO(cfg)
+    service = algo.make_service()
+    ledger = Ledger(None)
+    server = Server(service, ["w0", "w1", "w2"], cfg.server, ledger)
+    return cfg, service, server, ledger
+
+
+def commit_msg(src: str, rid: int, links, nodes, kbps: int, base: int, releases=()) -> Message:
+    return Message(src, SERVER, COMMIT, {"release_ids": np.array(releases, dtype=np.int64),
+                                          "request": np.array([rid, kbps, kbps], dtype=np.int64),
+                                          "links": np.array(links, dtype=np.int64),
+                                          "nodes": np.array(nodes, dtype=np.int64)}, base_version=base)
+
+
+def test_hello_gives_a_snapshot(served) -> None:
+    _, service, server, _ = served
+    [reply] = server.receive(Message("w0", SERVER, "hello"), 0.0)
+    assert reply.kind == SNAPSHOT and reply.dst == "w0" and reply.base_version == 0
+    assert np.array_equal(reply.payload["link_residual"], service.world.topology.link_capacity)
+
+
+def test_commit_over_capacity_is_refused_and_nothing_changes(served) -> None:
+    _, service, server, ledger = served
+    cap = int(service.world.topology.link_capacity[0])
+    [ok] = server.receive(commit_msg("w0", 0, [0], [], cap - 10, 0), 0.0)
+    assert ok.kind == ACCEPT and ok.base_version == 1 and server.version == 1
+    before = service.resources.link_residual.copy()
+    [no] = server.receive(commit_msg("w1", 1, [0], [], 11, 1), 0.0)
+    assert no.kind == REFUSE and no.base_version == 1 and server.version == 1
+    assert np.array_equal(service.resources.link_residual, before)
+    assert no.payload["link_residual"][0] == 10                   # the refusal carries the fresh state
+    assert ledger.by_kind[COMMIT][0] == 2 and ledger.by_kind[REFUSE][0] == 1 and ledger.rejected == 0
+
+
+def test_concurrent_commits_from_one_stale_snapshot(served) -> None:
+    """Three workers plan on version 0; feasibility against the current state decides, not staleness."""
+    _, service, server, _ = served
+    cap = int(service.world.topology.link_capacity[3])
+    half = cap // 2
+    kinds = [server.receive(commit_msg(w, i, [3], [], half, 0), 0.0)[0].kind for i, w in enumerate(["w0", "w1", "w2"])]
+    assert kinds == [ACCEPT, ACCEPT, REFUSE]                      # the second was stale yet fine
+    assert service.resources.counters.stale_commits == 2 and service.resources.counters.conflicts == 1
+    assert service.summary()["per_worker"]["w2"]["conflicts"] == 1
+    assert service.resources.version == server.version
+    service.resources.check_invariants()
+
+
+def test_releases_only_by_the_holder_and_only_once(served) -> None:
+    _, service, server, ledger = served
+    server.receive(commit_msg("w0", 7, [1, 2], [], 1000, 0), 0.0)
+    [r] = server.receive(Message("w1", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
+    assert r.kind == SNAPSHOT and ledger.rejected == 1 and 7 in service.resources.holdings
+    [r] = server.receive(Message("w0", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
+    assert 7 not in service.resources.holdings and server.version == 2
+    assert np.array_equal(service.resources.link_residual, service.world.topology.link_capacity)
+    server.receive(Message("w0", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
+    assert ledger.rejected == 2 and server.version == 2
+
+
+def test_malformed_commits_are_rejected_by_name(served) -> None:
+    _, service, server, ledger = served
+    n_links = len(service.world.topology.link_capacity)
+    [r] = server.receive(commit_msg("w0", 1, [n_links + 5], [], 10, 0), 0.0)
+    assert r.kind == REFUSE and ledger.rejected == 1 and server.version == 0
+    bad = commit_msg("w0", 2, [0], [], 10, 0)
+    bad.payload["links"] = bad.payload["links"].astype(np.float32)
+    server.receive(bad, 0.0)
+    assert ledger.rejected == 2 and service.resources.counters.commits == 0
+
+
+def test_checkpoint_round_trip(served) -> None:
+    cfg, service, server, _ = served
+    server.receive(commit_msg("w0", 3, [0, 1], [4], 500, 0), 0.0)
+    server.receive(commit_msg("w2", 5, [2], [], 700, 1), 0.0)
+    service.policies["w1"] = np.arange(service.n_params, dtype=np.float32)
+    state = service.state_dict()
+    fresh = IndependentRoutingPPO(cfg).make_service()
+    fresh.load_state_dict(state)
+    assert np.array_equal(fresh.resources.link_residual, service.resources.link_residual)
+    assert fresh.resources.version == service.resources.version and fresh.holder == service.holder
+    assert np.array_equal(fresh.policies["w1"], service.policies["w1"])
+    state["link_residual"] = state["link_residual"] + 1
+    with pytest.raises(ValueError, match="residuals do not match"):
+        IndependentRoutingPPO(cfg).make_service().load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------- configs and runs
+@pytest.mark.parametrize("path, overrides, message", [
+    (AMARL, ["backend.workers=2"], "backend.workers: ippo runs one worker per service"),
+    (SINGLE, ["backend.workers=3"], "backend.workers: single_ppo is one agent"),
+    (AMARL, ["server.max_staleness=3"], "server.max_staleness must be null"),
+    (AMARL, ["algorithm.eval_shifts=[heatwave]"], "eval_shifts"),
+    (AMARL, ["scenario.services=[embb, video]"], "scenario.services"),
+    (AMARL, ["scenario.k_paths=0"], "k_paths must be >= 1"),
+])
+def test_bad_configs_are_named(path: Path, overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(path, overrides)
+
+
+@pytest.mark.parametrize("path", [AMARL, SINGLE])
+def test_tiny_run_end_to_end(path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cfg = load_config(path, TINY + ["run.total_env_steps=450", "algorithm.eval_shifts=[none, urllc_surge]"])
+    summary = run_experiment(cfg, out, plots=False)
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["status"] == "completed" and saved["env_steps"] >= 450
+    for shift in ("none", "urllc_surge"):
+        assert 0.0 <= saved[f"eval_{shift}_gos"] <= 1.0
+        assert 0.0 <= saved[f"baseline_shortest_path_first_fit_{shift}_gos"] <= 1.0
+    assert saved["commits"] == saved["commits_accepted"] + saved["commits_refused"]
+    assert saved["server_version"] == summary["updates"]
+    with open(out / "comm.csv") as f:
+        rows = list(csv.DictReader(f))
+    commits = [r for r in rows if r["kind"] == COMMIT]
+    replies = [r for r in rows if r["kind"] in (ACCEPT, REFUSE)]
+    assert len(commits) == saved["commits"] == len(replies)
+    assert sum(r["kind"] == REFUSE for r in replies) == saved["commits_refused"]
+    with open(out / "metrics.csv") as f:
+        metrics = list(csv.DictReader(f))
+    assert metrics and all(0.0 <= float(m["gos"]) <= 1.0 for m in metrics)
+
+
+def test_sim_runs_are_reproducible(tmp_path: Path) -> None:
+    overrides = TINY + ["run.total_env_steps=200", "algorithm.eval_days=0"]
+    for name in ("a", "b"):
+        run_experiment(load_config(AMARL, overrides), tmp_path / name, plots=False)
+    assert (tmp_path / "a" / "comm.csv").read_bytes() == (tmp_path / "b" / "comm.csv").read_bytes()
+    assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
