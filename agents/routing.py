@@ -30,6 +30,7 @@ from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, Rout
 from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
 
 COMMIT, RELEASE, POLICY = "commit", "release", "policy"
+FRESH_START = "fresh_start"   # info flag on a worker's first message: release what earlier incarnations held
 ACCEPT, REFUSE, SNAPSHOT = "accept", "refuse", "snapshot"
 EVAL_SEED_OFFSET = 10_000   # evaluation demand is independent of every training stream
 
@@ -161,6 +162,10 @@ class CommitService(Service):
             return Outcome(False, [])
         assert self.resources.version == ctx.version, "resource versions must track server versions"
         release_ids = [int(r) for r in msg.payload["release_ids"]]
+        if msg.info.get(FRESH_START):
+            # a (re)started worker knows nothing of what an earlier incarnation held: give it back now
+            orphans = sorted(r for r, w in self.holder.items() if w == msg.src and r not in release_ids)
+            release_ids = orphans + release_ids
         foreign = [r for r in release_ids if self.holder.get(r) != msg.src]
         delta = None
         if msg.kind == COMMIT:
@@ -309,6 +314,7 @@ class RoutingPPOWorker(ActorCriticWorker):
         self.rew_buf: list[float] = []
         self.rollouts = 0
         self.seq = 0
+        self.fresh = True
         self.version = 0
         self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
         self._rows: list[dict[str, Any]] = []
@@ -374,6 +380,9 @@ class RoutingPPOWorker(ActorCriticWorker):
                                      d.node_amounts[0] if len(d.node_amounts) else 0], dtype=np.int64),
                 "links": d.link_ids.astype(np.int64), "nodes": d.node_ids.astype(np.int64)},
                 base_version=self.snapshot.version, seq=self.seq))
+        if self.fresh:
+            messages[-1].info[FRESH_START] = True
+            self.fresh = False
         self.waiting = True
         rows, self._rows = self._rows, []
         return Work(messages, env_steps=1, episodes=rows)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents.actor_critic import ActorCriticWorker
-from agents.routing import (ACCEPT, COMMIT, REFUSE, RELEASE, SNAPSHOT, CommitService, IndependentRoutingPPO,
+from agents.routing import (ACCEPT, COMMIT, FRESH_START, REFUSE, RELEASE, SNAPSHOT, CommitService, IndependentRoutingPPO,
                             RandomFeasible, RoutingPPOWorker, UniformRandom, shortest_path_first_fit)
 from marl_q.config import load_config
 from marl_q.errors import ConfigError
@@ -113,6 +113,20 @@ def test_releases_only_by_the_holder_and_only_once(served) -> None:
     assert np.array_equal(service.resources.link_residual, service.world.topology.link_capacity)
     server.receive(Message("w0", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
     assert ledger.rejected == 2 and server.version == 2
+
+
+def test_a_restarted_worker_gets_its_orphaned_holdings_released(served) -> None:
+    """The local backend restarts a dead worker; its first message frees what the old one held."""
+    _, service, server, _ = served
+    server.receive(commit_msg("w0", 3, [0], [], 100, 0), 0.0)
+    server.receive(commit_msg("w1", 4, [0], [], 100, 1), 0.0)
+    first = commit_msg("w0", 3, [1], [], 50, 2)            # the new incarnation reuses request id 3
+    first.info[FRESH_START] = True
+    [reply] = server.receive(first, 0.0)
+    assert reply.kind == ACCEPT and set(service.resources.holdings) == {3, 4}
+    cap = service.world.topology.link_capacity
+    assert service.resources.link_residual[0] == cap[0] - 100 and service.resources.link_residual[1] == cap[1] - 50
+    service.resources.check_invariants()
 
 
 def test_malformed_commits_are_rejected_by_name(served) -> None:
