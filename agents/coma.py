@@ -274,7 +274,7 @@ def trajectory_problem(payload: dict[str, np.ndarray], info: dict[str, Any], age
     """Why a trajectory (already shape-checked by the core) cannot be learned from, or None."""
     sent = info.get("agents")
     if sent is None or list(sent) != list(agents):
-        return f"agent set {sent!r} differs from the scenario's {agents!r}"
+        return f"agents: the set {sent!r} differs from the scenario's {agents!r}"
     steps = len(payload["rewards"])
     if steps < 1:
         return "length: an episode needs at least one transition"

@@ -1,12 +1,15 @@
 """Team cue: a cooperative repeated game where each agent's credit is buried in a shared reward.
 
 Every step each of N agents privately sees a random cue c in {0..K-1} and picks an action in the
-same set; agent i's right answer is (c + i) mod K (so a shared actor must use the agent id), and all
-agents receive the same team reward, the fraction of agents that answered right. An agent's own contribution is 1/N of the reward while the other N-1 agents add noise of
+same set; agent i's right answer is (c + i) mod K (so a shared actor must use the agent id; with
+``id_shift: false`` it is c for everyone), and all agents receive the same team reward, the fraction
+of agents that answered right. An agent's own contribution is 1/N of the reward while the other N-1 agents add noise of
 the same order, so a critic that conditions only on the agent's observation (IAC) or on the state
 (central-V) leaves that noise in the advantage, whereas COMA's counterfactual baseline (others'
 actions held fixed) removes it exactly. This is the difference-reward setting of Wolpert & Tumer
 that motivates COMA (Foerster et al. 2018, sec. 4); the optimum is known: return = episode length.
+Without the id shift every agent faces the same task, and a shared actor pools all agents' samples,
+which averages the others' noise away: the shift keeps each agent's credit problem its own.
 
 Registered as ``marlq/team_cue-v0``.
 """
@@ -31,6 +34,7 @@ class TeamCueConfig:
     n_agents: int = 6
     n_cues: int = 3
     episode_length: int = 10
+    id_shift: bool = True  # agent i's right answer is (cue + i) mod K; false: the cue itself
 
 
 class TeamCueEnv(ParallelEnv):
@@ -38,13 +42,16 @@ class TeamCueEnv(ParallelEnv):
 
     metadata = {"name": "team_cue_v0", "render_modes": []}
 
-    def __init__(self, n_agents: int = 6, n_cues: int = 3, episode_length: int = 10) -> None:
+    def __init__(self, n_agents: int = 6, n_cues: int = 3, episode_length: int = 10, id_shift: bool = True) -> None:
         for key, value in {"n_agents": n_agents, "n_cues": n_cues, "episode_length": episode_length}.items():
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"scenario.{key} must be a positive integer, got {value!r}")
         if n_cues < 2:
             raise ValueError(f"scenario.n_cues must be at least 2 (one cue is no game), got {n_cues}")
+        if not isinstance(id_shift, bool):
+            raise ValueError(f"scenario.id_shift must be true or false, got {id_shift!r}")
         self.n_agents, self.n_cues, self.episode_length = int(n_agents), int(n_cues), int(episode_length)
+        self.id_shift = id_shift
         self.possible_agents = [f"agent_{i}" for i in range(self.n_agents)]
         self.agents: list[str] = []
         self.state_space = spaces.Box(0.0, 1.0, (self.n_agents * self.n_cues,), np.float32)
@@ -65,8 +72,9 @@ class TeamCueEnv(ParallelEnv):
         return {a: eye[self._cues[i]].copy() for i, a in enumerate(self.agents)}
 
     def right_answers(self) -> np.ndarray:
-        """Each agent's rewarded action this step: (cue + agent index) mod K."""
-        return (self._cues + np.arange(self.n_agents)) % self.n_cues
+        """Each agent's rewarded action this step: (cue + agent index) mod K, or the cue without id_shift."""
+        shift = np.arange(self.n_agents) if self.id_shift else 0
+        return (self._cues + shift) % self.n_cues
 
     def state(self) -> np.ndarray:
         """All agents' cues, one-hot and concatenated: what the centralized critic may see."""
@@ -102,7 +110,7 @@ class TeamCueEnv(ParallelEnv):
 
 def make_team_cue(cfg: Any, seed: int) -> TeamCueEnv:
     """The scenario factory: a seeded TeamCueEnv from the ``scenario`` config section."""
-    env = TeamCueEnv(cfg.n_agents, cfg.n_cues, cfg.episode_length)
+    env = TeamCueEnv(cfg.n_agents, cfg.n_cues, cfg.episode_length, cfg.id_shift)
     env.reset(seed=seed)
     return env
 

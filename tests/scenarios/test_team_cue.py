@@ -42,8 +42,17 @@ def test_team_reward_is_the_fraction_of_agents_answering_cue_plus_index_mod_k() 
     assert all(truncated.values()) and env.agents == []
 
 
+def test_without_id_shift_the_right_answer_is_the_cue_for_everyone() -> None:
+    env = TeamCueEnv(n_agents=3, n_cues=3, episode_length=1, id_shift=False)
+    obs, _ = env.reset(seed=2)
+    _, rewards, *_ = env.step({a: int(np.argmax(o)) for a, o in obs.items()})
+    assert rewards == {a: 1.0 for a in env.possible_agents}
+
+
 @pytest.mark.parametrize(
-    "kwargs, key", [({"n_agents": 0}, "n_agents"), ({"n_cues": 1}, "n_cues"), ({"episode_length": 2.5}, "episode_length")]
+    "kwargs, key",
+    [({"n_agents": 0}, "n_agents"), ({"n_cues": 1}, "n_cues"), ({"episode_length": 2.5}, "episode_length"),
+     ({"id_shift": 1}, "id_shift")],
 )
 def test_bad_sizes_are_named(kwargs: dict, key: str) -> None:
     with pytest.raises(ValueError, match=f"scenario.{key}"):
