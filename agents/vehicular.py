@@ -1,7 +1,7 @@
 """Policies for the vehicular relay scenario: the baselines (no control, random, greedy gap-filling) and their evaluation.
 
-A policy maps the live agents' observations to actions; an agent left out of the returned dict
-follows the traffic model (that is how "no control" is expressed). The greedy heuristic reads only
+A policy maps the live agents' observations to actions; an agent left out of the returned dict, or
+given KEEP, follows the traffic model (that is how "no control" is expressed). The greedy heuristic reads only
 the agent's own observation, the same information the learned policy gets.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWork
 from agents.heads import FlatParameters
 from marl_q.errors import ConfigError
 from marl_q.registry import ALGORITHMS, SCENARIOS
-from scenarios.vehicular_road import (ACCELERATE, CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
+from scenarios.vehicular_road import (CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
                                       VehicularRelayConfig)
 
 CONNECTED = CHANNELS.index("connected")
@@ -73,19 +73,20 @@ class RandomMoves:
 
 
 class GreedyGapFilling:
-    """Park at the edge of the relay so the next vehicle can extend it; drive on when cut off.
+    """Slow down at the edge of the relay so the next vehicle can extend it; seek line of sight when cut off.
 
     Per agent, from its own observation: if RSU-connected, nothing connected lies beyond it on one
     side (it is a frontier of the relay) and the nearest connected node on the other side is at
-    least ``spacing`` of the view away, decelerate (towards a stop: a parked relay node). If
-    connected but inside the relay, accelerate to go and extend it. If not connected but a connected
-    node is in view (in range, line of sight blocked), change lane towards that node's lane when the
-    cell beside is free; otherwise accelerate to find the relay.
+    least ``spacing`` of the view away, decelerate (to at most ``min_speed`` of vmax, so it does
+    not stop traffic). If not connected but a connected node is in view (in range, line of sight
+    blocked), change lane towards that node's lane when the cell beside is free. Otherwise keep
+    driving with the traffic.
     """
 
-    def __init__(self, layout: ObservationLayout, spacing: float = 0.25) -> None:
+    def __init__(self, layout: ObservationLayout, spacing: float = 0.25, min_speed: float = 0.4) -> None:
         self.layout = layout
         self.spacing = spacing
+        self.min_speed = min_speed
 
     def act_one(self, obs: np.ndarray) -> int:
         """The heuristic's move for one observation."""
@@ -95,11 +96,11 @@ class GreedyGapFilling:
         ahead, behind = cols[cols > v] - v, v - cols[cols < v]
         far = self.spacing * v
         if connected:
-            if speed == 0.0:
-                return KEEP
             frontier_ahead = len(ahead) == 0 and len(behind) > 0 and behind.min() >= far
             frontier_behind = len(behind) == 0 and len(ahead) > 0 and ahead.min() >= far
-            return DECELERATE if (frontier_ahead or frontier_behind) else ACCELERATE
+            if (frontier_ahead or frontier_behind) and speed > self.min_speed:
+                return DECELERATE
+            return KEEP
         if len(cols):
             nearest = cols[np.argmin(np.abs(cols - v))]
             target_lanes = np.nonzero(grid[CONNECTED][:, nearest])[0]
@@ -108,7 +109,7 @@ class GreedyGapFilling:
                 step = 1 if goal > lane else -1
                 if grid[VEHICLE, lane + step, v] == 0:
                     return LANE_LEFT if step == 1 else LANE_RIGHT
-        return ACCELERATE
+        return KEEP
 
     def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
         return {name: self.act_one(o) for name, o in obs.items()}
@@ -290,7 +291,7 @@ def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int) -> tup
     """Rows (policy, p, coverage, relay length) for the learned policy and each baseline; plus one rendered frame.
 
     Evaluation seeds differ from training seeds; every policy sees the same traffic seeds. The frame
-    is the learned policy at the training penetration ratio after 150 s.
+    is the learned policy at the training penetration ratio after 150 s (or the episode's last second).
     """
     learned = LearnedPolicy(run_dir)
     cfg = learned.cfg
@@ -304,7 +305,7 @@ def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int) -> tup
             rows.append({"run_seed": cfg.run.seed, "policy": name, "penetration": float(p), **result})
     env = make_relay_env(cfg.scenario.params)
     obs, _ = env.reset(seed=seed)
-    for _ in range(150):
+    for _ in range(min(150, env.cfg.max_steps - 1)):
         obs, *_ = env.step(learned({a: obs[a] for a in env.agents}))
     return rows, env.render()
 

@@ -33,8 +33,8 @@ class VehicularRelayEnv(ParallelEnv):
     Observation (float32 in [0, 1]): channels (vehicle, mmWave vehicle, RSU, RSU-connected node) x
     lanes x (2 * view_cells + 1) cells centred on the ego vehicle, then a one-hot of the own lane,
     speed / vmax and whether the ego vehicle is RSU-connected. Actions: keep, accelerate,
-    decelerate, lane left, lane right. Agents missing from the action dict follow the traffic model
-    (that is the no-control baseline). Reward: marginal coverage (coverage lost if this vehicle's
+    decelerate, lane left, lane right; keep (and an agent missing from the action dict) drives as the
+    traffic model does, so "no control" is the policy that always keeps. Reward: marginal coverage (coverage lost if this vehicle's
     radio were off, scaled so one vehicle covering a fresh 2R stretch earns 1), a bonus for being
     RSU-connected, minus a penalty for an unsafe or impossible move.
     """

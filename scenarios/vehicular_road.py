@@ -16,7 +16,9 @@ from typing import Literal, Optional
 
 import numpy as np
 
-# Actions a controlled vehicle can take (the spec's five moves).
+# Actions a controlled vehicle can take (the spec's five moves). KEEP keeps driving as the traffic
+# model does (its speed rule, random slowdown and lane-change rule), so an agent that always keeps is
+# exactly an uncontrolled vehicle; the other four override the model for that second.
 KEEP, ACCELERATE, DECELERATE, LANE_LEFT, LANE_RIGHT = range(5)
 ACTION_NAMES = ("keep", "accelerate", "decelerate", "lane_left", "lane_right")
 # Observation grid channels.
@@ -328,7 +330,7 @@ class Highway:
     def step(self, actions: dict[int, int], admit_agents: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Advance one second: lane changes, Nagel-Schreckenberg speeds, moves, exits, entries.
 
-        ``actions`` maps agent id -> action; vehicles without one follow the traffic model.
+        ``actions`` maps agent id -> action; vehicles without one, or with KEEP, follow the traffic model.
         Returns (agent ids that left the road, agent ids whose requested move was unsafe or impossible).
         """
         cfg, rng = self.cfg, self.rng
@@ -345,7 +347,7 @@ class Highway:
             if acts.min() < 0 or acts.max() >= len(ACTION_NAMES):
                 raise ValueError(f"actions: {acts.tolist()} must each be in 0..{len(ACTION_NAMES) - 1}")
             action[index_of[ids]] = acts
-        controlled = action >= 0
+        controlled = action > KEEP  # KEEP and no action both drive as the traffic model
         unsafe = np.zeros(n, dtype=bool)
 
         # 1. lane changes (decided on the current positions, applied together)
