@@ -1,0 +1,195 @@
+"""Learning curves of COMA and its baselines over seeds, with 95% bands, from run directories only.
+
+Usage (after ``marlq sweep ... --grid algorithm.name=coma,iac,central_v``):
+
+    python -m analysis.coma SWEEP_OR_RUN_DIRS... --out curves.png [--by algorithm.name]
+        [--x env_steps|t] [--window 100] [--threshold 8] [--title "..."]
+
+Runs are grouped by a config key (``--by``, dotted, read from each run's config.yaml); each group's
+curve is the mean over seeds of the trailing ``window``-episode mean return, on a common x grid, and
+its band the 95% t-interval of that mean. A table of final/eval returns (and, with ``--threshold``,
+the x at which each seed's curve first reaches it) is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import yaml
+from scipy import stats
+
+from marl_q.errors import RunDirError
+
+
+@dataclass
+class Run:
+    """One run directory's curve and summary."""
+
+    path: Path
+    group: str
+    x: np.ndarray  # env steps or virtual time at each finished episode
+    returns: np.ndarray
+    summary: dict
+
+
+def find_run_dirs(paths: Sequence[Path]) -> list[Path]:
+    """Run directories (holding summary.json) at or below each path; a path with none is an error."""
+    found: list[Path] = []
+    for p in paths:
+        if (p / "summary.json").is_file():
+            found.append(p)
+            continue
+        below = sorted(s.parent for s in p.rglob("summary.json"))
+        if not below:
+            raise RunDirError(f"{p}: no run directory (summary.json) at or below it")
+        found.extend(below)
+    return found
+
+
+def config_value(config: dict, dotted: str) -> str:
+    """The value of a dotted key in a resolved config mapping, as text."""
+    node: object = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise RunDirError(f"config key {dotted!r} not in this run's config.yaml")
+        node = node[part]
+    return str(node)
+
+
+def load_run(path: Path, by: str, x_key: str) -> Run:
+    """Read metrics.csv, summary.json and config.yaml of one run."""
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        with open(path / "metrics.csv", newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("return", "") != ""]
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{path}: unreadable run directory ({exc})") from None
+    if rows and x_key not in rows[0]:
+        raise RunDirError(f"{path}: metrics.csv has no column {x_key!r}")
+    x = np.array([float(r[x_key]) for r in rows])
+    returns = np.array([float(r["return"]) for r in rows])
+    return Run(path, config_value(config, by), x, returns, summary)
+
+
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at every index (fewer at the start)."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(0, idx - window)
+    return (csum[idx] - csum[lo]) / (idx - lo)
+
+
+def mean_and_ci(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over axis 0 and the half-width of its two-sided t confidence interval (0 for one sample)."""
+    n = samples.shape[0]
+    mean = samples.mean(axis=0)
+    if n < 2:
+        return mean, np.zeros_like(mean)
+    sem = samples.std(axis=0, ddof=1) / np.sqrt(n)
+    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sem
+
+
+def first_reach(x: np.ndarray, curve: np.ndarray, threshold: float) -> Optional[float]:
+    """The first x at which ``curve`` is at least ``threshold``, or None."""
+    hit = np.flatnonzero(curve >= threshold)
+    return float(x[hit[0]]) if len(hit) else None
+
+
+def group_curves(runs: list[Run], window: int, points: int = 200) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """group -> (grid, mean, ci half-width, seeds), curves interpolated on the x range all seeds cover."""
+    out = {}
+    for group in sorted({r.group for r in runs}):
+        members = [r for r in runs if r.group == group and len(r.x) > 0]
+        if not members:
+            continue
+        hi = min(r.x[-1] for r in members)
+        lo = max(r.x[0] for r in members)
+        grid = np.linspace(lo, hi, points)
+        curves = np.stack([np.interp(grid, r.x, trailing_mean(r.returns, window)) for r in members])
+        mean, ci = mean_and_ci(curves)
+        out[group] = (grid, mean, ci, len(members))
+    return out
+
+
+def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str) -> Path:
+    """One line per group with its 95% band; saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for group, (grid, mean, ci, n) in curves.items():
+        (line,) = ax.plot(grid, mean, label=f"{group} ({n} seeds)")
+        ax.fill_between(grid, mean - ci, mean + ci, color=line.get_color(), alpha=0.2)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(title="shaded: 95% CI over seeds")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def summary_table(runs: list[Run], threshold: Optional[float], window: int) -> list[str]:
+    """Lines: per group, mean and 95% CI of final_return, eval_return and (optionally) x to threshold."""
+    lines = []
+    for group in sorted({r.group for r in runs}):
+        members = [r for r in runs if r.group == group]
+        parts = [f"{group}: {len(members)} seeds"]
+        for key in ("final_return", "eval_return"):
+            vals = np.array([r.summary.get(key) for r in members if r.summary.get(key) is not None], dtype=float)
+            if len(vals):
+                m, h = mean_and_ci(vals[:, None])
+                parts.append(f"{key} {m[0]:.3f} ± {h[0]:.3f}")
+        if threshold is not None:
+            reach = [first_reach(r.x, trailing_mean(r.returns, window), threshold) for r in members]
+            done = [v for v in reach if v is not None]
+            text = ", ".join("never" if v is None else f"{v:.4g}" for v in reach)
+            mean_text = f"{np.mean(done):.4g}" if done else "n/a"
+            parts.append(f"x to reach {threshold}: mean {mean_text} over {len(done)}/{len(reach)} seeds [{text}]")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI: plot grouped learning curves with bands and print the table."""
+    p = argparse.ArgumentParser(prog="python -m analysis.coma", description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="PNG file")
+    p.add_argument("--by", default="algorithm.name", help="config key that names a curve")
+    p.add_argument("--x", default="env_steps", choices=["env_steps", "t"], help="x axis: env steps or time (s)")
+    p.add_argument("--window", type=int, default=100, help="episodes in the trailing mean")
+    p.add_argument("--threshold", type=float, help="report the x where each seed first reaches this return")
+    p.add_argument("--title", default=None)
+    p.add_argument("--ylabel", default="episode return (trailing mean)")
+    args = p.parse_args(argv)
+    try:
+        runs = [load_run(d, args.by, args.x) for d in find_run_dirs(args.paths)]
+    except RunDirError as exc:
+        print(f"analysis.coma: {exc}", file=sys.stderr)
+        return 2
+    curves = group_curves(runs, args.window)
+    x_label = "environment steps (all workers)" if args.x == "env_steps" else "time (s; virtual in sim)"
+    scenario = runs[0].summary.get("scenario", "?")
+    title = args.title or f"{scenario}: return by {args.by}, mean of {args.window}-episode window"
+    print(f"plot: {plot_curves(curves, args.out, title, x_label, args.ylabel)}")
+    for line in summary_table(runs, args.threshold, args.window):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
