@@ -5,7 +5,9 @@ request stream: it reads the last snapshot the server sent, decides with its pol
 message per decision: ``commit`` (its due releases plus the chosen path's resource delta) or
 ``release`` (only the releases, after a reject). The reply is ``accept``/``refuse`` (or
 ``snapshot``) with fresh residuals. A refused request is re-planned on them up to
-``scenario.max_replans`` times. Workers learn locally with the actor-critic core's PPO update and
+``scenario.max_replans`` times. Each message carries the network time of the worker's request; a
+worker more than ``algorithm.max_clock_skew_s`` ahead of the slowest waits for its reply (bounded
+skew, so the agents meet each other's load at the same time of day). Workers learn locally with the actor-critic core's PPO update and
 upload their parameters (``policy``) so the server can checkpoint and evaluate them.
 
 Heuristic baselines: shortest-path first-fit, random feasible path, uniformly random action.
@@ -84,12 +86,18 @@ class RoutingPPOConfig(PPOConfig):
     eval_days: float = 1.0               # evaluation length in (compressed) days, per demand
     eval_shifts: list[str] = field(default_factory=lambda: list(SHIFTS))
     eval_baselines: bool = True          # also evaluate the heuristics on the same demand
+    # Pacing: a worker whose request stream is more than this many network seconds ahead of the
+    # slowest worker's gets its reply held back until the others catch up, so that every agent
+    # meets the others' load at (nearly) the same time of day. null = no pacing.
+    max_clock_skew_s: Optional[float] = 30.0
 
     def validate(self) -> None:
         super().validate()
         bad = [s for s in self.eval_shifts if s not in SHIFTS]
         if bad:
             raise ValueError(f"eval_shifts: {bad} not among {list(SHIFTS)}")
+        if self.max_clock_skew_s is not None and not self.max_clock_skew_s >= 0:
+            raise ValueError(f"max_clock_skew_s must be >= 0 or null, got {self.max_clock_skew_s}")
         if self.episode_requests < 1 or self.policy_push_every < 1 or not self.eval_days >= 0:
             raise ValueError("episode_requests and policy_push_every must be >= 1, eval_days >= 0")
 
@@ -136,14 +144,19 @@ class CommitService(Service):
         self.n_params = n_params
         ids = ((None,), "int64")
         self.specs = {
-            COMMIT: MessageSpec({"release_ids": ids, "request": ((3,), "int64"), "links": ids, "nodes": ids}),
-            RELEASE: MessageSpec({"release_ids": ids}, versioned=False),
+            COMMIT: MessageSpec({"release_ids": ids, "request": ((3,), "int64"), "links": ids, "nodes": ids,
+                                 "clock": ((1,), "float64")}),
+            RELEASE: MessageSpec({"release_ids": ids, "clock": ((1,), "float64")}, versioned=False),
             POLICY: MessageSpec({"params": ((n_params,), "float32")}, versioned=False),
         }
         self.holder: dict[int, str] = {}        # request id -> worker that holds it
         self.policies: dict[str, np.ndarray] = {}
-        self.per_worker = {w: {"commits": 0, "accepted": 0, "refused": 0, "conflicts": 0} for w in owners}
+        self.per_worker = {w: {"commits": 0, "accepted": 0, "refused": 0, "conflicts": 0, "held_back": 0}
+                           for w in owners}
         self._updates = 0
+        self.max_skew = cfg.algorithm.params.max_clock_skew_s
+        self.clock = {w: 0.0 for w in owners}   # network time of each worker's latest request
+        self.withheld: dict[str, str] = {}      # worker -> kind of the reply it is waiting for
 
     def _reply(self, kind: str, worker: str, version: int) -> Message:
         return Message(SERVER, worker, kind, {"link_residual": self.resources.link_residual.copy(),
@@ -184,17 +197,41 @@ class CommitService(Service):
         applied = self.resources.version != ctx.version
         self._updates += int(applied)
         version = ctx.next_version if applied else ctx.version
+        reason = ""
         if result is None:
-            return Outcome(applied, [self._reply(SNAPSHOT, msg.src, version)])
-        stats = self.per_worker[msg.src]
-        stats["commits"] += 1
-        if result.accepted:
-            self.holder[delta.request_id] = msg.src
-            stats["accepted"] += 1
-            return Outcome(applied, [self._reply(ACCEPT, msg.src, version)])
-        stats["refused"] += 1
-        stats["conflicts"] += int(result.stale)
-        return Outcome(applied, [self._reply(REFUSE, msg.src, version)], reason=f"refused: {result.reason}")
+            kind = SNAPSHOT
+        else:
+            stats = self.per_worker[msg.src]
+            stats["commits"] += 1
+            if result.accepted:
+                self.holder[delta.request_id] = msg.src
+                stats["accepted"] += 1
+                kind = ACCEPT
+            else:
+                stats["refused"] += 1
+                stats["conflicts"] += int(result.stale)
+                kind, reason = REFUSE, f"refused: {result.reason}"
+        return Outcome(applied, self._paced_replies(msg.src, kind, float(msg.payload["clock"][0]), version),
+                       reason=reason)
+
+    def _ahead(self, worker: str) -> bool:
+        return self.max_skew is not None and self.clock[worker] > min(self.clock.values()) + self.max_skew
+
+    def _paced_replies(self, src: str, kind: str, clock: float, version: int) -> list[Message]:
+        """The reply to ``src`` unless its stream is too far ahead, plus replies held back so far
+        from workers the others have now caught up with (with fresh residuals)."""
+        self.clock[src] = max(self.clock[src], clock)
+        out = []
+        if self._ahead(src):
+            self.withheld[src] = kind
+            self.per_worker[src]["held_back"] += 1
+        else:
+            out.append(self._reply(kind, src, version))
+        for worker, held_kind in list(self.withheld.items()):
+            if worker != src and not self._ahead(worker):
+                out.append(self._reply(held_kind, worker, version))
+                del self.withheld[worker]
+        return out
 
     def updates(self) -> int:
         return self._updates
@@ -366,10 +403,11 @@ class RoutingPPOWorker(ActorCriticWorker):
         plan = self.stream.act(action, feasible)
         release_ids = np.array(self.releases, dtype=np.int64)
         self.releases = []
+        clock = np.array([self.stream.current.time_s], dtype=np.float64)
         self.seq += 1
         if plan.delta is None:
             self._record(plan.reward, True)
-            messages.append(Message(self.name, SERVER, RELEASE, {"release_ids": release_ids},
+            messages.append(Message(self.name, SERVER, RELEASE, {"release_ids": release_ids, "clock": clock},
                                     base_version=self.version, seq=self.seq))
         else:
             self.pending = plan
@@ -378,7 +416,7 @@ class RoutingPPOWorker(ActorCriticWorker):
                 "release_ids": release_ids,
                 "request": np.array([d.request_id, d.link_amounts[0] if len(d.link_amounts) else 0,
                                      d.node_amounts[0] if len(d.node_amounts) else 0], dtype=np.int64),
-                "links": d.link_ids.astype(np.int64), "nodes": d.node_ids.astype(np.int64)},
+                "links": d.link_ids.astype(np.int64), "nodes": d.node_ids.astype(np.int64), "clock": clock},
                 base_version=self.snapshot.version, seq=self.seq))
         if self.fresh:
             messages[-1].info[FRESH_START] = True

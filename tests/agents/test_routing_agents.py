@@ -63,11 +63,16 @@ def served():
     return cfg, service, server, ledger
 
 
-def commit_msg(src: str, rid: int, links, nodes, kbps: int, base: int, releases=()) -> Message:
+def commit_msg(src: str, rid: int, links, nodes, kbps: int, base: int, releases=(), clock: float = 0.0) -> Message:
     return Message(src, SERVER, COMMIT, {"release_ids": np.array(releases, dtype=np.int64),
                                           "request": np.array([rid, kbps, kbps], dtype=np.int64),
                                           "links": np.array(links, dtype=np.int64),
-                                          "nodes": np.array(nodes, dtype=np.int64)}, base_version=base)
+                                          "nodes": np.array(nodes, dtype=np.int64),
+                                          "clock": np.array([clock])}, base_version=base)
+
+
+def release_msg(src: str, ids, clock: float = 0.0) -> Message:
+    return Message(src, SERVER, RELEASE, {"release_ids": np.array(ids, dtype=np.int64), "clock": np.array([clock])})
 
 
 def test_hello_gives_a_snapshot(served) -> None:
@@ -106,13 +111,30 @@ def test_concurrent_commits_from_one_stale_snapshot(served) -> None:
 def test_releases_only_by_the_holder_and_only_once(served) -> None:
     _, service, server, ledger = served
     server.receive(commit_msg("w0", 7, [1, 2], [], 1000, 0), 0.0)
-    [r] = server.receive(Message("w1", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
+    [r] = server.receive(release_msg("w1", [7]), 0.0)
     assert r.kind == SNAPSHOT and ledger.rejected == 1 and 7 in service.resources.holdings
-    [r] = server.receive(Message("w0", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
+    [r] = server.receive(release_msg("w0", [7]), 0.0)
     assert 7 not in service.resources.holdings and server.version == 2
     assert np.array_equal(service.resources.link_residual, service.world.topology.link_capacity)
-    server.receive(Message("w0", SERVER, RELEASE, {"release_ids": np.array([7], dtype=np.int64)}), 0.0)
+    server.receive(release_msg("w0", [7]), 0.0)
     assert ledger.rejected == 2 and server.version == 2
+
+
+def test_pacing_holds_back_a_worker_that_runs_ahead(served) -> None:
+    """max_clock_skew_s = 30: a worker more than 30 s ahead of the slowest waits for its reply."""
+    _, service, server, _ = served
+    assert service.max_skew == 30.0
+
+    def dsts(msg: Message) -> list[tuple[str, str]]:
+        return [(r.dst, r.kind) for r in server.receive(msg, 0.0)]
+
+    assert dsts(commit_msg("w0", 0, [0], [], 10, 0, clock=100.0)) == []           # slowest is at 0
+    assert dsts(release_msg("w1", [], clock=20.0)) == [("w1", SNAPSHOT)]           # within 0 + 30
+    assert dsts(release_msg("w2", [], clock=40.0)) == [("w2", SNAPSHOT)]           # within 20 + 30
+    assert dsts(release_msg("w1", [], clock=75.0)) == []                           # 75 > 40 + 30
+    assert dsts(release_msg("w2", [], clock=72.0)) == [("w2", SNAPSHOT), ("w0", ACCEPT), ("w1", SNAPSHOT)]
+    assert service.withheld == {} and server.version == 1
+    assert service.summary()["per_worker"]["w0"]["held_back"] == 1
 
 
 def test_a_restarted_worker_gets_its_orphaned_holdings_released(served) -> None:
