@@ -14,6 +14,7 @@ Heuristic baselines: shortest-path first-fit, random feasible path, uniformly ra
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -352,6 +353,7 @@ class RoutingPPOWorker(ActorCriticWorker):
         self.rollouts = 0
         self.seq = 0
         self.fresh = True
+        self.compute_s = 0.0   # real seconds spent in step() and deliver(): this agent's own compute
         self.version = 0
         self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
         self._rows: list[dict[str, Any]] = []
@@ -360,6 +362,7 @@ class RoutingPPOWorker(ActorCriticWorker):
         return [Message(self.name, SERVER, "hello")]
 
     def deliver(self, msg: Message) -> None:
+        t0 = time.perf_counter()
         if msg.kind not in (ACCEPT, REFUSE, SNAPSHOT):
             return
         self.snapshot = Snapshot(msg.base_version, np.array(msg.payload["link_residual"]),
@@ -373,6 +376,7 @@ class RoutingPPOWorker(ActorCriticWorker):
             if accepted:
                 self.held[plan.delta.request_id] = plan.delta
             self._record(reward, finished)
+        self.compute_s += time.perf_counter() - t0
 
     def ready(self) -> bool:
         return not self.waiting
@@ -389,6 +393,7 @@ class RoutingPPOWorker(ActorCriticWorker):
             self.releases.append(rid)
 
     def step(self) -> Work:
+        t0 = time.perf_counter()
         messages: list[Message] = []
         if not self.request_open:
             self._next_request()
@@ -423,6 +428,9 @@ class RoutingPPOWorker(ActorCriticWorker):
             self.fresh = False
         self.waiting = True
         rows, self._rows = self._rows, []
+        self.compute_s += time.perf_counter() - t0
+        for row in rows:
+            row["compute_s"] = self.compute_s
         return Work(messages, env_steps=1, episodes=rows)
 
     def policy_message(self) -> Message:
@@ -468,7 +476,7 @@ class RoutingPPO(Algorithm):
     """Shared wiring of the two routing learners; subclasses say who routes which services."""
 
     metric_fields = ["return", "length", "requests", "gos", "latency_ms", "refusals", "net_time_s",
-                     "service", "version"]
+                     "service", "version", "compute_s"]
     service_onehot = False
 
     @classmethod

@@ -93,6 +93,18 @@ def training_curve(path: Path, bins: np.ndarray) -> np.ndarray:
     return out
 
 
+def agent_compute_s(path: Path) -> tuple[float, float]:
+    """Real compute seconds of the busiest worker and of all workers together (metrics.csv)."""
+    last: dict[str, float] = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row.get("compute_s"):
+                last[row["worker"]] = float(row["compute_s"])
+    if not last:
+        return float("nan"), float("nan")
+    return max(last.values()), sum(last.values())
+
+
 def compare(out: Path) -> dict[str, Any]:
     """Acceptance figures of issue 6 from the run directories, with 95% intervals over seeds."""
     amarl, single = load(out, "amarl"), load(out, "single_ppo")
@@ -125,6 +137,13 @@ def compare(out: Path) -> dict[str, Any]:
     res["virtual_train_s"] = paired("virtual_s")
     res["time_ratio"] = ci95([a["virtual_s"] / b["virtual_s"] for a, b in zip(amarl, single)])
     res["real_train_s"] = paired("wall_s")
+    busiest = {name: [agent_compute_s(run_dir(out, name, seed) / "metrics.csv") for seed in range(n)]
+               for name in CONFIGS}
+    res["busiest_agent_compute_s"] = {"amarl": ci95([b for b, _ in busiest["amarl"]]),
+                                      "single": ci95([b for b, _ in busiest["single_ppo"]])}
+    res["all_agents_compute_s"] = {"amarl": ci95([t for _, t in busiest["amarl"]]),
+                                   "single": ci95([t for _, t in busiest["single_ppo"]])}
+    res["busiest_compute_ratio"] = ci95([a[0] / b[0] for a, b in zip(busiest["amarl"], busiest["single_ppo"])])
     res["conflict_rate"] = {"amarl": ci95([s["commit_conflict_rate"] for s in amarl]),
                             "single": ci95([s["commit_conflict_rate"] for s in single])}
     res["env_steps"] = {"amarl": amarl[0]["env_steps"], "single": single[0]["env_steps"]}
@@ -195,7 +214,7 @@ def plot(out: Path) -> list[Path]:
     paths.append(_save(fig, out / "latency.png"))
 
     # 4. training: GoS over virtual time with bands, and the training clock
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [2, 1, 1]})
     t_max = max(max(r["virtual_s"] for r in amarl), max(r["virtual_s"] for r in single))
     bins = np.linspace(0.0, t_max, 25)
     centers = 0.5 * (bins[1:] + bins[:-1])
@@ -218,6 +237,11 @@ def plot(out: Path) -> list[Path]:
     bar_group(axes[1], ["same number of decisions"], series, "training time (virtual s)")
     axes[1].set_title("Training wall-clock (virtual)")
     axes[1].legend(fontsize=8, loc="lower right")
+    busiest = {name: [agent_compute_s(run_dir(out, name, s) / "metrics.csv")[0] for s in range(n)] for name in CONFIGS}
+    series = {LABELS["amarl"]: [ci95(busiest["amarl"])], LABELS["single_ppo"]: [ci95(busiest["single_ppo"])]}
+    bar_group(axes[2], ["busiest agent"], series, "real compute (s)")
+    axes[2].set_title("Real compute of the busiest agent")
+    axes[2].legend(fontsize=8, loc="lower right")
     fig.suptitle(f"Training: AMARL vs single-agent PPO ({n} seeds, 95% bands)")
     paths.append(_save(fig, out / "training.png"))
     return paths
@@ -260,6 +284,10 @@ def report(res: dict[str, Any]) -> str:
               f"{f(v['single'], v['single_ci'], ' s')}; ratio {f(*res['time_ratio'])}",
               f"- training time, real process time of the one sim process (not parallel): AMARL "
               f"{f(r['amarl'], r['amarl_ci'], ' s')}, single {f(r['single'], r['single_ci'], ' s')}",
+              f"- real compute of the busiest agent (what parallel agents would wait for): AMARL "
+              f"{f(*res['busiest_agent_compute_s']['amarl'], ' s')}, single {f(*res['busiest_agent_compute_s']['single'], ' s')}; "
+              f"ratio {f(*res['busiest_compute_ratio'])}; all agents together: AMARL "
+              f"{f(*res['all_agents_compute_s']['amarl'], ' s')}, single {f(*res['all_agents_compute_s']['single'], ' s')}",
               f"- commit conflict rate: AMARL {f(*res['conflict_rate']['amarl'])}, single "
               f"{f(*res['conflict_rate']['single'])}"]
     return "\n".join(lines) + "\n"

@@ -36,6 +36,9 @@ def test_compare_pairs_seeds(tmp_path: Path) -> None:
             d = tmp_path / name / f"seed{seed}"
             d.mkdir(parents=True)
             (d / "summary.json").write_text(json.dumps(fake_summary(gos, lat, vs, 0.01)))
+            workers = ["w0", "w1", "w2"] if name == "amarl" else ["w0"]
+            lines = ["t,worker,gos,requests,compute_s"] + [f"1.0,{w},0.9,10,{vs / 10 + i}" for i, w in enumerate(workers)]
+            (d / "metrics.csv").write_text("\n".join(lines) + "\n")
     res = compare(tmp_path)
     g = res["gos_pp_none"]
     assert res["seeds"] == 2
@@ -44,5 +47,8 @@ def test_compare_pairs_seeds(tmp_path: Path) -> None:
     assert res["time_ratio"] == (pytest.approx(0.25), 0.0)
     assert res["latency_ratio_nominal"][0] == pytest.approx(1.25)
     assert res["gos_pp_none_uniform_random"] == (pytest.approx(50.0), 0.0)
+    assert res["busiest_agent_compute_s"]["amarl"] == (pytest.approx(3.0), 0.0)   # 1.0 + 2 (worker w2)
+    assert res["all_agents_compute_s"]["amarl"] == (pytest.approx(6.0), 0.0)
+    assert res["busiest_compute_ratio"] == (pytest.approx(0.75), 0.0)
     text = report(res)
     assert "| nominal | 96.00" in text and "ratio 0.25 ± 0.00" in text
