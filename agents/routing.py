@@ -489,6 +489,11 @@ class RoutingPPO(Algorithm):
             raise ConfigError(f"algorithm.name {cfg.algorithm.name!r} needs scenario.name: routing, "
                               f"got {cfg.scenario.name!r}")
         cls.owned_services(list(cfg.scenario.params.services), cfg.backend.workers)
+        try:  # build the world once per demand now, so a bad trace file fails at load time, named
+            for shift in dict.fromkeys([cfg.scenario.params.shift, *cfg.algorithm.params.eval_shifts]):
+                RoutingWorld(cfg.scenario.params, shift)
+        except ValueError as exc:
+            raise ConfigError(f"scenario: {exc}") from None
         if cfg.server.max_staleness is not None:
             raise ConfigError("server.max_staleness must be null for routing: a stale snapshot alone is no "
                               "conflict; the commit service checks feasibility against the current state")

@@ -110,7 +110,8 @@ class RoutingWorld:
         self.profiles, multiplier = shifted_profiles(cfg, self.shift)
         if cfg.trace_csv:
             if self.shift == "embb_peak_moved":
-                raise DemandError("shift embb_peak_moved moves a synthetic profile; it needs trace_csv unset")
+                raise DemandError("shift embb_peak_moved moves a synthetic profile, so it needs trace_csv unset "
+                                  "(with a trace, leave embb_peak_moved out of algorithm.eval_shifts)")
             self.demand = load_trace_csv(cfg.trace_csv, self.n_cells, self.services, cfg.day_seconds)
             self.demand.rate_multiplier = multiplier
         else:

@@ -192,6 +192,17 @@ def test_bad_configs_are_named(path: Path, overrides: list[str], message: str) -
         load_config(path, overrides)
 
 
+def test_a_malformed_trace_fails_at_load_with_its_line(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("time,cell,service,rate\n0,0,embb,1.0\n5,0,embb,lots\n")
+    overrides = [f"scenario.trace_csv={trace}", "algorithm.eval_shifts=[none]"]
+    with pytest.raises(ConfigError, match=r"line 3 .*rate 'lots' is not a number"):
+        load_config(AMARL, overrides)
+    from marl_q.cli import main
+    args = ["run", str(AMARL), "--set", overrides[0], "--set", overrides[1], "--out", str(tmp_path / "run"), "--quiet"]
+    assert main(args) == 2                                   # the CLI's exit code for bad input
+
+
 @pytest.mark.parametrize("path", [AMARL, SINGLE])
 def test_tiny_run_end_to_end(path: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
