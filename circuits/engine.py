@@ -20,6 +20,7 @@ from circuits import gates
 from circuits.spec import ANSATZE, VQCConfig
 
 COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+ROTATION_BLOCK = 4  # wires whose single-qubit matrices the gate path merges into one 16 x 16 block
 
 
 def apply_single_qubit(psi: torch.Tensor, matrix: torch.Tensor, wire: int, n_qubits: int) -> torch.Tensor:
@@ -29,9 +30,24 @@ def apply_single_qubit(psi: torch.Tensor, matrix: torch.Tensor, wire: int, n_qub
     return (matrix.unsqueeze(-3) @ view).reshape(*lead, 2**n_qubits)
 
 
+def apply_block(psi: torch.Tensor, matrix: torch.Tensor, first: int, width: int, n_qubits: int) -> torch.Tensor:
+    """Apply a 2^width-square matrix to wires first..first+width-1 of states psi (..., 2^n).
+
+    A shared (2-D) matrix goes through einsum, which torch lowers to one large GEMM; a batched
+    matrix (..., d, d) is applied per leading index.
+    """
+    lead = psi.shape[:-1]
+    view = psi.reshape(*lead, 2**first, 2**width, 2 ** (n_qubits - first - width))
+    if matrix.dim() == 2:
+        out = torch.einsum("ij,...jr->...ir", matrix, view)
+    else:
+        out = matrix.unsqueeze(-3) @ view
+    return out.reshape(*lead, 2**n_qubits)
+
+
 def apply_signed_permutation(psi: torch.Tensor, inverse: torch.Tensor, sign: torch.Tensor | None) -> torch.Tensor:
     """Apply a product of CNOT/CZ gates given as (inverse permutation, sign) to states psi (..., 2^n)."""
-    out = psi[..., inverse]
+    out = psi.gather(-1, inverse.expand(psi.shape))  # gather: its backward (scatter_add) never syncs
     return out if sign is None else out * sign
 
 
@@ -102,9 +118,11 @@ class CompiledCircuit(nn.Module):
         return apply_signed_permutation(psi, getattr(self, f"inverse_{layer}"), sign)
 
     def rotate(self, psi: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
-        """Apply per-qubit matrices (..., n, 2, 2) (leading dims broadcast against psi's)."""
-        for wire in range(self.n_qubits):
-            psi = apply_single_qubit(psi, matrices[..., wire, :, :], wire, self.n_qubits)
+        """Apply per-qubit matrices (..., n, 2, 2): Kronecker products of up to 4 wires at a time."""
+        for first in range(0, self.n_qubits, ROTATION_BLOCK):
+            width = min(ROTATION_BLOCK, self.n_qubits - first)
+            block = kron_matrices(matrices[..., first : first + width, :, :])
+            psi = apply_block(psi, block, first, width, self.n_qubits)
         return psi
 
     def trainable_layer(self, psi: torch.Tensor, weights: torch.Tensor, layer: int) -> torch.Tensor:
@@ -136,7 +154,9 @@ class CompiledCircuit(nn.Module):
 
     def product_state(self, angles: torch.Tensor) -> torch.Tensor:
         """The real product vector r(x) (B, 2^n) with r_k = prod_i cos(t_i/2 - bit_i(k) pi/2)."""
-        if self.n_qubits <= 8:  # one fused expression; its (B, n, 2^n) intermediate stays small
+        # One fused expression on the CPU (its (B, n, 2^n) intermediate stays small). Not on CUDA:
+        # prod's backward checks for zeros with a host sync, which a CUDA graph cannot capture.
+        if self.n_qubits <= 8 and angles.device.type == "cpu":
             return torch.cos(angles.unsqueeze(-1) * 0.5 - self.bit_shifts).prod(-2)
         return real_product_state(half_angle_vectors(angles))
 
