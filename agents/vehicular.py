@@ -18,7 +18,7 @@ from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWork
                                  make_optimizer)
 from agents.heads import FlatParameters
 from marl_q.errors import ConfigError
-from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.registry import ALGORITHMS, BENCHES, SCENARIOS
 from scenarios.vehicular_road import (CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
                                       VehicularRelayConfig)
 
@@ -340,3 +340,43 @@ def main(argv: Optional[list[str]] = None) -> int:
     np.save(args.out.with_suffix(".frame.npy"), frame)
     return 0
 
+
+
+def bench_env_speed(argv: list[str]) -> int:
+    """Env steps per second of vehicular_relay (default road, 20 agents) under no control, random and A3C-sized policies."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(prog="marlq bench vehicular_env", description=bench_env_speed.__doc__)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--agents", type=int, default=20)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    from scenarios.vehicular_relay import VehicularRelayEnv
+
+    env = VehicularRelayEnv(n_agents=args.agents, max_steps=args.steps + 1)
+    actor = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                torch.nn.Tanh(), torch.nn.Linear(64, 5))
+
+    @torch.no_grad()
+    def mlp_policy(obs: dict[str, np.ndarray]) -> dict[str, int]:
+        names = sorted(obs)
+        logits = actor(torch.from_numpy(np.stack([obs[n] for n in names])))
+        return dict(zip(names, logits.argmax(1).tolist()))
+
+    print(f"vehicular_relay: {env.cfg.lanes} lanes x {env.cfg.road_length_m:.0f} m, {args.agents} agents, "
+          f"{args.steps} steps per policy")
+    for name, policy in (("no_control", no_control), ("random", RandomMoves(0)), ("mlp_64x64", mlp_policy)):
+        obs, _ = env.reset(seed=0)
+        agent_steps = 0
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            agent_steps += len(env.agents)
+            obs, *_ = env.step(policy({a: obs[a] for a in env.agents}))
+        elapsed = time.perf_counter() - start
+        print(f"  {name:<11} {args.steps / elapsed:8.0f} env steps/s  {agent_steps / elapsed:9.0f} agent steps/s  "
+              f"(mean {agent_steps / args.steps:.1f} agents, {len(env.road.lane)} vehicles at the end)")
+    return 0
+
+
+BENCHES.add("vehicular_env", bench_env_speed, help="env steps/s of vehicular_relay with 20 agents")
