@@ -296,7 +296,8 @@ def plot_regret_vs_k(runs: list[RegretRun], out: Path, workers: int = 10) -> Opt
         mean, half = mean_band([r.cum_regret for r in group])
         k = np.arange(1, len(mean) + 1)
         idx = _thin(len(k))
-        ax.plot(k[idx], mean[idx], color=COLORS[name], label=f"{LABELS[name]} ({len(group)} seeds)")
+        on_top = 3 if name == "async_coop_lsvi" else 2  # async is the subject; draw it above the rest
+        ax.plot(k[idx], mean[idx], color=COLORS[name], zorder=on_top, label=f"{LABELS[name]} ({len(group)} seeds)")
         ax.fill_between(k[idx], (mean - half)[idx], (mean + half)[idx], color=COLORS[name], alpha=0.2)
         if name == "lsvi_ucb_pooled":
             ref = sqrt_reference(k, mean)
@@ -327,10 +328,13 @@ def plot_communication_vs_k(runs: list[RegretRun], out: Path, workers: int = 10)
             k = np.arange(1, len(mean) + 1)
             idx = _thin(len(k))
             ax.plot(k[idx], mean[idx], color=COLORS[name], label=f"{LABELS[name]} ({len(group)} seeds)")
-            ax.fill_between(k[idx], np.maximum(mean - half, 1e-9)[idx], (mean + half)[idx], color=COLORS[name], alpha=0.2)
+            # on a log axis, a band reaching zero would swamp the plot: floor it at half the mean
+            ax.fill_between(k[idx], np.maximum(mean - half, 0.5 * mean)[idx], (mean + half)[idx],
+                            color=COLORS[name], alpha=0.2)
             if name == "async_coop_lsvi":
                 ref = log_reference(k, mean)
-                ax.plot(k[idx][k[idx] >= 100], ref[idx][k[idx] >= 100], "k--", lw=1, label="fitted a + b log K (to async)")
+                shown = idx[(k[idx] >= 1000) & (ref[idx] > 0)]
+                ax.plot(k[shown], ref[shown], "k--", lw=1.5, label="a + b log K fitted to async over K >= 1000")
     if "lsvi_ucb_independent" in head:
         ax_rounds.plot([], [], color=COLORS["lsvi_ucb_independent"], label="independent: 0 rounds, 0 bytes")
     for ax, what in ((ax_rounds, "communication rounds (uploads reaching the server)"),
@@ -365,7 +369,10 @@ def plot_rounds_vs_m(runs: list[RegretRun], out: Path) -> Optional[Path]:
     ax.plot([], [], " ", label=f"fitted log-log slope {slope:.2f}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import NullFormatter
+
     ax.set_xticks(ms, [str(int(m)) for m in ms])
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("agents M (log scale)")
     ax.set_ylabel("communication rounds over the whole run (log scale)")
     k = len(next(iter(over_m.values()))[0].cum_regret)
