@@ -34,6 +34,7 @@ from marl_q.registry import ALGORITHMS, SCENARIOS
 TRAJECTORY = "trajectory"
 PARAMS = "params"
 EVAL_SEED_OFFSET = 100_003
+SUPPORTED_AGGREGATIONS = ("hogwild", "buffered", "sync")
 
 
 # ----------------------------------------------------------------------------- config
@@ -307,9 +308,7 @@ class TrajectoryService(Service):
         self.specs = {TRAJECTORY: trajectory_spec(desc.dims)}
         self.workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
         self.aggregation = cfg.server.aggregation
-        if self.aggregation not in ("hogwild", "buffered", "sync"):
-            raise ConfigError(f"server.aggregation: {self.aggregation!r} is not supported by the trajectory service "
-                              f"(hogwild | buffered | sync)")
+        assert self.aggregation in SUPPORTED_AGGREGATIONS, "checked by check_config"
         self.buffer: list[tuple[str, dict[str, np.ndarray], float, int]] = []
         self.env_steps = 0
         self.accepted = 0
@@ -409,6 +408,18 @@ class CentralizedCriticAlgorithm(Algorithm):
     """coma | iac | central_v: the algorithm name picks the critic (agents/coma_learner.py)."""
 
     metric_fields = ["return", "length", "version"]
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """At load time: the scenario can serve a shared actor and the aggregation is one we handle."""
+        if cfg.server.aggregation not in SUPPORTED_AGGREGATIONS:
+            raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the trajectory "
+                              f"service (choices: {', '.join(SUPPORTED_AGGREGATIONS)})")
+        env = make_env(cfg, cfg.run.seed)
+        try:
+            describe_env(cfg, env)
+        finally:
+            env.close()
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
