@@ -1,0 +1,116 @@
+"""The quantum A2C reproduction plot (Koelle et al.): learning curves of the four head variants.
+
+    python -m analysis.qa2c RUN_DIR... --out qa2c.png [--window 100] [--solve 475]
+
+Reads only run directories (config.yaml, metrics.csv). A run's variant comes from its resolved
+actor/critic heads. Each curve is the mean over seeds of the trailing ``window``-episode mean
+return against environment steps, with a 95% t-interval band over seeds. Prints, per variant, the
+seeds, the steps at which the trailing mean first reached ``solve`` and the final trailing mean.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import yaml
+from scipy import stats
+
+QUANTUM_HEADS = {"vqc", "hybrid", "diffqas"}
+ORDER = ["classical", "quantum actor", "quantum critic", "quantum actor + critic"]
+
+
+def variant_of(run_dir: Path) -> str:
+    """'classical', 'quantum actor', 'quantum critic' or 'quantum actor + critic' from config.yaml."""
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    actor = cfg["actor"]["head"] in QUANTUM_HEADS
+    critic = cfg["critic"]["head"] in QUANTUM_HEADS
+    return ORDER[int(actor) + 2 * int(critic)]
+
+
+class Curve:
+    """One run's finished episodes: env steps so far and the trailing-window mean return."""
+
+    def __init__(self, env_steps: np.ndarray, trailing: np.ndarray) -> None:
+        self.env_steps = env_steps
+        self.trailing = trailing
+
+
+def trailing_mean_curve(run_dir: Path, window: int) -> Curve:
+    """Per finished episode: env steps so far and the mean return of the last ``window`` episodes."""
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = sorted(((int(r["env_steps"]), float(r["return"])) for r in csv.DictReader(f)), key=lambda r: r[0])
+    steps = np.array([r[0] for r in rows], dtype=float)
+    returns = np.array([r[1] for r in rows])
+    sums = np.cumsum(np.concatenate([[0.0], returns]))
+    counts = np.minimum(np.arange(1, len(returns) + 1), window)
+    trailing = (sums[1:] - sums[np.arange(1, len(returns) + 1) - counts]) / counts
+    return Curve(steps, trailing)
+
+
+def steps_to_solve(curve: Curve, solve: float, window: int) -> float | None:
+    """First env step at which a full ``window``-episode trailing mean reached ``solve``."""
+    hits = np.flatnonzero(curve.trailing[window - 1 :] >= solve)
+    return float(curve.env_steps[window - 1 + hits[0]]) if len(hits) else None
+
+
+def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over seeds (axis 0) and the half-width of its 95% t-interval (0 for a single seed)."""
+    mean = values.mean(axis=0)
+    k = values.shape[0]
+    if k < 2:
+        return mean, np.zeros_like(mean)
+    half = stats.t.ppf(0.975, k - 1) * values.std(axis=0, ddof=1) / np.sqrt(k)
+    return mean, half
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Draw the four variants' learning curves into one PNG and print the table."""
+    p = argparse.ArgumentParser(prog="python -m analysis.qa2c", description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--window", type=int, default=100)
+    p.add_argument("--solve", type=float, default=475.0)
+    p.add_argument("--title", default="")
+    args = p.parse_args(argv)
+    groups: dict[str, list[Curve]] = {}
+    for run in args.runs:
+        if not (run / "metrics.csv").is_file() or not (run / "config.yaml").is_file():
+            print(f"{run}: not a finished run directory (no metrics.csv / config.yaml)", file=sys.stderr)
+            return 2
+        groups.setdefault(variant_of(run), []).append(trailing_mean_curve(run, args.window))
+    horizon = min(curve.env_steps[-1] for curves in groups.values() for curve in curves)
+    grid = np.linspace(0, horizon, 200)
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    print(f"{'variant':<24}{'seeds':>6}{'steps to ' + str(int(args.solve)):>16}{'final mean':>12}")
+    for name in [v for v in ORDER if v in groups]:
+        curves = groups[name]
+        values = np.stack([np.interp(grid, c.env_steps, c.trailing) for c in curves])
+        mean, half = band(values)
+        line, = ax.plot(grid, mean, label=f"{name} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
+        ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
+        solved = [steps_to_solve(c, args.solve, args.window) for c in curves]
+        solved_text = ", ".join("-" if s is None else f"{s:.0f}" for s in solved)
+        finals = [float(np.interp(horizon, c.env_steps, c.trailing)) for c in curves]
+        print(f"{name:<24}{len(curves):>6}{solved_text:>16}{np.mean(finals):>12.1f}")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(f"return (mean of last {args.window} episodes)")
+    ax.set_title(args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads")
+    ax.grid(alpha=0.3)
+    ax.legend(title="mean over seeds, 95% t-band", fontsize=8)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
