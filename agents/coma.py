@@ -240,7 +240,7 @@ class ComaWorker(Worker):
         return not self.waiting
 
     def step(self) -> Work:
-        seed = self.seed * 100_000 + self.episodes_played if self.episodes_played == 0 else None
+        seed = self.seed if self.episodes_played == 0 else None  # later episodes continue the env's RNG
         episode = play_episode(self.env, self.actor, self.desc, self.epsilon, self.rng, self.hp.team_reward, seed=seed)
         self.episodes_played += 1
         self.seq += 1
@@ -332,7 +332,8 @@ class TrajectoryService(Service):
     def actor_vector(self) -> np.ndarray:
         """The shared actor's parameters as one float32 vector (what workers load)."""
         if self._snapshot is None:
-            self._snapshot = torch.nn.utils.parameters_to_vector(self.learner.actor.parameters()).detach().numpy().astype(np.float32)
+            trainable = [p.detach().reshape(-1) for p in self.learner.actor.parameters() if p.requires_grad]
+            self._snapshot = torch.cat(trainable).numpy().astype(np.float32)  # FlatParameters' order
         return self._snapshot
 
     def _params(self, worker: str, version: int) -> Message:
@@ -417,9 +418,16 @@ class CentralizedCriticAlgorithm(Algorithm):
                               f"service (choices: {', '.join(SUPPORTED_AGGREGATIONS)})")
         env = make_env(cfg, cfg.run.seed)
         try:
-            describe_env(cfg, env)
+            dims = describe_env(cfg, env).dims
         finally:
             env.close()
+        kind = cfg.algorithm.name
+        for section, in_dim, out_dim in (("actor", dims.obs_dim + dims.n_agents, dims.n_actions),
+                                         ("critic", critic_in_dim(kind, dims), critic_out_dim(kind, dims))):
+            try:
+                build_head(getattr(cfg, section), in_dim, out_dim)
+            except ValueError as exc:  # a head that cannot take this input/output size
+                raise ConfigError(f"{section}: {exc}") from None
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -45,6 +45,23 @@ def test_tiny_run_writes_the_summary_the_issue_asks_for(algorithm: str) -> None:
     assert sum(summary["staleness_hist"].values()) == summary["trajectories_accepted"]
 
 
+def test_a_quantum_actor_with_the_classical_critic_runs_end_to_end() -> None:
+    raw = _raw("coma", steps=100)
+    # actor input: cue one-hot (3) + agent id one-hot (3) = 6 features, one qubit each
+    raw["actor"] = {"head": "vqc", "n_qubits": 6, "layers": 1, "output": "scaled"}
+    summary = run_experiment(build_config(raw), out=None)
+    assert summary["learning_updates"] > 0 and summary["eval_return"] is not None
+    # 6 qubits x 1 strongly entangling layer x 3 angles + 3 output scales
+    assert summary["actor_params"] == 6 * 3 + 3
+
+
+def test_a_head_that_cannot_take_the_actor_input_is_a_config_error_at_load() -> None:
+    raw = _raw("coma")
+    raw["actor"] = {"head": "vqc", "n_qubits": 3, "layers": 1}
+    with pytest.raises(ConfigError, match=r"actor: .*in_dim 6 > n_qubits 3"):
+        build_config(raw)
+
+
 def test_critic_sizes_differ_as_the_critics_see_different_inputs() -> None:
     sizes = {a: run_experiment(build_config(_raw(a, steps=20)), out=None)["critic_params"] for a in ("coma", "iac", "central_v")}
     # hidden 16: coma in = state 9 + obs 3 + actions 3*3 + id 3 = 24 -> 16 -> 3 outputs
