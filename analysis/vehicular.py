@@ -24,7 +24,6 @@ POLICIES = ("learned", "no_control", "greedy", "random")
 LABELS = {"learned": "A3C (shared policy)", "no_control": "no control (traffic model)",
           "greedy": "greedy gap-filling", "random": "random moves"}
 COLOURS = {"learned": "tab:red", "no_control": "tab:blue", "greedy": "tab:green", "random": "tab:gray"}
-T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -32,7 +31,9 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     x = np.asarray(values, dtype=float)
     if len(x) < 2:
         return float(x.mean()), 0.0
-    t = T_95.get(len(x) - 1, 1.96)
+    from scipy.stats import t as student_t
+
+    t = float(student_t.ppf(0.975, len(x) - 1))
     return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(len(x)))
 
 

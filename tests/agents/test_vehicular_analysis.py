@@ -1,0 +1,39 @@
+"""analysis/vehicular.py: the 95% band and the acceptance ratios against hand computations."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.vehicular import acceptance_figures, mean_ci95, plot_against_p
+
+
+def test_mean_ci95_by_hand():
+    # values 1..5: mean 3, sample sd sqrt(2.5), t_{0.975, 4} = 2.7764
+    mean, half = mean_ci95([1, 2, 3, 4, 5])
+    assert mean == 3.0
+    assert half == pytest.approx(2.7764451 * np.sqrt(2.5) / np.sqrt(5), rel=1e-6)
+    assert mean_ci95([0.4]) == (0.4, 0.0)
+
+
+def _rows():
+    rows = []
+    for seed, (learned, none) in enumerate([(0.6, 0.5), (0.8, 0.5)]):
+        for p, scale in ((0.2, 1.0), (0.5, 1.5)):
+            rows.append({"policy": "learned", "penetration": p, "coverage": learned * scale,
+                         "relay_length_m": 100.0 * scale, "run_seed": seed})
+            rows.append({"policy": "no_control", "penetration": p, "coverage": none * scale,
+                         "relay_length_m": 80.0, "run_seed": seed})
+    return rows
+
+
+def test_acceptance_ratio_is_ratio_of_seed_means():
+    fig = acceptance_figures(_rows())
+    assert fig["seeds"] == 2
+    assert fig["ratio_at_train_p"] == pytest.approx(0.7 / 0.5)
+    assert fig["target_1.3x_met"] and fig["never_below_no_control"]
+    assert fig["per_p"]["0.5"]["coverage_learned"][0] == pytest.approx(1.05)
+
+
+def test_plot_against_p_writes_a_png(tmp_path):
+    path = plot_against_p(_rows(), "coverage", "coverage", "test", tmp_path / "c.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
