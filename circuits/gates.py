@@ -36,13 +36,18 @@ def encoding_state_map(encoding: str, hadamard: bool) -> np.ndarray:
 
 
 def rotation_matrices(axis: str, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
-    """Batched R_axis(angles): (...,) real angles -> (..., 2, 2) complex matrices."""
-    pauli = torch.as_tensor(ROTATION_AXES[axis], dtype=complex_dtype, device=angles.device)
-    half = angles.to(pauli.real.dtype) * 0.5
-    cos = torch.cos(half)[..., None, None]
-    sin = torch.sin(half)[..., None, None]
-    eye = torch.eye(2, dtype=complex_dtype, device=angles.device)
-    return cos * eye - 1j * sin * pauli
+    """Batched R_axis(angles): (...,) real angles -> (..., 2, 2) complex matrices.
+
+    Built from real parts, -i s P = s Im(P) - i s Re(P), so autograd sees one complex op.
+    """
+    real_dtype = torch.float32 if complex_dtype == torch.complex64 else torch.float64
+    pauli = ROTATION_AXES[axis]
+    half = angles.to(real_dtype)[..., None, None] * 0.5
+    cos, sin = torch.cos(half), torch.sin(half)
+    eye = torch.eye(2, dtype=real_dtype, device=angles.device)
+    pauli_real = torch.as_tensor(pauli.real, dtype=real_dtype, device=angles.device)
+    pauli_imag = torch.as_tensor(pauli.imag, dtype=real_dtype, device=angles.device)
+    return torch.complex(cos * eye + sin * pauli_imag, -sin * pauli_real)
 
 
 def encoding_gate_matrices(encoding: str, hadamard: bool, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
@@ -53,16 +58,22 @@ def encoding_gate_matrices(encoding: str, hadamard: bool, angles: torch.Tensor, 
     return rot @ torch.as_tensor(HADAMARD, dtype=complex_dtype, device=angles.device)
 
 
+# Rot(phi, theta, omega) = [[c e^{-i a}, -s e^{i b}], [s e^{-i b}, c e^{i a}]] with c, s = cos, sin(theta/2),
+# a = (phi + omega)/2, b = (phi - omega)/2. Entry phases are weights @ ROT_PHASE; entry magnitudes are
+# cos(theta/2 + ROT_SHIFT) = (c, -s, s, c).
+ROT_PHASE = 0.5 * np.array([[-1.0, 1.0, -1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [-1.0, -1.0, 1.0, 1.0]])
+ROT_SHIFT = np.array([0.0, np.pi / 2, -np.pi / 2, 0.0])
+
+
 def rot_matrices(weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
     """Batched RZ(w2) RY(w1) RZ(w0) (PennyLane's Rot(phi=w0, theta=w1, omega=w2)): (..., 3) -> (..., 2, 2)."""
-    phi, theta, omega = weights.unbind(-1)
-    cos = torch.cos(theta * 0.5).to(complex_dtype)
-    sin = torch.sin(theta * 0.5).to(complex_dtype)
-    plus = torch.exp(-0.5j * (phi + omega).to(complex_dtype))
-    minus = torch.exp(0.5j * (phi - omega).to(complex_dtype))
-    row0 = torch.stack([plus * cos, -minus * sin], dim=-1)
-    row1 = torch.stack([minus.conj() * sin, plus.conj() * cos], dim=-1)
-    return torch.stack([row0, row1], dim=-2)
+    real_dtype = torch.float32 if complex_dtype == torch.complex64 else torch.float64
+    weights = weights.to(real_dtype)
+    shift = torch.as_tensor(ROT_SHIFT, dtype=real_dtype, device=weights.device)
+    phase = weights @ torch.as_tensor(ROT_PHASE, dtype=real_dtype, device=weights.device)
+    magnitude = torch.cos(weights[..., 1:2] * 0.5 + shift)
+    entries = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
+    return entries.reshape(*weights.shape[:-1], 2, 2)
 
 
 def layer_rotation_matrices(ansatz: str, rotation: str, layer_weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
