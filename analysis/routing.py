@@ -34,6 +34,7 @@ LABELS = {"amarl": "AMARL (PPO per service)", "single_ppo": "single-agent PPO",
           "uniform_random": "uniformly random action"}
 SHIFT_LABELS = {"none": "nominal", "urllc_surge": "URLLC surge", "embb_peak_moved": "eMBB peak moved"}
 SERVICES = ["embb", "urllc", "mmtc"]
+SERVICE_LABELS = {"embb": "eMBB", "urllc": "URLLC", "mmtc": "mMTC"}
 HEURISTICS = ["shortest_path_first_fit", "random_feasible", "uniform_random"]
 
 
@@ -179,7 +180,7 @@ def plot(out: Path) -> list[Path]:
               LABELS["single_ppo"]: [ci95([r[f"eval_none_{k}gos"] * 100 for r in single]) for k in keys]}
     for h in HEURISTICS:
         series[LABELS[h]] = [ci95([r[f"baseline_{h}_none_{k}gos"] * 100 for r in amarl]) for k in keys]
-    bar_group(ax, [g if g == "overall" else g.upper() if g != "embb" else "eMBB" for g in groups], series,
+    bar_group(ax, [SERVICE_LABELS.get(g, g) for g in groups], series,
               "grade of service (% accepted)")
     lo = min(m - h for vals in series.values() for m, h in vals)
     ax.set_ylim(max(0, lo - 5), 100.5)
@@ -216,20 +217,19 @@ def plot(out: Path) -> list[Path]:
     # 4. training: GoS over virtual time with bands, and the training clock
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [2, 1, 1]})
     t_max = max(max(r["virtual_s"] for r in amarl), max(r["virtual_s"] for r in single))
-    bins = np.linspace(0.0, t_max, 25)
+    bins = np.linspace(0.0, t_max, 13)
     centers = 0.5 * (bins[1:] + bins[:-1])
     for name, color in (("amarl", "C0"), ("single_ppo", "C1")):
         curves = np.array([training_curve(run_dir(out, name, s) / "metrics.csv", bins) * 100 for s in range(n)])
-        mean = np.nanmean(curves, axis=0)
-        count = np.sum(~np.isnan(curves), axis=0)
-        sd = np.nanstd(curves, axis=0, ddof=1) if n > 1 else np.zeros_like(mean)
-        hw = np.where(count > 1, stats.t.ppf(0.975, np.maximum(count - 1, 1)) * sd / np.sqrt(np.maximum(count, 1)), 0)
-        ok = count > 0
-        axes[0].plot(centers[ok], mean[ok], color=color, label=LABELS[name])
-        axes[0].fill_between(centers[ok], (mean - hw)[ok], (mean + hw)[ok], color=color, alpha=0.25)
+        ok = np.sum(~np.isnan(curves), axis=0) > 0
+        bands = [ci95(curves[:, b]) for b in np.flatnonzero(ok)]
+        mean = np.array([m for m, _ in bands])
+        hw = np.array([h for _, h in bands])
+        axes[0].plot(centers[ok], mean, color=color, marker="o", ms=3, label=LABELS[name])
+        axes[0].fill_between(centers[ok], np.maximum(mean - hw, 0), np.minimum(mean + hw, 100), color=color, alpha=0.25)
     axes[0].set_xlabel("training time (virtual s, sim backend)")
     axes[0].set_ylabel("training grade of service (%)")
-    axes[0].set_title("Learning curves (all services pooled)")
+    axes[0].set_title("Learning curves, all services pooled\n(the training streams' load follows the time of day)")
     axes[0].legend()
     axes[0].grid(alpha=0.3)
     series = {LABELS["amarl"]: [ci95([r["virtual_s"] for r in amarl])],
