@@ -74,6 +74,8 @@ class DiffQASConfig:
             raise CircuitConfigError(f"layers: expected an integer >= 1, got {self.layers}")
         if self.top_k < 0 or self.prune_after < 0:
             raise CircuitConfigError(f"top_k and prune_after must be >= 0, got {self.top_k}, {self.prune_after}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise CircuitConfigError("device: 'cuda' was requested but torch sees no CUDA GPU (torch.cuda.is_available() is False); use device: cpu")
 
 
 class Candidate(dict):
@@ -94,8 +96,6 @@ class DiffQAS(nn.Module):
     def __init__(self, cfg: DiffQASConfig, in_dim: int, out_dim: int) -> None:
         super().__init__()
         cfg.validate()
-        if cfg.device == "cuda" and not torch.cuda.is_available():
-            raise CircuitConfigError("device: 'cuda' was requested but torch sees no CUDA GPU; use device: cpu")
         self.cfg = cfg
         self.in_dim, self.out_dim = in_dim, out_dim
         n = cfg.n_qubits

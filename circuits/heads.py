@@ -13,7 +13,8 @@ from torch import nn
 
 from circuits.diffqas import DiffQAS, DiffQASConfig
 from circuits.spec import AnsatzName, ObservableName, VQCConfig, validate_config
-from circuits.vqc import VQC
+from circuits.reference import check_device
+from circuits.vqc import VQC, resolve_device
 
 
 class HeadSpec(NamedTuple):
@@ -29,8 +30,11 @@ class VQCHeadConfig(VQCConfig):
     """The ``vqc`` head: every key of circuits.spec.VQCConfig."""
 
     def validate(self) -> None:
-        """Check choices and numbers (called by the config loader)."""
+        """Check choices and numbers, the CUDA device and the PennyLane plugin (called by the config loader)."""
         validate_config(self)
+        resolve_device(self.device)
+        if self.backend == "pennylane":
+            check_device(self.pennylane_device)
 
 
 @dataclass

@@ -164,3 +164,16 @@ def test_config_loader_lists_choices_for_an_unknown_encoding(tmp_path):
                     "actor: {head: vqc, n_qubits: 0}\ncritic: {head: hybrid}\n")
     with pytest.raises(errors.ConfigError, match="n_qubits"):
         config.load_config(path)
+
+
+def test_head_configs_check_cuda_and_plugins_at_load_time(monkeypatch):
+    from circuits.diffqas import DiffQASConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CircuitConfigError, match="no CUDA GPU"):
+        HEADS["vqc"].config(device="cuda").validate()
+    with pytest.raises(CircuitConfigError, match="no CUDA GPU"):
+        DiffQASConfig(device="cuda").validate()
+    with pytest.raises(CircuitConfigError, match="pennylane-lightning-kokkos"):
+        HEADS["hybrid"].config(backend="pennylane", pennylane_device="lightning.kokkos").validate()
+    HEADS["hybrid"].config(backend="pennylane", pennylane_device="default.qubit").validate()
