@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from circuits import gates
-from circuits.engine import COMPLEX_TO_REAL, half_angle_vectors, real_product_state
+from circuits.engine import COMPLEX_TO_REAL, apply_signed_permutation, half_angle_vectors, kron_matrices, real_product_state
 from circuits.spec import (
     ENCODINGS,
     ENTANGLING_GATES,
@@ -143,21 +143,21 @@ class DiffQAS(nn.Module):
         return torch.topk(self.structure.detach().abs(), self.cfg.top_k).indices.sort().values
 
     def dense_matrices(self, active: torch.Tensor) -> torch.Tensor:
-        """Real (k, 2^n, 2^(n+1)) matrices [Re D_j | Im D_j] of the active candidates."""
-        n, dim = self.cfg.n_qubits, self.dim
-        psi = self.encoded_basis[active]  # (k, 2^n, 2^n), rows are encoded basis states
+        """Real (k, 2^n, 2^(n+1)) matrices [Re D_j | Im D_j] of the active candidates.
+
+        Each layer is the Kronecker product of the candidate's rotations, then its CNOT/CZ ring.
+        """
+        half = self.weights[active, ..., None, None] * 0.5  # (k, L, n, 1, 1)
+        cos, sin = torch.cos(half), torch.sin(half)
         paulis = self.paulis[active][:, None, None]  # (k, 1, 1, 2, 2): broadcasts over layers and wires
-        eye = torch.eye(2, dtype=self.complex_dtype, device=psi.device)
-        half = self.weights[active] * 0.5  # (k, L, n)
-        cos = torch.cos(half).to(self.complex_dtype)[..., None, None]
-        sin = torch.sin(half).to(self.complex_dtype)[..., None, None]
-        matrices = cos * eye - 1j * sin * paulis  # (k, L, n, 2, 2)
+        eye = torch.eye(2, dtype=cos.dtype, device=cos.device)
+        rotations = torch.complex(cos * eye + sin * paulis.imag, -sin * paulis.real)  # -i s P = s Im P - i s Re P
+        kron_transposed = kron_matrices(rotations).transpose(-1, -2)  # (k, L, 2^n, 2^n)
+        psi = self.encoded_basis[active]  # (k, 2^n, 2^n), rows are encoded basis states
         for layer in range(self.cfg.layers):
-            for wire in range(n):
-                view = psi.reshape(len(active), dim, 2**wire, 2, 2 ** (n - wire - 1))
-                psi = (matrices[:, layer, wire][:, None, None] @ view).reshape(len(active), dim, dim)
-            index = self.inverses[active, layer][:, None, :].expand(-1, dim, -1)
-            psi = psi.gather(-1, index) * self.signs[active, layer][:, None, :]
+            inverse = self.inverses[active, layer][:, None, :]
+            sign = self.signs[active, layer][:, None, :]
+            psi = apply_signed_permutation(psi @ kron_transposed[:, layer], inverse, sign)
         return torch.cat([psi.real, psi.imag], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -23,13 +23,6 @@ COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float
 ROTATION_BLOCK = 4  # wires whose single-qubit matrices the gate path merges into one 16 x 16 block
 
 
-def apply_single_qubit(psi: torch.Tensor, matrix: torch.Tensor, wire: int, n_qubits: int) -> torch.Tensor:
-    """Apply a 2x2 matrix (broadcastable to psi's leading dims) to one wire of states psi (..., 2^n)."""
-    lead = psi.shape[:-1]
-    view = psi.reshape(*lead, 2**wire, 2, 2 ** (n_qubits - wire - 1))
-    return (matrix.unsqueeze(-3) @ view).reshape(*lead, 2**n_qubits)
-
-
 def apply_block(psi: torch.Tensor, matrix: torch.Tensor, first: int, width: int, n_qubits: int) -> torch.Tensor:
     """Apply a 2^width-square matrix to wires first..first+width-1 of states psi (..., 2^n).
 

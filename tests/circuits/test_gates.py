@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from circuits import gates
-from circuits.engine import CompiledCircuit, apply_single_qubit, real_product_state
+from circuits.engine import CompiledCircuit, apply_block, kron_matrices, real_product_state
 from circuits.spec import ENCODINGS, make_config
 
 torch.set_num_threads(1)
@@ -106,14 +106,22 @@ def test_rzryrz_ring_unitary_matches_hand_listed_gates():
     np.testing.assert_allclose(circuit_unitary(cfg, torch.tensor(weights)), expected, atol=1e-10)
 
 
-def test_apply_single_qubit_matches_kronecker_product():
-    n = 3
-    psi = torch.tensor(RNG.normal(size=(2, 8)) + 1j * RNG.normal(size=(2, 8)))
-    matrix = torch.tensor(RNG.normal(size=(2, 2)) + 1j * RNG.normal(size=(2, 2)))
-    for wire in range(n):
-        full = np.kron(np.kron(np.eye(2**wire), matrix.numpy()), np.eye(2 ** (n - wire - 1)))
-        expected = psi.numpy() @ full.T
-        np.testing.assert_allclose(apply_single_qubit(psi, matrix, wire, n).numpy(), expected, atol=1e-12)
+def test_apply_block_matches_kronecker_product():
+    n = 4
+    psi = torch.tensor(RNG.normal(size=(3, 16)) + 1j * RNG.normal(size=(3, 16)))
+    for first, width in [(0, 1), (2, 1), (3, 1), (1, 2), (0, 4)]:
+        matrix = torch.tensor(RNG.normal(size=(2**width,) * 2) + 1j * RNG.normal(size=(2**width,) * 2))
+        full = np.kron(np.kron(np.eye(2**first), matrix.numpy()), np.eye(2 ** (n - first - width)))
+        np.testing.assert_allclose(apply_block(psi, matrix, first, width, n).numpy(), psi.numpy() @ full.T, atol=1e-12)
+        per_sample = matrix.expand(3, -1, -1)  # the batched branch: one matrix per state
+        np.testing.assert_allclose(apply_block(psi, per_sample, first, width, n).numpy(), psi.numpy() @ full.T, atol=1e-12)
+
+
+def test_kron_matrices_matches_numpy_kron():
+    matrices = torch.tensor(RNG.normal(size=(2, 3, 2, 2)) + 1j * RNG.normal(size=(2, 3, 2, 2)))
+    for b in range(2):
+        expected = np.kron(np.kron(matrices[b, 0].numpy(), matrices[b, 1].numpy()), matrices[b, 2].numpy())
+        np.testing.assert_allclose(kron_matrices(matrices)[b].numpy(), expected, atol=1e-12)
 
 
 def test_real_product_state_is_the_kronecker_product():
