@@ -7,8 +7,9 @@ Two paths compute the same function (tested against each other and against Penny
   2^n x 2^n complex matrix D(theta) acting on the real product vector r(x). Forward is
   r @ [Re D | Im D], squared, then one matmul with the readout matrix. D depends on the weights
   only, so rollouts (no grad) reuse it until the weights change.
-- gates: a (..., 2^n) complex state updated one single-qubit matrix and one entangling block
-  (a signed permutation of basis states) at a time; used with data re-uploading and for large n.
+- gates: a (..., 2^n) complex state updated block by block: the single-qubit matrices of up to
+  4 neighbouring wires as one Kronecker block (one GEMM), then each layer's CNOT/CZ ring as a
+  signed permutation of basis states; used with data re-uploading and for large n.
 """
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
 class CompiledCircuit(nn.Module):
     """The fixed structure of one spec on n qubits (permutations, readout and encoding matrices).
 
-    Holds no trainable parameters: weights and angles are passed in, so the same compiled structure
-    serves a VQC, the DiffQAS pool and the tests. Buffers are non-persistent (not in state_dict).
+    Holds no trainable parameters: weights and angles are passed in, so the structure can be tested
+    on its own. Buffers are non-persistent (not in state_dict) and follow the module's device.
     """
 
     def __init__(self, cfg: VQCConfig, complex_dtype: torch.dtype = torch.complex64) -> None:
