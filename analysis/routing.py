@@ -145,8 +145,9 @@ def compare(out: Path) -> dict[str, Any]:
     res["all_agents_compute_s"] = {"amarl": ci95([t for _, t in busiest["amarl"]]),
                                    "single": ci95([t for _, t in busiest["single_ppo"]])}
     res["busiest_compute_ratio"] = ci95([a[0] / b[0] for a, b in zip(busiest["amarl"], busiest["single_ppo"])])
-    res["conflict_rate"] = {"amarl": ci95([s["commit_conflict_rate"] for s in amarl]),
-                            "single": ci95([s["commit_conflict_rate"] for s in single])}
+    res["conflict_rate_pct"] = {"amarl": ci95([100 * s["commit_conflict_rate"] for s in amarl]),
+                                "single": ci95([100 * s["commit_conflict_rate"] for s in single])}
+    res["commits_per_run"] = {"amarl": ci95([s["commits"] for s in amarl]), "single": ci95([s["commits"] for s in single])}
     res["env_steps"] = {"amarl": amarl[0]["env_steps"], "single": single[0]["env_steps"]}
     return res
 
@@ -288,8 +289,10 @@ def report(res: dict[str, Any]) -> str:
               f"{f(*res['busiest_agent_compute_s']['amarl'], ' s')}, single {f(*res['busiest_agent_compute_s']['single'], ' s')}; "
               f"ratio {f(*res['busiest_compute_ratio'])}; all agents together: AMARL "
               f"{f(*res['all_agents_compute_s']['amarl'], ' s')}, single {f(*res['all_agents_compute_s']['single'], ' s')}",
-              f"- commit conflict rate: AMARL {f(*res['conflict_rate']['amarl'])}, single "
-              f"{f(*res['conflict_rate']['single'])}"]
+              f"- commit conflict rate (refused commits planned on a stale snapshot, % of commits): AMARL "
+              f"{f(*res['conflict_rate_pct']['amarl'], ' %')}, single {f(*res['conflict_rate_pct']['single'], ' %')} "
+              f"(commits per run: AMARL {res['commits_per_run']['amarl'][0]:.0f}, single "
+              f"{res['commits_per_run']['single'][0]:.0f})"]
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,8 @@ def test_ci95_by_hand() -> None:
 
 
 def fake_summary(gos: float, latency: float, virtual_s: float, conflicts: float) -> dict:
-    out = {"virtual_s": virtual_s, "wall_s": 2 * virtual_s, "commit_conflict_rate": conflicts, "env_steps": 100}
+    out = {"virtual_s": virtual_s, "wall_s": 2 * virtual_s, "commit_conflict_rate": conflicts, "env_steps": 100,
+           "commits": 90}
     for s in SHIFTS:
         out.update({f"eval_{s}_gos": gos, f"eval_{s}_latency_mean_ms": latency, f"eval_{s}_latency_p95_ms": 2 * latency})
         for h in ("shortest_path_first_fit", "random_feasible", "uniform_random"):
@@ -51,4 +52,5 @@ def test_compare_pairs_seeds(tmp_path: Path) -> None:
     assert res["all_agents_compute_s"]["amarl"] == (pytest.approx(6.0), 0.0)
     assert res["busiest_compute_ratio"] == (pytest.approx(0.75), 0.0)
     text = report(res)
-    assert "| nominal | 96.00" in text and "ratio 0.25 ± 0.00" in text
+    assert res["conflict_rate_pct"]["amarl"] == (pytest.approx(1.0), 0.0)
+    assert "| nominal | 96.00" in text and "ratio 0.25 ± 0.00" in text and "AMARL 1.00 ± 0.00 %" in text
