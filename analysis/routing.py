@@ -186,7 +186,7 @@ def plot(out: Path) -> list[Path]:
     lo = min(m - h for vals in series.values() for m, h in vals)
     ax.set_ylim(max(0, lo - 5), 100.5)
     ax.set_title(f"Routing on nominal demand: grade of service per service ({n} seeds, 95% CI)")
-    ax.legend(fontsize=8, loc="lower left")
+    legend_below(ax, ncol=5)
     paths.append(_save(fig, out / "gos_nominal.png"))
 
     # 2. GoS under the demand shifts the learners were not trained on
@@ -199,7 +199,7 @@ def plot(out: Path) -> list[Path]:
     lo = min(m - h for vals in series.values() for m, h in vals)
     ax.set_ylim(max(0, lo - 3), 100.5)
     ax.set_title(f"Grade of service under demand shifts unseen in training ({n} seeds, 95% CI)")
-    ax.legend(fontsize=8, loc="lower left")
+    legend_below(ax, ncol=4)
     paths.append(_save(fig, out / "gos_shifts.png"))
 
     # 3. latency of accepted requests
@@ -211,7 +211,7 @@ def plot(out: Path) -> list[Path]:
                                                             for r in amarl]) for s in shifts]}
         bar_group(ax, [SHIFT_LABELS[s] for s in shifts], series, f"{name} end-to-end latency (ms)")
         ax.set_title(f"{name} latency of accepted requests")
-    axes[0].legend(fontsize=8, loc="lower left")
+    legend_below(axes[0], ncol=3)
     fig.suptitle(f"Routing latency ({n} seeds, 95% CI)")
     paths.append(_save(fig, out / "latency.png"))
 
@@ -246,6 +246,11 @@ def plot(out: Path) -> list[Path]:
     fig.suptitle(f"Training: AMARL vs single-agent PPO ({n} seeds, 95% bands)")
     paths.append(_save(fig, out / "training.png"))
     return paths
+
+
+def legend_below(ax, ncol: int) -> None:
+    """A legend under the axes, where it cannot hide bars."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=ncol, frameon=False)
 
 
 def _save(fig, path: Path) -> Path:
