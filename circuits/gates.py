@@ -38,16 +38,23 @@ def encoding_state_map(encoding: str, hadamard: bool) -> np.ndarray:
 def rotation_matrices(axis: str, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
     """Batched R_axis(angles): (...,) real angles -> (..., 2, 2) complex matrices.
 
-    Built from real parts, -i s P = s Im(P) - i s Re(P), so autograd sees one complex op.
+    Written entry by entry from cos and sin (no host-side constants, so it can be captured in a
+    CUDA graph), with one complex op for autograd.
     """
     real_dtype = torch.float32 if complex_dtype == torch.complex64 else torch.float64
-    pauli = ROTATION_AXES[axis]
-    half = angles.to(real_dtype)[..., None, None] * 0.5
+    half = angles.to(real_dtype) * 0.5
     cos, sin = torch.cos(half), torch.sin(half)
-    eye = torch.eye(2, dtype=real_dtype, device=angles.device)
-    pauli_real = torch.as_tensor(pauli.real, dtype=real_dtype, device=angles.device)
-    pauli_imag = torch.as_tensor(pauli.imag, dtype=real_dtype, device=angles.device)
-    return torch.complex(cos * eye + sin * pauli_imag, -sin * pauli_real)
+    zero = torch.zeros_like(cos)
+    if axis == "rx":  # [[c, -i s], [-i s, c]]
+        real, imag = (cos, zero, zero, cos), (zero, -sin, -sin, zero)
+    elif axis == "ry":  # [[c, -s], [s, c]]
+        real, imag = (cos, -sin, sin, cos), (zero, zero, zero, zero)
+    elif axis == "rz":  # [[c - i s, 0], [0, c + i s]]
+        real, imag = (cos, zero, zero, cos), (-sin, zero, zero, sin)
+    else:
+        raise AssertionError(f"unknown rotation axis {axis!r}")
+    entries = torch.complex(torch.stack(real, dim=-1), torch.stack(imag, dim=-1))
+    return entries.reshape(*angles.shape, 2, 2)
 
 
 def encoding_gate_matrices(encoding: str, hadamard: bool, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
@@ -55,23 +62,23 @@ def encoding_gate_matrices(encoding: str, hadamard: bool, angles: torch.Tensor, 
     rot = rotation_matrices(ENCODINGS[encoding].axis, angles, complex_dtype)
     if not hadamard:
         return rot
-    return rot @ torch.as_tensor(HADAMARD, dtype=complex_dtype, device=angles.device)
-
-
-# Rot(phi, theta, omega) = [[c e^{-i a}, -s e^{i b}], [s e^{-i b}, c e^{i a}]] with c, s = cos, sin(theta/2),
-# a = (phi + omega)/2, b = (phi - omega)/2. Entry phases are weights @ ROT_PHASE; entry magnitudes are
-# cos(theta/2 + ROT_SHIFT) = (c, -s, s, c).
-ROT_PHASE = 0.5 * np.array([[-1.0, 1.0, -1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [-1.0, -1.0, 1.0, 1.0]])
-ROT_SHIFT = np.array([0.0, np.pi / 2, -np.pi / 2, 0.0])
+    # R H: column 0 is (R[:, 0] + R[:, 1]) / sqrt 2, column 1 is (R[:, 0] - R[:, 1]) / sqrt 2
+    first, second = rot[..., :, 0], rot[..., :, 1]
+    return torch.stack([first + second, first - second], dim=-1) * (0.5**0.5)
 
 
 def rot_matrices(weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
-    """Batched RZ(w2) RY(w1) RZ(w0) (PennyLane's Rot(phi=w0, theta=w1, omega=w2)): (..., 3) -> (..., 2, 2)."""
+    """Batched RZ(w2) RY(w1) RZ(w0) (PennyLane's Rot(phi=w0, theta=w1, omega=w2)): (..., 3) -> (..., 2, 2).
+
+    Rot = [[c e^{-i a}, -s e^{i b}], [s e^{-i b}, c e^{i a}]], c, s = cos, sin(theta/2),
+    a = (phi + omega)/2, b = (phi - omega)/2; built from real parts with one complex op.
+    """
     real_dtype = torch.float32 if complex_dtype == torch.complex64 else torch.float64
-    weights = weights.to(real_dtype)
-    shift = torch.as_tensor(ROT_SHIFT, dtype=real_dtype, device=weights.device)
-    phase = weights @ torch.as_tensor(ROT_PHASE, dtype=real_dtype, device=weights.device)
-    magnitude = torch.cos(weights[..., 1:2] * 0.5 + shift)
+    phi, theta, omega = weights.to(real_dtype).unbind(-1)
+    cos, sin = torch.cos(theta * 0.5), torch.sin(theta * 0.5)
+    plus, minus = (phi + omega) * 0.5, (phi - omega) * 0.5
+    magnitude = torch.stack([cos, -sin, sin, cos], dim=-1)
+    phase = torch.stack([-plus, minus, -minus, plus], dim=-1)
     entries = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
     return entries.reshape(*weights.shape[:-1], 2, 2)
 
