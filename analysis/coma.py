@@ -16,6 +16,7 @@ import argparse
 import csv
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -133,7 +134,7 @@ def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str)
         ax.fill_between(grid, mean - ci, mean + ci, color=line.get_color(), alpha=0.2)
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 70), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(title="shaded: 95% CI over seeds")
     fig.tight_layout()
