@@ -54,6 +54,7 @@ class ActorCriticConfig:
     rms_alpha: float = 0.99
     eps: float = 1e-5
     update: Literal["grad", "delta"] = "grad"
+    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
 
     def validate(self) -> None:
         for key in ("n_steps", "epochs", "minibatches"):
@@ -285,7 +286,7 @@ class ActorCritic(Algorithm):
         ac = cfg.algorithm.params
         self.service = ParameterService(flat.numpy(), ac.update, aggregator,
                                         make_optimizer=lambda ps: make_optimizer(ac.optimizer, ps, ac),
-                                        server_lr=cfg.server.server_lr)
+                                        server_lr=cfg.server.server_lr, lr_schedule=ac.lr_schedule)
         return self.service
 
     def make_worker(self, index: int) -> ActorCriticWorker:

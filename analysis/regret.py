@@ -490,5 +490,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+COMMANDS = {"regret": main}
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 from marl_q.errors import ConfigError, UserError
 
 EXIT_OK, EXIT_FAIL, EXIT_USER = 0, 1, 2
+BUILTIN = {"run", "sweep", "plot", "list", "bench"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,6 +65,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if argv and argv[0] == "bench" and len(argv) >= 2 and not argv[1].startswith("-"):
             return cmd_bench(argv[1], argv[2:])
+        if argv and argv[0] not in BUILTIN and not argv[0].startswith("-"):
+            from marl_q.plugins import load_plugins
+            from marl_q.registry import COMMANDS
+
+            load_plugins()
+            if argv[0] in COMMANDS:
+                return int(COMMANDS.get(argv[0]).obj(argv[1:]) or 0)
         args = build_parser().parse_args(argv)
         return {"run": cmd_run, "sweep": cmd_sweep, "plot": cmd_plot, "list": cmd_list}[args.command](args)
     except UserError as exc:
@@ -149,9 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"sweep: {total} runs in {root}, {total - len(jobs)} already complete, {len(jobs)} to run")
     failed = _run_pool(jobs, args.jobs)
     if not args.no_plot:
-        from analysis.plots import plot_paths
-
-        for path in plot_paths([root], root / "plots"):
+        for path in _plotter()([root], root / "plots"):
             print(f"plot: {path}")
     if failed:
         print(f"sweep: {len(failed)} runs failed: " + ", ".join(str(f) for f in failed), file=sys.stderr)
@@ -197,12 +203,19 @@ def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- plot, list, bench
-def cmd_plot(args: argparse.Namespace) -> int:
-    from analysis.plots import plot_paths
+def _plotter():
+    """The standard plots, found through the registry (marl_q does not import analysis directly)."""
+    from marl_q.plugins import load_plugins
+    from marl_q.registry import PLOTS
 
+    load_plugins()
+    return PLOTS.get("standard").obj
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.paths]
     out = Path(args.out) if args.out else None
-    for path in plot_paths(paths, out):
+    for path in _plotter()(paths, out):
         print(f"plot: {path}")
     return EXIT_OK
 

@@ -70,6 +70,9 @@ class BackendConfig:
     threads_per_worker: int = 1  # torch threads inside each worker
     max_restarts: int = 3  # local: a worker process that dies is restarted up to this many times
     reply_timeout_s: float = 120.0  # local: a silent worker for this long is treated as failed
+    # local, for tests and fault studies: worker index -> its first process exits (code 3) after
+    # that many steps, as if killed
+    crash_after_steps: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -347,14 +350,14 @@ def coerce(value: Any, tp: Any, path: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # Optional[X]: X's own message is the most precise
+            return coerce(value, options[0], path)
+        for arg in options:
             try:
                 return coerce(value, arg, path)
-            except ConfigError as exc:
-                errors.append(str(exc))
+            except ConfigError:
+                pass
         raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
         if value in args:

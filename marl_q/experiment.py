@@ -24,9 +24,9 @@ def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[b
     summary = backend(rt)
     if out is not None and (cfg.run.plots if plots is None else plots):
         try:
-            from analysis.plots import plot_paths
+            from marl_q.registry import PLOTS
 
-            plot_paths([out], out / "plots")
+            PLOTS.get("standard").obj([out], out / "plots")
         except Exception as exc:  # a plot failure must not lose the run
             print(f"marlq: plotting failed ({exc}); the run itself is saved", file=sys.stderr)
     return summary

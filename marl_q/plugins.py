@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from marl_q import registry
 
 # Modules whose import registers components, or which export plain dicts to register.
-PLUGIN_MODULES = ["marl_q.staleness", "marl_q.aggregation", "marl_q.backends", "agents", "scenarios", "circuits.heads", "circuits.bench"]
+PLUGIN_MODULES = ["marl_q.staleness", "marl_q.aggregation", "marl_q.backends", "marl_q.bench", "agents",
+                  "scenarios", "circuits.heads", "circuits.bench"]
+# Packages whose every module may export PLOTS / COMMANDS / BENCHES (found without a list to edit).
+DISCOVERED_PACKAGES = ["analysis"]
 _loaded = False
 
 
@@ -16,7 +20,7 @@ def load_plugins() -> None:
     if _loaded:
         return
     _loaded = True
-    for name in PLUGIN_MODULES:
+    for name in PLUGIN_MODULES + _discover():
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -28,4 +32,23 @@ def load_plugins() -> None:
         for spec_name, spec in getattr(module, "HEADS", {}).items():
             registry.HEADS.add(spec_name, spec.build, config=spec.config, help=spec.help)
         for spec_name, fn in getattr(module, "BENCHES", {}).items():
-            registry.BENCHES.add(spec_name, fn, help=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
+            registry.BENCHES.add(spec_name, fn, help=_first_line(fn.__doc__))
+        for spec_name, fn in getattr(module, "PLOTS", {}).items():
+            registry.PLOTS.add(spec_name, fn, help=_first_line(fn.__doc__))
+        for spec_name, fn in getattr(module, "COMMANDS", {}).items():
+            registry.COMMANDS.add(spec_name, fn, help=_first_line(fn.__doc__))
+
+
+def _discover() -> list[str]:
+    names = []
+    for package in DISCOVERED_PACKAGES:
+        try:
+            pkg = importlib.import_module(package)
+        except ModuleNotFoundError:
+            continue
+        names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    return sorted(names)
+
+
+def _first_line(doc: str | None) -> str:
+    return doc.strip().splitlines()[0] if doc and doc.strip() else ""

@@ -45,6 +45,7 @@ class Context:
     weight: float
     workers: tuple[str, ...]
     rng: np.random.Generator
+    progress: float = 0.0  # fraction of the run's budget used so far (for schedules)
 
     @property
     def next_version(self) -> int:
@@ -128,6 +129,9 @@ class Algorithm:
 
     def make_worker(self, index: int) -> Worker:
         raise NotImplementedError
+
+    def annotate(self, row: dict[str, Any], ledger: Any) -> None:
+        """Add run-level columns (known only to the runtime, e.g. ledger totals) to an episode row."""
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         return {}

@@ -75,6 +75,8 @@ BACKENDS = Registry("backend")
 AGGREGATIONS = Registry("aggregation")
 STALENESS = Registry("staleness rule")
 BENCHES = Registry("benchmark")
+PLOTS = Registry("plot set")  # run directories -> PNGs; "standard" draws the plots of every run
+COMMANDS = Registry("command")  # extra `marlq NAME ...` commands (analysis reports), callable(argv) -> int
 
 ALL = {
     "algorithms": ALGORITHMS,
@@ -84,4 +86,5 @@ ALL = {
     "aggregations": AGGREGATIONS,
     "staleness": STALENESS,
     "benches": BENCHES,
+    "commands": COMMANDS,
 }

@@ -31,6 +31,7 @@ class Runtime:
         self.ledger = Ledger(out / "comm.csv" if out else None)
         self.service = self.algorithm.make_service()
         self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed)
+        self.server.progress = self.progress
         self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields)
         self.env_steps = 0
         self.episodes = 0
@@ -47,6 +48,7 @@ class Runtime:
             self.episodes += 1
             row = {"t": t, "worker": worker, "env_steps": self.env_steps, "episode": self.episodes}
             row.update(ep)
+            self.algorithm.annotate(row, self.ledger)
             self.metrics.write(row)
         if self._progress is not None:
             self._progress.update(self, work)
@@ -58,6 +60,16 @@ class Runtime:
         if every and self.out and self.service.updates() - self._last_ckpt_updates >= every:
             self.checkpoint(t)
         return replies
+
+    def progress(self) -> float:
+        """Fraction of the budget used: the larger of the env-step and episode fractions."""
+        run = self.cfg.run
+        parts = [0.0]
+        if run.total_env_steps:
+            parts.append(self.env_steps / run.total_env_steps)
+        if run.total_episodes:
+            parts.append(self.episodes / run.total_episodes)
+        return min(1.0, max(parts))
 
     def done(self) -> bool:
         run = self.cfg.run

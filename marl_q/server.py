@@ -35,6 +35,7 @@ class Server:
         fn = STALENESS.get(rule.rule, key="server.staleness.rule").obj
         self._weight = lambda s: fn(s, a=rule.a, b=rule.b)
         self.staleness_counts: dict[int, int] = {}
+        self.progress = lambda: 0.0  # the runtime replaces this with the fraction of the budget used
 
     def receive(self, msg: Message, t: float) -> list[Message]:
         """Admit, dispatch and record one message; return the replies (also recorded)."""
@@ -58,7 +59,7 @@ class Server:
                 return self._send(self.service.on_reject(msg, self.version), t)
             return []
         s = staleness or 0
-        ctx = Context(self.version, s, self._weight(s), self.workers, self.rng)
+        ctx = Context(self.version, s, self._weight(s), self.workers, self.rng, self.progress())
         outcome = self.service.handle(msg, ctx)
         if staleness is not None and outcome.accepted:
             self.staleness_counts[s] = self.staleness_counts.get(s, 0) + 1

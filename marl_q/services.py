@@ -27,12 +27,14 @@ class ParameterService(Service):
 
     def __init__(self, params: np.ndarray, mode: Literal["grad", "delta"], aggregator: Aggregator,
                  make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
-                 server_lr: float = 1.0) -> None:
+                 server_lr: float = 1.0, lr_schedule: Literal["constant", "linear"] = "constant") -> None:
         self.param = torch.nn.Parameter(torch.as_tensor(np.asarray(params, dtype=np.float32)).clone())
         self.mode = mode
         self.aggregator = aggregator
         self.server_lr = server_lr
         self.optimizer = make_optimizer([self.param]) if mode == "grad" else None
+        self.lr_schedule = lr_schedule
+        self._base_lr = [g["lr"] for g in self.optimizer.param_groups] if self.optimizer else [server_lr]
         if mode == "grad" and self.optimizer is None:
             raise ValueError("grad mode needs an optimizer")
         self.specs = {mode: MessageSpec({mode: ((self.param.numel(),), "float32")})}
@@ -51,9 +53,18 @@ class ParameterService(Service):
         combined, release = self.aggregator.offer(msg.src, msg.payload[self.mode], ctx.weight)
         applied = combined is not None
         if applied:
+            if self.lr_schedule == "linear":  # anneal to zero over the run's budget
+                self._scale_lr(max(0.0, 1.0 - ctx.progress))
             self._apply(combined)
         version = ctx.next_version if applied else ctx.version
         return Outcome(applied, [self._params_message(w, version) for w in release])
+
+    def _scale_lr(self, factor: float) -> None:
+        if self.optimizer is not None:
+            for group, base in zip(self.optimizer.param_groups, self._base_lr):
+                group["lr"] = base * factor
+        else:
+            self.server_lr = self._base_lr[0] * factor
 
     def _apply(self, update: np.ndarray) -> None:
         with torch.no_grad():

@@ -23,8 +23,10 @@ STOP = "stop"
 POLL_S = 0.5
 
 
-def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any) -> None:
+def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnation: int = 0) -> None:
     """Entry point of a worker process."""
+    import os
+
     import torch
 
     from marl_q.config import build_config
@@ -34,6 +36,8 @@ def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any) -> None:
     torch.set_num_threads(cfg.backend.threads_per_worker)
     worker = ALGORITHMS.get(cfg.algorithm.name).obj(cfg).make_worker(index)
     name = worker.name
+    crash_after = cfg.backend.crash_after_steps.get(index) if incarnation == 0 else None
+    steps = 0
     try:
         outbox.put(("msgs", name, worker.start()))
         while True:
@@ -51,6 +55,9 @@ def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any) -> None:
                     return
                 worker.deliver(item)
             work = worker.step()
+            steps += 1
+            if crash_after is not None and steps >= crash_after:
+                os._exit(3)  # an abrupt death: this step's work is lost, no cleanup, no goodbye
             outbox.put(("work", name, work))
     except Exception:  # reported to the main process, which decides what to do
         outbox.put(("error", name, traceback.format_exc()))
@@ -72,7 +79,8 @@ def run_local(rt: Runtime) -> dict:
 
     def spawn(i: int) -> None:
         name = rt.worker_names[i]
-        p = ctx.Process(target=_worker_main, args=(cfg_dict, i, inboxes[name], outbox), daemon=True)
+        p = ctx.Process(target=_worker_main, args=(cfg_dict, i, inboxes[name], outbox, restarts[name]),
+                        daemon=True)
         p.start()
         procs[name] = p
         last_heard[name] = time.perf_counter()
@@ -96,36 +104,36 @@ def run_local(rt: Runtime) -> dict:
     for i in range(len(rt.worker_names)):
         spawn(i)
     status = "completed"
+    last_check = time.perf_counter()
     try:
-        while not rt.done():
+        while not rt.done() and status == "completed":
             try:
                 kind, name, body = outbox.get(timeout=POLL_S)
             except queue.Empty:
                 kind = None
             now = time.perf_counter()
-            if kind is not None:
+            if kind == "error":
                 last_heard[name] = now
-                if kind == "error":
-                    if failed(name, f"raised an exception:\n{body}"):
-                        status = "worker_failed"
-                        break
-                    continue
+                if failed(name, f"raised an exception:\n{body}"):
+                    status = "worker_failed"
+            elif kind is not None:
+                last_heard[name] = now
                 msgs: list[Message] = body.messages if kind == "work" else body
                 if kind == "work":
                     rt.record_work(name, body, now - t0)
                 for msg in msgs:
                     for reply in rt.deliver(msg, now - t0):
                         inboxes[reply.dst].put(reply)
+            if now - last_check < POLL_S:
                 continue
-            for name, p in procs.items():
+            last_check = now  # liveness, checked on the clock whether or not others keep talking
+            for name, p in list(procs.items()):
                 silent = now - last_heard[name] > cfg.backend.reply_timeout_s
                 if not p.is_alive() or silent:
                     why = f"process exited with code {p.exitcode}" if not p.is_alive() else "silent too long"
                     if failed(name, why):
                         status = "worker_failed"
                         break
-            if status != "completed":
-                break
     finally:
         for name in rt.worker_names:
             inboxes[name].put(STOP)

@@ -158,6 +158,6 @@ def _run_schedule(rt: Runtime, workers: list[Worker]) -> float:
             raise RuntimeError(f"sim schedule: worker {workers[i].name} is blocked although messages are instant")
         work = workers[i].step()
         now += timing.compute_s(i, work)
+        route(work.messages)  # first, so the step's row counts the traffic it caused
         rt.record_work(workers[i].name, work, now)
-        route(work.messages)
     return now

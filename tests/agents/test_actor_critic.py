@@ -1,0 +1,85 @@
+"""The actor-critic core: A2C as a special case of PPO, flat parameters, rollouts."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from agents.actor_critic import ActorCriticWorker, policy_loss, value_loss
+from agents.heads import FlatParameters, MLPConfig, build_mlp
+from marl_q.config import build_config
+
+
+def test_clipped_objective_with_one_pass_has_a2c_gradient():
+    """Huang et al. 2022: at ratio 1 the clipped loss's gradient is A2C's (the clip never binds)."""
+    torch.manual_seed(0)
+    net = build_mlp(MLPConfig(hidden=[8]), 3, 4)
+    obs, act = torch.randn(32, 3), torch.randint(0, 4, (32,))
+    adv = torch.randn(32)
+    grads = []
+    for clip in (None, 0.2):
+        net.zero_grad()
+        logp = torch.log_softmax(net(obs), -1).gather(1, act[:, None]).squeeze(1)
+        policy_loss(logp, logp.detach(), adv, clip).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_policy_and_value_loss_hand_computed():
+    logp = torch.log(torch.tensor([0.5, 0.25]))
+    old = torch.log(torch.tensor([0.25, 0.25]))
+    adv = torch.tensor([1.0, -2.0])
+    # ratios 2 and 1: clipped terms min(2*1, 1.2*1) = 1.2 and min(-2, -2) = -2 -> loss -(1.2 - 2)/2 = 0.4
+    assert abs(policy_loss(logp, old, adv, 0.2).item() - 0.4) < 1e-6
+    v, v_old, ret = torch.tensor([3.0]), torch.tensor([1.0]), torch.tensor([0.0])
+    assert value_loss(v, v_old, ret, None).item() == 9.0
+    assert value_loss(v, v_old, ret, 0.5).item() == 9.0  # max(9, 1.5^2)
+    assert abs(value_loss(torch.tensor([0.2]), v_old, ret, 0.5).item() - 0.25) < 1e-6  # max(0.04, 0.5^2)
+
+
+def test_flat_parameters_share_storage_and_gradients():
+    torch.manual_seed(0)
+    a, b = build_mlp(MLPConfig(hidden=[5]), 3, 2), build_mlp(MLPConfig(hidden=[4]), 3, 1)
+    ref_a, ref_b = copy.deepcopy(a), copy.deepcopy(b)
+    flat = FlatParameters(a, b)
+    x = torch.randn(7, 3)
+    torch.testing.assert_close(a(x), ref_a(x))
+    (a(x).sum() + b(x).pow(2).sum()).backward()
+    (ref_a(x).sum() + ref_b(x).pow(2).sum()).backward()
+    ref = torch.cat([p.grad.flatten() for m in (ref_a, ref_b) for p in m.parameters()])
+    torch.testing.assert_close(flat.flat.grad, ref)
+    new = np.arange(flat.size, dtype=np.float32) / flat.size
+    flat.load(new)
+    np.testing.assert_array_equal(torch.cat([p.detach().flatten() for p in a.parameters()]).numpy(),
+                                  new[: sum(p.numel() for p in a.parameters())])
+
+
+def test_rollout_masks_autoreset_steps_and_counts_true_episodes(small_raw):
+    small_raw["scenario"]["max_episode_steps"] = 7
+    small_raw["algorithm"]["n_steps"] = 20
+    cfg = build_config(small_raw)
+    w = ActorCriticWorker(cfg, 0)
+    batch, episodes, steps = w.rollout()
+    valid = batch["valid"]
+    # every step after an episode end only resets that env: masked out
+    assert not valid[1:][batch["dones"][:-1]].any()
+    assert steps == valid.sum()
+    assert all(1 <= e["length"] <= 7 for e in episodes)
+    # each finished episode's length is its count of valid steps, rewards are 1 per step in CartPole
+    assert all(e["return"] == e["length"] for e in episodes)
+    assert sum(e["length"] for e in episodes) <= steps
+
+
+def test_worker_push_is_a_finite_gradient_of_the_right_size(small_raw):
+    cfg = build_config(small_raw)
+    w = ActorCriticWorker(cfg, 0)
+    from marl_q.messages import SERVER, Message
+
+    w.deliver(Message(SERVER, "w0", "params", {"params": w.flat.numpy()}, base_version=4))
+    assert w.ready()
+    work = w.step()
+    (msg,) = work.messages
+    assert msg.kind == "grad" and msg.base_version == 4 and msg.seq == 1
+    assert msg.payload["grad"].shape == (w.flat.size,) and np.isfinite(msg.payload["grad"]).all()
+    assert not w.ready() and work.env_steps > 0

@@ -1,0 +1,151 @@
+"""End to end through the runtime: determinism, run directory, checkpoints, the local backend."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from marl_q.cli import main
+from marl_q.config import build_config
+from marl_q.errors import CheckpointError, RunDirError
+from marl_q.experiment import run_experiment
+from marl_q.rundir import latest_checkpoint, load_checkpoint, save_checkpoint
+
+SUMMARY_KEYS = {"env_steps", "episodes", "final_return", "steps_to_solve", "wall_s", "virtual_s", "messages",
+                "bytes_up", "bytes_down", "rejected", "dropped_stale", "actor_params", "critic_params"}
+
+
+def test_sim_is_byte_identical_for_one_seed(small_raw, tmp_path):
+    small_raw["backend"]["compute"] = {"jitter": 0.3, "stragglers": [1], "straggler_factor": 3.0}
+    small_raw["backend"]["network"] = {"jitter": 0.2}
+    a = run_experiment(build_config(small_raw), tmp_path / "a")
+    b = run_experiment(build_config(small_raw), tmp_path / "b")
+    for name in ("metrics.csv", "comm.csv", "config.yaml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert a["env_steps"] == b["env_steps"] and a["virtual_s"] == b["virtual_s"]
+    small_raw["run"]["seed"] = 1
+    run_experiment(build_config(small_raw), tmp_path / "c")
+    assert (tmp_path / "a" / "metrics.csv").read_bytes() != (tmp_path / "c" / "metrics.csv").read_bytes()
+
+
+def test_run_directory_contents_and_summary(small_raw, tmp_path):
+    small_raw["run"]["plots"] = True
+    summary = run_experiment(build_config(small_raw), tmp_path / "r")
+    r = tmp_path / "r"
+    for name in ("config.yaml", "metrics.csv", "comm.csv", "summary.json"):
+        assert (r / name).is_file()
+    assert SUMMARY_KEYS <= set(json.loads((r / "summary.json").read_text()))
+    assert summary["env_steps"] >= 1200 and summary["status"] == "completed"
+    # every message is a ledger row; the summary's totals agree with the file
+    rows = (r / "comm.csv").read_text().strip().splitlines()[1:]
+    assert len(rows) == summary["messages"]
+    assert sum(int(x.split(",")[6]) for x in rows if x.split(",")[3] == "server") == summary["bytes_up"]
+    assert {p.name for p in (r / "plots").iterdir()} >= {"return_vs_steps.png", "staleness.png", "traffic.png"}
+    arrays, meta = load_checkpoint(latest_checkpoint(r))
+    assert meta["env_steps"] == summary["env_steps"]
+    assert arrays["service.params"].shape == (summary["actor_params"] + summary["critic_params"],)
+
+
+def test_existing_run_dir_is_not_overwritten(small_raw, tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "keep.txt").write_text("precious")
+    with pytest.raises(RunDirError, match="not empty"):
+        run_experiment(build_config(small_raw), tmp_path / "r")
+    assert (tmp_path / "r" / "keep.txt").read_text() == "precious"
+
+
+def test_checkpoint_round_trip_and_truncation(tmp_path):
+    arrays = {"params": np.arange(1000, dtype=np.float32), "step": np.array(3)}
+    path = tmp_path / "ckpt_3.npz"
+    save_checkpoint(path, arrays, {"updates": 3})
+    got, meta = load_checkpoint(path)
+    np.testing.assert_array_equal(got["params"], arrays["params"])
+    assert meta == {"updates": 3}
+    data = path.read_bytes()
+    cut = tmp_path / "ckpt_cut.npz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(cut)
+    assert cut.read_bytes() == data[: len(data) // 2]  # nothing overwritten
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"\x00" * 100)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(junk)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "none.npz")
+
+
+def test_checkpoint_never_unpickles(tmp_path):
+    path = tmp_path / "evil.npz"
+    np.savez(path, __meta__=np.frombuffer(b"{}", dtype=np.uint8), obj=np.array([object()], dtype=object))
+    with pytest.raises(CheckpointError):
+        load_checkpoint(path)
+
+
+def test_sync_and_stragglers_change_virtual_time_not_determinism(small_raw):
+    small_raw["backend"]["compute"] = {"stragglers": [1], "straggler_factor": 10.0}
+    hog = run_experiment(build_config(small_raw), None)
+    small_raw["server"]["aggregation"] = "sync"
+    syn = run_experiment(build_config(small_raw), None)
+    # with a 10x straggler the barrier makes the same env steps take longer in virtual time
+    assert syn["virtual_s"] > 2 * hog["virtual_s"]
+    # sync: every accepted update is fresh; all but a last, unfinished round were applied in pairs
+    assert list(syn["staleness_hist"]) == ["0"]
+    assert syn["staleness_hist"]["0"] - 2 * syn["updates"] in (0, 1)
+
+
+def test_local_backend_runs_and_survives_a_dead_worker(small_raw, tmp_path):
+    small_raw["backend"].update({"name": "local", "crash_after_steps": {1: 3}, "max_restarts": 1})
+    small_raw["run"]["total_env_steps"] = 1500
+    summary = run_experiment(build_config(small_raw), tmp_path / "loc")
+    assert summary["status"] == "completed" and summary["env_steps"] >= 1500
+    assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]
+    assert "exited with code 3" in summary["faults"][0]["detail"]
+    assert (tmp_path / "loc" / "summary.json").is_file()
+
+
+def test_local_backend_out_of_restarts_ends_with_what_was_learned(small_raw, tmp_path, capsys):
+    small_raw["backend"].update({"name": "local", "crash_after_steps": {0: 2}, "max_restarts": 0})
+    small_raw["run"]["total_env_steps"] = 100_000
+    summary = run_experiment(build_config(small_raw), tmp_path / "loc")
+    assert summary["status"] == "worker_failed"
+    assert summary["faults"][0]["kind"] == "worker_failed"
+    assert latest_checkpoint(tmp_path / "loc") is not None  # what was learned is saved
+    assert "worker_failed w0" in capsys.readouterr().err
+
+
+def test_cli_run_plot_list(small_raw, tmp_path, capsys):
+    import yaml
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_raw))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--seed", "3", "--set", "run.total_env_steps=400"]) == 0
+    out = capsys.readouterr().out
+    assert '"status": "completed"' in out
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["run"]["seed"] == 3
+    assert main(["plot", str(tmp_path / "r"), "--out", str(tmp_path / "p")]) == 0
+    assert (tmp_path / "p" / "return_vs_steps.png").is_file()
+    assert main(["plot", str(tmp_path / "nothing")]) == 2
+    assert main(["list"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("a3c", "mlp", "cartpole", "sim", "local", "hogwild", "buffered", "sync", "poly", "inv_sqrt"):
+        assert name in listing
+
+
+def test_sweep_runs_grid_and_skips_completed(small_raw, tmp_path, capsys):
+    import yaml
+
+    small_raw["run"]["total_env_steps"] = 300
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_raw))
+    args = ["sweep", str(cfg), "--seeds", "2", "--grid", "server.aggregation=sync,hogwild", "--out",
+            str(tmp_path / "sw"), "--jobs", "2", "--no-plot"]
+    assert main(args) == 0
+    runs = sorted(p.parent.relative_to(tmp_path / "sw").as_posix() for p in (tmp_path / "sw").rglob("summary.json"))
+    assert runs == ["server.aggregation=hogwild/seed0", "server.aggregation=hogwild/seed1",
+                    "server.aggregation=sync/seed0", "server.aggregation=sync/seed1"]
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "4 already complete, 0 to run" in capsys.readouterr().out
+    assert main(["sweep", str(cfg), "--grid", "server.aggregation=nope"]) == 2
