@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -102,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name:<24}{len(curves):>6}{solved_text:>16}{np.mean(finals):>12.1f}")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(f"return (mean of last {args.window} episodes)")
-    ax.set_title(args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads")
+    title = args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads"
+    ax.set_title(textwrap.fill(title, 80), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(title="mean over seeds, 95% t-band", fontsize=8)
     fig.tight_layout()
