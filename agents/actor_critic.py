@@ -113,6 +113,64 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     return torch.max(unclipped, (clipped - returns) ** 2).mean()
 
 
+@torch.no_grad()
+def sample_actions(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample from softmax(actor(obs)) by Gumbel-max with a seeded numpy generator (cheaper than
+    torch.distributions, and reproducible)."""
+    logits = actor(torch.from_numpy(obs)).numpy()
+    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
+
+
+def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
+                        optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
+                        batch: dict[str, np.ndarray]) -> None:
+    """One A2C gradient (left in ``flat.flat.grad`` when there is no optimizer), or PPO's epochs x
+    minibatches with the given optimizer.
+
+    ``batch``: ``obs`` (T+1, N, ...) including the observation after the last step, ``actions``,
+    ``rewards``, ``terminated``, ``dones``, ``valid`` (T, N); invalid steps are left out of the loss.
+    """
+    T, N = batch["actions"].shape
+    obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
+    with torch.no_grad():
+        values_all = critic(obs_all).squeeze(-1).numpy().reshape(T + 1, N).astype(np.float64)
+        old_logp_all = torch.log_softmax(actor(obs_all[: T * N]), dim=-1)
+    adv = gae(batch["rewards"], values_all[:T], values_all[1:], batch["terminated"], batch["dones"],
+              ac.gamma, ac.gae_lambda)
+    returns = adv + values_all[:T]
+    mask = batch["valid"].reshape(-1)
+    idx = np.flatnonzero(mask)
+    obs_t = obs_all[: T * N][idx]
+    act_t = torch.from_numpy(batch["actions"].reshape(-1)[idx])
+    adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
+    ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
+    oldv_t = torch.from_numpy(values_all[:T].reshape(-1)[idx]).float()
+    oldlp_t = old_logp_all[idx].gather(1, act_t[:, None]).squeeze(1)
+    n = len(idx)
+    for _ in range(ac.epochs):
+        order = rng.permutation(n) if ac.minibatches > 1 else np.arange(n)
+        for mb in np.array_split(order, ac.minibatches):
+            if len(mb) == 0:
+                continue
+            mb_t = torch.from_numpy(mb)
+            a = adv_t[mb_t]
+            if ac.adv_norm and len(mb) > 1:
+                a = (a - a.mean()) / (a.std() + 1e-8)
+            logits = actor(obs_t[mb_t])
+            logp_all = torch.log_softmax(logits, dim=-1)
+            logp = logp_all.gather(1, act_t[mb_t][:, None]).squeeze(1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+            v = critic(obs_t[mb_t]).squeeze(-1)
+            loss = (policy_loss(logp, oldlp_t[mb_t], a, ac.clip) - ac.ent_coef * entropy
+                    + ac.vf_coef * value_loss(v, oldv_t[mb_t], ret_t[mb_t], ac.value_clip))
+            flat.zero_grad()
+            loss.backward()
+            if ac.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_([flat.flat], ac.max_grad_norm)
+            if optimizer is not None:
+                optimizer.step()
+
+
 # ----------------------------------------------------------------------------- worker
 class ActorCriticWorker(Worker):
     """Rolls out `n_steps` in `num_envs` vectorised environments with the last pulled parameters,
@@ -168,11 +226,8 @@ class ActorCriticWorker(Worker):
         msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq)
         return Work([msg], env_steps=steps, episodes=episodes)
 
-    @torch.no_grad()
     def _act(self, obs: np.ndarray) -> np.ndarray:
-        logits = self.actor(torch.from_numpy(obs)).numpy()
-        # Gumbel-max sampling from the seeded numpy generator (cheaper than torch.distributions)
-        return np.argmax(logits - np.log(-np.log(self.rng.random(logits.shape))), axis=1)
+        return sample_actions(self.actor, obs, self.rng)
 
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         """n_steps of every env. Steps that only reset an env (next-step autoreset) are masked out."""
@@ -206,47 +261,7 @@ class ActorCriticWorker(Worker):
         return batch, episodes, int(valid.sum())
 
     def learn(self, batch: dict[str, np.ndarray]) -> None:
-        """One A2C gradient (grad mode), or PPO's epochs x minibatches with the local optimizer."""
-        ac = self.ac
-        T, N = batch["actions"].shape
-        obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
-        with torch.no_grad():
-            values_all = self.critic(obs_all).squeeze(-1).numpy().reshape(T + 1, N).astype(np.float64)
-            old_logp_all = torch.log_softmax(self.actor(obs_all[: T * N]), dim=-1)
-        adv = gae(batch["rewards"], values_all[:T], values_all[1:], batch["terminated"], batch["dones"],
-                  ac.gamma, ac.gae_lambda)
-        returns = adv + values_all[:T]
-        mask = batch["valid"].reshape(-1)
-        idx = np.flatnonzero(mask)
-        obs_t = obs_all[: T * N][idx]
-        act_t = torch.from_numpy(batch["actions"].reshape(-1)[idx])
-        adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
-        ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
-        oldv_t = torch.from_numpy(values_all[:T].reshape(-1)[idx]).float()
-        oldlp_t = old_logp_all[idx].gather(1, act_t[:, None]).squeeze(1)
-        n = len(idx)
-        for _ in range(ac.epochs):
-            order = self.rng.permutation(n) if ac.minibatches > 1 else np.arange(n)
-            for mb in np.array_split(order, ac.minibatches):
-                if len(mb) == 0:
-                    continue
-                mb_t = torch.from_numpy(mb)
-                a = adv_t[mb_t]
-                if ac.adv_norm and len(mb) > 1:
-                    a = (a - a.mean()) / (a.std() + 1e-8)
-                logits = self.actor(obs_t[mb_t])
-                logp_all = torch.log_softmax(logits, dim=-1)
-                logp = logp_all.gather(1, act_t[mb_t][:, None]).squeeze(1)
-                entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-                v = self.critic(obs_t[mb_t]).squeeze(-1)
-                loss = (policy_loss(logp, oldlp_t[mb_t], a, ac.clip) - ac.ent_coef * entropy
-                        + ac.vf_coef * value_loss(v, oldv_t[mb_t], ret_t[mb_t], ac.value_clip))
-                self.flat.zero_grad()
-                loss.backward()
-                if ac.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_([self.flat.flat], ac.max_grad_norm)
-                if self.optimizer is not None:
-                    self.optimizer.step()
+        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch)
 
     def close(self) -> None:
         self.envs.close()

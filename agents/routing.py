@@ -22,11 +22,11 @@ import gymnasium
 import numpy as np
 import torch
 
-from agents.actor_critic import ActorCriticWorker, PPOConfig, build_models, make_optimizer
+from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
 from agents.heads import FlatParameters, count_params
 from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message
-from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work
+from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
 from marl_q.registry import ALGORITHMS
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
                                evaluate_routing, summarize_outcomes)
@@ -320,12 +320,9 @@ class CommitService(Service):
 
 
 # ----------------------------------------------------------------------------- worker
-class RoutingPPOWorker(ActorCriticWorker):
-    """Routes one request stream and learns with the actor-critic core's PPO update (``learn``).
-
-    It replaces the parent's vector-environment rollout with one decision per step; what
-    ``ActorCriticWorker.learn`` reads (ac, actor, critic, flat, optimizer, rng) is set up here.
-    """
+class RoutingPPOWorker(Worker):
+    """Routes one request stream, one decision per step, and learns with the actor-critic core's
+    PPO update (``agents.actor_critic.actor_critic_update``)."""
 
     def __init__(self, cfg: Any, index: int, services: list[str], service_onehot: bool) -> None:
         self.cfg = cfg
@@ -402,7 +399,7 @@ class RoutingPPOWorker(ActorCriticWorker):
             self._update(obs)
             if self.rollouts % self.ac.policy_push_every == 0:
                 messages.append(self.policy_message())
-        action = int(self._act(obs[None])[0])
+        action = int(sample_actions(self.actor, obs[None], self.rng)[0])
         self.obs_buf.append(obs)
         self.act_buf.append(action)
         plan = self.stream.act(action, feasible)
@@ -463,7 +460,7 @@ class RoutingPPOWorker(ActorCriticWorker):
         batch = {"obs": obs, "actions": np.array(self.act_buf, dtype=np.int64)[:, None],
                  "rewards": np.array(self.rew_buf, dtype=np.float64)[:, None], "terminated": zeros,
                  "dones": zeros, "valid": np.ones((T, 1), dtype=bool)}
-        self.learn(batch)
+        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch)
         self.obs_buf, self.act_buf, self.rew_buf = [], [], []
         self.rollouts += 1
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from agents.actor_critic import ActorCriticWorker
 from agents.routing import (ACCEPT, COMMIT, FRESH_START, REFUSE, RELEASE, SNAPSHOT, CommitService, IndependentRoutingPPO,
                             RandomFeasible, RoutingPPOWorker, UniformRandom, shortest_path_first_fit)
 from marl_q.config import load_config
@@ -49,7 +48,10 @@ def test_uniform_random_uses_every_action() -> None:
 
 def test_the_ppo_update_is_the_actor_critic_core() -> None:
     """The routing worker runs the lead's PPO loss and loop, not a copy of it."""
-    assert RoutingPPOWorker.learn is ActorCriticWorker.learn
+    import agents.actor_critic as core
+    import agents.routing as routing
+
+    assert routing.actor_critic_update is core.actor_critic_update
 
 
 # ----------------------------------------------------------------------------- the commit service
