@@ -55,6 +55,7 @@ class ActorCriticConfig:
     eps: float = 1e-5
     update: Literal["grad", "delta"] = "grad"
     lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
+    reward_scale: float = 1.0  # rewards are multiplied by this in the loss (episode returns are not)
 
     def validate(self) -> None:
         for key in ("n_steps", "epochs", "minibatches"):
@@ -64,6 +65,8 @@ class ActorCriticConfig:
             raise ValueError("gamma and gae_lambda must lie in [0, 1]")
         if self.lr <= 0:
             raise ValueError(f"lr: must be positive, got {self.lr}")
+        if self.reward_scale <= 0:
+            raise ValueError(f"reward_scale: must be positive, got {self.reward_scale}")
         if self.update == "grad" and self.epochs > 1:
             raise ValueError("epochs > 1 needs update: delta (a pushed gradient is one pass by definition)")
 
@@ -132,20 +135,38 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     """
     T, N = batch["actions"].shape
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
-    with torch.no_grad():
-        values_all = critic(obs_all).squeeze(-1).numpy().reshape(T + 1, N).astype(np.float64)
-        old_logp_all = torch.log_softmax(actor(obs_all[: T * N]), dim=-1)
-    adv = gae(batch["rewards"], values_all[:T], values_all[1:], batch["terminated"], batch["dones"],
-              ac.gamma, ac.gae_lambda)
+    single_pass = ac.epochs == 1 and ac.minibatches == 1
+    if single_pass:  # A2C: one forward with grad serves both the targets and the loss
+        values_grad = critic(obs_all).squeeze(-1)
+        logits_grad = actor(obs_all[: T * N])
+        values_all = values_grad.detach().numpy().reshape(T + 1, N).astype(np.float64)
+        old_logp_all = torch.log_softmax(logits_grad.detach(), dim=-1)
+    else:
+        with torch.no_grad():
+            values_all = critic(obs_all).squeeze(-1).numpy().reshape(T + 1, N).astype(np.float64)
+            old_logp_all = torch.log_softmax(actor(obs_all[: T * N]), dim=-1)
+    adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
+              batch["dones"], ac.gamma, ac.gae_lambda)
     returns = adv + values_all[:T]
-    mask = batch["valid"].reshape(-1)
-    idx = np.flatnonzero(mask)
-    obs_t = obs_all[: T * N][idx]
+    idx = np.flatnonzero(batch["valid"].reshape(-1))
+    idx_t = torch.from_numpy(idx)
+    obs_t = obs_all[idx_t]
     act_t = torch.from_numpy(batch["actions"].reshape(-1)[idx])
     adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
     ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
     oldv_t = torch.from_numpy(values_all[:T].reshape(-1)[idx]).float()
-    oldlp_t = old_logp_all[idx].gather(1, act_t[:, None]).squeeze(1)
+    oldlp_t = old_logp_all[idx_t].gather(1, act_t[:, None]).squeeze(1)
+    if single_pass:
+        a = adv_t
+        if ac.adv_norm and len(idx) > 1:
+            a = (a - a.mean()) / (a.std() + 1e-8)
+        logp_all = torch.log_softmax(logits_grad[idx_t], dim=-1)
+        logp = logp_all.gather(1, act_t[:, None]).squeeze(1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        loss = (policy_loss(logp, oldlp_t, a, ac.clip) - ac.ent_coef * entropy
+                + ac.vf_coef * value_loss(values_grad[idx_t], oldv_t, ret_t, ac.value_clip))
+        _descend(loss, flat, optimizer, ac.max_grad_norm)
+        return
     n = len(idx)
     for _ in range(ac.epochs):
         order = rng.permutation(n) if ac.minibatches > 1 else np.arange(n)
@@ -163,12 +184,18 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
             v = critic(obs_t[mb_t]).squeeze(-1)
             loss = (policy_loss(logp, oldlp_t[mb_t], a, ac.clip) - ac.ent_coef * entropy
                     + ac.vf_coef * value_loss(v, oldv_t[mb_t], ret_t[mb_t], ac.value_clip))
-            flat.zero_grad()
-            loss.backward()
-            if ac.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_([flat.flat], ac.max_grad_norm)
-            if optimizer is not None:
-                optimizer.step()
+            _descend(loss, flat, optimizer, ac.max_grad_norm)
+
+
+def _descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.optim.Optimizer],
+             max_grad_norm: Optional[float]) -> None:
+    """Gradient into flat.grad, clipped by global norm, then an optimizer step if there is one."""
+    flat.zero_grad()
+    loss.backward()
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_([flat.flat], max_grad_norm)
+    if optimizer is not None:
+        optimizer.step()
 
 
 # ----------------------------------------------------------------------------- worker

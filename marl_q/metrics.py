@@ -11,7 +11,7 @@ def episode_summary(rows: list[dict[str, Any]], solve_return: Optional[float], w
     (global env steps when the `window`-episode training mean first reached `solve_return`)."""
     returns = np.array([float(r["return"]) for r in rows if "return" in r])
     out: dict[str, Any] = {"final_return": float(returns[-window:].mean()) if len(returns) else None,
-                           "steps_to_solve": None, "best_mean_return": None}
+                           "steps_to_solve": None, "time_to_solve": None, "best_mean_return": None}
     if len(returns) >= window:
         csum = np.concatenate([[0.0], np.cumsum(returns)])
         means = (csum[window:] - csum[:-window]) / window  # means[j] = mean of episodes j .. j+window-1
@@ -19,7 +19,9 @@ def episode_summary(rows: list[dict[str, Any]], solve_return: Optional[float], w
         if solve_return is not None:
             hit = np.flatnonzero(means >= solve_return)
             if len(hit):
-                out["steps_to_solve"] = int(rows_with_return(rows)[hit[0] + window - 1]["env_steps"])
+                row = rows_with_return(rows)[hit[0] + window - 1]
+                out["steps_to_solve"] = int(row["env_steps"])
+                out["time_to_solve"] = float(row["t"])  # virtual seconds in sim, wall seconds otherwise
     return out
 
 

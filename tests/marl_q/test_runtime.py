@@ -139,13 +139,16 @@ def test_sweep_runs_grid_and_skips_completed(small_raw, tmp_path, capsys):
     small_raw["run"]["total_env_steps"] = 300
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(small_raw))
-    args = ["sweep", str(cfg), "--seeds", "2", "--grid", "server.aggregation=sync,hogwild", "--out",
+    args = ["sweep", str(cfg), "--seeds", "1", "--grid", "server.aggregation=sync,hogwild", "--out",
             str(tmp_path / "sw"), "--jobs", "2", "--no-plot"]
     assert main(args) == 0
     runs = sorted(p.parent.relative_to(tmp_path / "sw").as_posix() for p in (tmp_path / "sw").rglob("summary.json"))
-    assert runs == ["server.aggregation=hogwild/seed0", "server.aggregation=hogwild/seed1",
-                    "server.aggregation=sync/seed0", "server.aggregation=sync/seed1"]
+    assert runs == ["server.aggregation=hogwild/seed0", "server.aggregation=sync/seed0"]
+    # an interrupted run (no summary) is kept aside and run again; completed ones are skipped
+    (tmp_path / "sw" / "server.aggregation=sync/seed0" / "summary.json").unlink()
     capsys.readouterr()
     assert main(args) == 0
-    assert "4 already complete, 0 to run" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 already complete, 1 to run" in out and "kept it as seed0.interrupted" in out
+    assert (tmp_path / "sw" / "server.aggregation=sync" / "seed0.interrupted" / "metrics.csv").is_file()
     assert main(["sweep", str(cfg), "--grid", "server.aggregation=nope"]) == 2
