@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads"
     ax.set_title(textwrap.fill(title, 80), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(title="mean over seeds, 95% t-band", fontsize=8)
+    several = any(len(curves) > 1 for curves in groups.values())
+    ax.legend(title="mean over seeds, 95% t-band" if several else "one seed per variant", fontsize=8)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=120)
