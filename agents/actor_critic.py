@@ -30,6 +30,7 @@ from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import Algorithm, Work, Worker
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
+from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
 from marl_q.services import PARAMS, ParameterService
 
 
@@ -95,6 +96,15 @@ def make_optimizer(kind: str, params: list[torch.Tensor], cfg: ActorCriticConfig
     if kind == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.eps)
     return torch.optim.SGD(params, lr=cfg.lr)
+
+
+def make_server_optimizer(kind: str, param: torch.Tensor, cfg: ActorCriticConfig) -> FlatOptimizer:
+    """The same optimizer for the server's flat parameter vector (marl_q.optim: a fused hot path)."""
+    if kind == "rmsprop":
+        return FlatRMSprop(param, cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
+    if kind == "adam":
+        return FlatAdam(param, cfg.lr, eps=cfg.eps)
+    return FlatSGD(param, cfg.lr)
 
 
 # ----------------------------------------------------------------------------- losses
@@ -327,7 +337,7 @@ class ActorCritic(Algorithm):
         aggregator: Aggregator = AGGREGATIONS.get(cfg.server.aggregation).obj(workers, cfg.server.buffer_k)
         ac = cfg.algorithm.params
         self.service = ParameterService(flat.numpy(), ac.update, aggregator,
-                                        make_optimizer=lambda ps: make_optimizer(ac.optimizer, ps, ac),
+                                        make_optimizer=lambda p: make_server_optimizer(ac.optimizer, p, ac),
                                         server_lr=cfg.server.server_lr, lr_schedule=ac.lr_schedule)
         return self.service
 

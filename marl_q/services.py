@@ -5,13 +5,14 @@ services their algorithms define (agents/), on the same Service seam (marl_q/pro
 """
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable, Literal, Optional
 
 import numpy as np
 import torch
 
 from marl_q.aggregation import Aggregator
 from marl_q.messages import SERVER, Message
+from marl_q.optim import FlatOptimizer
 from marl_q.protocol import Context, MessageSpec, Outcome, Service
 
 PARAMS = "params"
@@ -26,15 +27,15 @@ class ParameterService(Service):
     """
 
     def __init__(self, params: np.ndarray, mode: Literal["grad", "delta"], aggregator: Aggregator,
-                 make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
+                 make_optimizer: Optional[Callable[[torch.Tensor], FlatOptimizer]] = None,
                  server_lr: float = 1.0, lr_schedule: Literal["constant", "linear"] = "constant") -> None:
-        self.param = torch.nn.Parameter(torch.as_tensor(np.asarray(params, dtype=np.float32)).clone())
+        self.param = torch.as_tensor(np.asarray(params, dtype=np.float32)).clone()
         self.mode = mode
         self.aggregator = aggregator
         self.server_lr = server_lr
-        self.optimizer = make_optimizer([self.param]) if mode == "grad" else None
+        self.optimizer = make_optimizer(self.param) if mode == "grad" else None
         self.lr_schedule = lr_schedule
-        self._base_lr = [g["lr"] for g in self.optimizer.param_groups] if self.optimizer else [server_lr]
+        self._base_lr = self.optimizer.lr if self.optimizer else server_lr
         if mode == "grad" and self.optimizer is None:
             raise ValueError("grad mode needs an optimizer")
         self.specs = {mode: MessageSpec({mode: ((self.param.numel(),), "float32")})}
@@ -43,7 +44,7 @@ class ParameterService(Service):
 
     def _params_message(self, worker: str, version: int) -> Message:
         if self._snapshot is None:
-            self._snapshot = self.param.detach().numpy().copy()
+            self._snapshot = self.param.numpy().copy()
         return Message(SERVER, worker, PARAMS, {PARAMS: self._snapshot}, base_version=version)
 
     def hello(self, worker: str, version: int) -> list[Message]:
@@ -61,19 +62,16 @@ class ParameterService(Service):
 
     def _scale_lr(self, factor: float) -> None:
         if self.optimizer is not None:
-            for group, base in zip(self.optimizer.param_groups, self._base_lr):
-                group["lr"] = base * factor
+            self.optimizer.lr = self._base_lr * factor
         else:
-            self.server_lr = self._base_lr[0] * factor
+            self.server_lr = self._base_lr * factor
 
     def _apply(self, update: np.ndarray) -> None:
-        with torch.no_grad():
-            if self.mode == "grad":
-                self.param.grad = torch.from_numpy(np.ascontiguousarray(update))
-                self.optimizer.step()
-                self.param.grad = None
-            else:
-                self.param.add_(torch.from_numpy(np.ascontiguousarray(update)), alpha=self.server_lr)
+        update_t = torch.from_numpy(np.ascontiguousarray(update))
+        if self.mode == "grad":
+            self.optimizer.step(update_t)
+        else:
+            self.param.add_(update_t, alpha=self.server_lr)
         self._snapshot = None
         self._updates += 1
 
@@ -81,21 +79,20 @@ class ParameterService(Service):
         return self._updates
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        state = {"params": self.param.detach().numpy().copy(), "updates": np.array(self._updates)}
+        state = {"params": self.param.numpy().copy(), "updates": np.array(self._updates),
+                 "lr_now": np.array(self.optimizer.lr if self.optimizer else self.server_lr)}
         if self.optimizer is not None:
-            for key, value in self.optimizer.state.get(self.param, {}).items():
-                state[f"optim.{key}"] = torch.as_tensor(value).detach().numpy().copy()
+            for key, value in self.optimizer.state_dict().items():
+                state[f"optim.{key}"] = value.numpy().copy()
         for key, value in self.aggregator.state_dict().items():
             state[f"agg.{key}"] = value
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        with torch.no_grad():
-            self.param.copy_(torch.from_numpy(state["params"]))
+        self.param.copy_(torch.from_numpy(state["params"]))
         self._updates = int(state["updates"])
         if self.optimizer is not None:
-            optim = {k[6:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("optim.")}
-            if optim:
-                self.optimizer.state[self.param] = optim
+            self.optimizer.load_state_dict({k[6:]: torch.from_numpy(np.array(v)) for k, v in state.items()
+                                            if k.startswith("optim.")})
         self.aggregator.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("agg.")})
         self._snapshot = None

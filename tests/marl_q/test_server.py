@@ -13,6 +13,7 @@ from marl_q.config import ServerConfig, StalenessConfig
 from marl_q.ledger import Ledger
 from marl_q.messages import SERVER, Message
 from marl_q.server import Server
+from marl_q.optim import FlatSGD
 from marl_q.services import ParameterService
 
 P = 6
@@ -21,7 +22,7 @@ P = 6
 def make_server(aggregation="hogwild", workers=("w0", "w1"), mode="grad", **server_kw):
     agg = {"hogwild": Hogwild, "buffered": Buffered, "sync": Sync}[aggregation](tuple(workers), server_kw.pop("buffer_k", 2))
     service = ParameterService(np.zeros(P, dtype=np.float32), mode, agg,
-                               make_optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0))
+                               make_optimizer=lambda p: FlatSGD(p, lr=1.0))
     server = Server(service, list(workers), ServerConfig(aggregation=aggregation, **server_kw), Ledger(None))
     for w in workers:
         server.receive(Message(w, SERVER, "hello"), 0.0)
