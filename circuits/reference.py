@@ -9,11 +9,23 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any, Callable
 
-import pennylane as qml
 import torch
 
 from circuits import gates
 from circuits.spec import ENCODINGS, CircuitConfigError, VQCConfig, readout_qubits
+
+
+class _LazyPennyLane:
+    """PennyLane, imported on first use: it takes seconds to import, and every worker process and
+    CLI call loads this module while only `to_qnode` and checks of PennyLane devices need it."""
+
+    def __getattr__(self, name: str) -> Any:
+        import pennylane
+
+        return getattr(pennylane, name)
+
+
+qml = _LazyPennyLane()
 
 # Where a device's plugin comes from (pip package), for the error when it is not installed.
 DEVICE_PACKAGES: dict[str, str] = {
@@ -32,7 +44,7 @@ DEVICE_PACKAGES: dict[str, str] = {
     "qrack": "pennylane-qrack",
 }
 
-PENNYLANE_GATES = {"rx": qml.RX, "ry": qml.RY, "rz": qml.RZ}
+PENNYLANE_GATES = {"rx": "RX", "ry": "RY", "rz": "RZ"}  # names of qml gates, looked up when used
 
 
 def installed_devices() -> list[str]:
@@ -59,11 +71,11 @@ def _ansatz_layer(cfg: VQCConfig, weights: Any, layer: int) -> None:
         qml.StronglyEntanglingLayers(weights[layer : layer + 1], wires=wires, ranges=[reach])
     elif cfg.ansatz == "basic_entangler":
         if cfg.entangler == "cnot":
-            gate = PENNYLANE_GATES[cfg.rotation]
+            gate = getattr(qml, PENNYLANE_GATES[cfg.rotation])
             qml.BasicEntanglerLayers(weights[layer : layer + 1, :, 0], wires=wires, rotation=gate)
         else:
             for wire in wires:
-                PENNYLANE_GATES[cfg.rotation](weights[layer, wire, 0], wires=wire)
+                getattr(qml, PENNYLANE_GATES[cfg.rotation])(weights[layer, wire, 0], wires=wire)
             for _, control, target in gates.entangling_pairs(cfg.ansatz, cfg.entangler, cfg.n_qubits, layer):
                 qml.CZ(wires=[control, target])
     elif cfg.ansatz == "rzryrz_ring":
@@ -79,7 +91,7 @@ def _ansatz_layer(cfg: VQCConfig, weights: Any, layer: int) -> None:
 
 
 def _encoding_block(cfg: VQCConfig, angles: Any) -> None:
-    gate = PENNYLANE_GATES[ENCODINGS[cfg.encoding].axis]
+    gate = getattr(qml, PENNYLANE_GATES[ENCODINGS[cfg.encoding].axis])
     for wire in range(cfg.n_qubits):
         if cfg.hadamard:
             qml.Hadamard(wires=wire)
