@@ -333,6 +333,7 @@ class ActorCritic(Algorithm):
         env.close()
         self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
         flat = FlatParameters(actor, critic)
+        self._models = (actor, critic)
         workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
         aggregator: Aggregator = AGGREGATIONS.get(cfg.server.aggregation).obj(workers, cfg.server.buffer_k)
         ac = cfg.algorithm.params
@@ -347,6 +348,21 @@ class ActorCritic(Algorithm):
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         out = dict(getattr(self, "param_counts", {}))
         out.update(episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window))
+        out.update(self.architectures())
+        return out
+
+    def architectures(self) -> dict[str, Any]:
+        """What heads that choose their own structure (DiffQAS) selected, read at the final parameters."""
+        if not hasattr(self, "_models"):
+            return {}
+        actor, critic = self._models
+        flat = FlatParameters(actor, critic)
+        flat.load(self.service.param.numpy())
+        out = {}
+        for role, head in (("actor", actor), ("critic", critic)):
+            select = getattr(head, "selected_architecture", None)
+            if callable(select):
+                out[f"{role}_architecture"] = select()
         return out
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from marl_q.errors import ConfigError
 from marl_q.registry import HEADS
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -50,8 +51,12 @@ def count_params(module: nn.Module) -> int:
 
 
 def build_head(section, in_dim: int, out_dim: int) -> nn.Module:
-    """Build the head a config section (`actor` or `critic`) names."""
-    return HEADS.get(section.name).obj(section.params, in_dim, out_dim)
+    """Build the head a config section (`actor` or `critic`) names; a head that cannot take these
+    sizes is a user error naming the section."""
+    try:
+        return HEADS.get(section.name).obj(section.params, in_dim, out_dim)
+    except ValueError as exc:
+        raise ConfigError(f"head {section.name!r} cannot map {in_dim} inputs to {out_dim} outputs: {exc}") from None
 
 
 class FlatParameters:

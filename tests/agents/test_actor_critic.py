@@ -116,3 +116,14 @@ def test_a2c_update_gradient_equals_a_direct_computation():
     loss.backward()
     ref = torch.cat([p.grad.flatten() for m in (ref_actor, ref_critic) for p in m.parameters()])
     torch.testing.assert_close(flat.flat.grad, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_diffqas_heads_report_their_selected_architecture(small_raw):
+    from marl_q.experiment import run_experiment
+
+    small_raw["run"]["total_env_steps"] = 200
+    small_raw["actor"] = {"head": "diffqas", "n_qubits": 4, "layers": 1, "top_k": 2}
+    summary = run_experiment(build_config(small_raw), None)
+    arch = summary["actor_architecture"]
+    assert arch["pool_size"] >= 2 and len(arch["selected"]) == 2
+    assert "critic_architecture" not in summary  # an mlp critic chooses nothing
