@@ -16,7 +16,6 @@ the sim backend picks the agent of each episode, which is the paper's asynchrono
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -90,7 +89,7 @@ class LsviWorker(Worker):
             payload = {"gram": upload.gram, "transitions": upload.transitions, "rewards": upload.rewards}
             info = {"answers_sync": True} if getattr(self.agent, "answers_request", False) else {}
             messages.append(Message(self.name, SERVER, UPLOAD, payload, info=info))
-        row = {"agent": self.index, "regret": result.regret, "wall_clock_s": time.perf_counter()}
+        row = {"agent": self.index, "regret": result.regret}
         return Work(messages=messages, env_steps=len(result.rewards), episodes=[row], cost=1.0)
 
 
@@ -178,7 +177,7 @@ def build_mdp(cfg: Any) -> Any:
 class LsviAlgorithm(Algorithm):
     """What the four share: the MDP, beta, the service, the workers and the summary."""
 
-    metric_fields = ["agent", "regret", "cum_regret", "comm_rounds", "bytes", "wall_clock_s"]
+    metric_fields = ["agent", "regret", "cum_regret", "comm_rounds", "bytes"]
     broadcast = False
     sync_request = False
 

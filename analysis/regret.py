@@ -105,11 +105,23 @@ def load_run(path: Path) -> RegretRun:
     rounds, comm_bytes = _column(rows, "comm_rounds"), _column(rows, "bytes")
     if rounds is None or comm_bytes is None:
         rounds, comm_bytes = _ledger_curves(path / "comm.csv", _column(rows, "t"))
-    wall = _column(rows, "wall_clock_s")
+    wall = _wall_clock(path, [int(r["episode"]) for r in rows])
     return RegretRun(path, algorithm, int(config["backend"]["workers"]), summary.get("alpha"),
                      str(config["backend"].get("schedule", "")), int(config["run"]["seed"]), regret,
                      np.cumsum(regret) if cum is None else cum, rounds, comm_bytes,
                      np.zeros(len(rows)) if wall is None else wall, summary)
+
+
+def _wall_clock(path: Path, episodes: list[int]) -> Optional[np.ndarray]:
+    """Wall seconds at the end of each episode, from the runtime's metrics_wall.csv sidecar."""
+    side = path / "metrics_wall.csv"
+    if not side.is_file():
+        return None
+    with open(side, newline="") as f:
+        walls = {int(r["episode"]): float(r["wall_s"]) for r in csv.DictReader(f) if r.get("episode")}
+    if not all(e in walls for e in episodes):
+        return None
+    return np.array([walls[e] for e in episodes])
 
 
 def find_runs(root: Path) -> list[RegretRun]:

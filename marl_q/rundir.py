@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import time
 import zipfile
 from pathlib import Path
 from typing import IO, Any, Optional
@@ -28,11 +29,19 @@ class MetricsWriter:
     BASE = ["t", "worker", "env_steps", "episode"]
 
     def __init__(self, path: Optional[Path], fields: list[str], flush_every: int = 256) -> None:
+        """Rows go to ``path``; each row's wall clock goes to a sidecar ``metrics_wall.csv``
+        (episode, wall_s), so that metrics.csv of a sim run is byte-identical across runs."""
         self.columns = self.BASE + [f for f in fields if f not in self.BASE]
         self._file: Optional[IO[str]] = open(path, "w", newline="") if path is not None else None
         self._writer = csv.writer(self._file) if self._file else None
+        self._wall_file: Optional[IO[str]] = None
         if self._writer:
             self._writer.writerow(self.columns)
+            self._wall_file = open(Path(path).with_name("metrics_wall.csv"), "w", newline="")
+            self._wall_writer = csv.writer(self._wall_file)
+            self._wall_writer.writerow(["episode", "wall_s"])
+        self._t0 = time.perf_counter()
+        self._walls: list[tuple] = []
         self._pending: list[list[Any]] = []
         self.flush_every = flush_every
         self.rows: list[dict[str, Any]] = []
@@ -40,20 +49,25 @@ class MetricsWriter:
     def write(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
         self._pending.append([_fmt(row.get(c, "")) for c in self.columns])
+        self._walls.append((row.get("episode", ""), f"{time.perf_counter() - self._t0:.6f}"))
         if len(self._pending) >= self.flush_every:
             self.flush()
 
     def flush(self) -> None:
         if self._writer and self._pending:
             self._writer.writerows(self._pending)
+            self._wall_writer.writerows(self._walls)
             self._file.flush()
+            self._wall_file.flush()
         self._pending.clear()
+        self._walls.clear()
 
     def close(self) -> None:
         self.flush()
         if self._file:
             self._file.close()
-            self._file = None
+            self._wall_file.close()
+            self._file = self._wall_file = None
 
 
 def _fmt(value: Any) -> Any:

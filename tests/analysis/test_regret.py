@@ -47,9 +47,14 @@ def write_run(path: Path, algorithm: str, metrics: list[dict], comm: list[dict],
     (path / "summary.json").write_text(json.dumps({"status": "completed", "alpha": alpha}))
     with open(path / "metrics.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["t", "worker", "env_steps", "episode", "agent", "regret",
-                                               "cum_regret", "comm_rounds", "bytes", "wall_clock_s"])
+                                               "cum_regret", "comm_rounds", "bytes"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(metrics)
+    if all(m.get("wall_clock_s") not in (None, "") for m in metrics):
+        with open(path / "metrics_wall.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["episode", "wall_s"])
+            writer.writerows([(m["episode"], m["wall_clock_s"]) for m in metrics])
     with open(path / "comm.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["id", "t", "src", "dst", "kind", "bytes", "accepted"])
         writer.writeheader()

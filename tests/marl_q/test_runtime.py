@@ -97,6 +97,7 @@ def test_sync_and_stragglers_change_virtual_time_not_determinism(small_raw):
 
 def test_local_backend_runs_and_survives_a_dead_worker(small_raw, tmp_path):
     small_raw["backend"].update({"name": "local", "crash_after_steps": {1: 3}, "max_restarts": 1})
+    small_raw["server"]["aggregation"] = "sync"  # the barrier needs w1, so the run cannot finish without it
     small_raw["run"]["total_env_steps"] = 1500
     summary = run_experiment(build_config(small_raw), tmp_path / "loc")
     assert summary["status"] == "completed" and summary["env_steps"] >= 1500
@@ -107,6 +108,7 @@ def test_local_backend_runs_and_survives_a_dead_worker(small_raw, tmp_path):
 
 def test_local_backend_out_of_restarts_ends_with_what_was_learned(small_raw, tmp_path, capsys):
     small_raw["backend"].update({"name": "local", "crash_after_steps": {0: 2}, "max_restarts": 0})
+    small_raw["server"]["aggregation"] = "sync"
     small_raw["run"]["total_env_steps"] = 100_000
     summary = run_experiment(build_config(small_raw), tmp_path / "loc")
     assert summary["status"] == "worker_failed"
