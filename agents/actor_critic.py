@@ -217,26 +217,35 @@ class ActorCriticWorker(Worker):
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
         self.name = f"w{index}"
-        seed = cfg.run.seed * 1000 + index
-        self.rng = np.random.default_rng(seed)
-        torch.manual_seed(seed)
+        self.seed = cfg.run.seed * 1000 + index
+        self.rng = np.random.default_rng(self.seed)
+        torch.manual_seed(self.seed)
         spec = SCENARIOS.get(cfg.scenario.name).obj
-        if spec.kind != "gym_vector":
-            raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a "
-                              f"single-agent vector environment (kind {spec.kind!r})")
-        self.envs = spec.make(cfg.scenario.params, seed=seed)
-        self.n_envs = self.envs.num_envs
-        self.actor, self.critic = build_models(cfg, self.envs.single_observation_space, self.envs.single_action_space)
+        self.check_scenario(spec)
+        self.env = spec.make(cfg.scenario.params, seed=self.seed)
+        self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
         self.flat = FlatParameters(self.actor, self.critic)
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
-        obs, _ = self.envs.reset(seed=seed)
+        self.version = -1
+        self.waiting = True
+        self.seq = 0
+        self.reset_env()
+
+    # -- the two hooks a worker for another kind of environment overrides (with rollout) ----------
+    def check_scenario(self, spec: Any) -> None:
+        """Refuse a scenario this worker cannot drive (a ConfigError naming it)."""
+        if spec.kind != "gym_vector":
+            raise ConfigError(f"algorithm {self.cfg.algorithm.name}: scenario {self.cfg.scenario.name!r} is not a "
+                              f"single-agent vector environment (kind {spec.kind!r})")
+
+    def reset_env(self) -> None:
+        """Start the environment and the per-episode bookkeeping."""
+        self.n_envs = self.env.num_envs
+        obs, _ = self.env.reset(seed=self.seed)
         self.obs = np.asarray(obs, dtype=np.float32)
         self.prev_done = np.zeros(self.n_envs, dtype=bool)
         self.ep_return = np.zeros(self.n_envs)
         self.ep_length = np.zeros(self.n_envs, dtype=np.int64)
-        self.version = -1
-        self.waiting = True
-        self.seq = 0
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, "hello")]
@@ -279,7 +288,7 @@ class ActorCriticWorker(Worker):
         for t in range(T):
             obs[t] = self.obs
             act = self._act(self.obs)
-            next_obs, rew, term, trunc, _ = self.envs.step(act)
+            next_obs, rew, term, trunc, _ = self.env.step(act)
             actions[t], rewards[t], terminated[t] = act, rew, term
             dones[t] = term | trunc
             valid[t] = ~self.prev_done
@@ -301,7 +310,7 @@ class ActorCriticWorker(Worker):
         actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch)
 
     def close(self) -> None:
-        self.envs.close()
+        self.env.close()
 
 
 def build_models(cfg: Any, obs_space: Any, act_space: Any) -> tuple[nn.Module, nn.Module]:

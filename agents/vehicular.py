@@ -153,27 +153,14 @@ class VehicularA3CWorker(ActorCriticWorker):
     state; the episode's time limit truncates (bootstrapped from the final observation).
     """
 
-    def __init__(self, cfg: Any, index: int) -> None:  # noqa: D107 - the parent's init expects a vector env
-        self.cfg = cfg
-        self.ac = cfg.algorithm.params
-        self.name = f"w{index}"
-        self.seed = cfg.run.seed * 1000 + index
-        self.rng = np.random.default_rng(self.seed)
-        torch.manual_seed(self.seed)
-        spec = SCENARIOS.get(cfg.scenario.name).obj
+    def check_scenario(self, spec: Any) -> None:
         if spec.kind != "parallel" or not hasattr(spec.config, "n_agents"):
-            raise ConfigError(f"algorithm {cfg.algorithm.name}: needs scenario vehicular_relay, "
-                              f"got {cfg.scenario.name!r}")
-        self.env = spec.make(cfg.scenario.params, seed=self.seed)
-        self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
-        self.flat = FlatParameters(self.actor, self.critic)
-        self.optimizer = (make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac)
-                          if self.ac.update == "delta" else None)
+            raise ConfigError(f"algorithm {self.cfg.algorithm.name}: needs scenario vehicular_relay, "
+                              f"got {self.cfg.scenario.name!r}")
+
+    def reset_env(self) -> None:
         self.episode = 0
         self._start_episode()
-        self.version = -1
-        self.waiting = True
-        self.seq = 0
 
     def _start_episode(self) -> None:
         self.obs, _ = self.env.reset(seed=self.seed + 7919 * self.episode)
