@@ -192,5 +192,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+COMMANDS = {"coma": main}  # marlq coma ...
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -115,5 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+COMMANDS = {"qa2c": main}  # marlq qa2c ...
+
 if __name__ == "__main__":
     sys.exit(main())

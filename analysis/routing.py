@@ -325,5 +325,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+COMMANDS = {"routing": main}  # marlq routing ...
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -196,5 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+COMMANDS = {"vehicular": main}  # marlq vehicular ...
+
 if __name__ == "__main__":
     raise SystemExit(main())
