@@ -14,11 +14,10 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 import torch
 
-from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, build_models,
-                                 make_optimizer)
+from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, build_models)
 from agents.heads import FlatParameters
 from marl_q.errors import ConfigError
-from marl_q.registry import ALGORITHMS, BENCHES, SCENARIOS
+from marl_q.registry import ALGORITHMS, BENCHES
 from scenarios.vehicular_road import (CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
                                       VehicularRelayConfig)
 

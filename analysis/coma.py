@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from analysis.stats import mean_ci
 import yaml
-from scipy import stats
 
 from marl_q.errors import RunDirError
 
@@ -89,14 +89,7 @@ def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
     return (csum[idx] - csum[lo]) / (idx - lo)
 
 
-def mean_and_ci(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Mean over axis 0 and the half-width of its two-sided t confidence interval (0 for one sample)."""
-    n = samples.shape[0]
-    mean = samples.mean(axis=0)
-    if n < 2:
-        return mean, np.zeros_like(mean)
-    sem = samples.std(axis=0, ddof=1) / np.sqrt(n)
-    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sem
+mean_and_ci = mean_ci  # mean over seeds and the half-width of the t interval (analysis.stats)
 
 
 def first_reach(x: np.ndarray, curve: np.ndarray, threshold: float) -> Optional[float]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -17,8 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from analysis.stats import mean_ci  # noqa: E402
 import yaml  # noqa: E402
-from scipy import stats  # noqa: E402
 
 from marl_q.errors import RunDirError  # noqa: E402
 
@@ -122,13 +121,7 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
 
 def mean_band(curves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and a 95% t-interval across rows (NaN where fewer than one value)."""
-    arr = np.vstack(curves)
-    n = np.sum(~np.isnan(arr), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are expected at the ends
-        mean = np.nanmean(arr, axis=0)
-        sem = np.nanstd(arr, axis=0, ddof=1) / np.sqrt(n) if arr.shape[0] > 1 else np.zeros_like(mean)
-        half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sem, 0.0)
+    mean, half = mean_ci(np.vstack(curves))
     return mean, mean - half, mean + half
 
 

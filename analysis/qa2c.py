@@ -21,8 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from analysis.stats import mean_ci
 import yaml
-from scipy import stats
 
 QUANTUM_HEADS = {"vqc", "hybrid", "diffqas"}
 ORDER = ["classical", "quantum actor", "quantum critic", "quantum actor + critic"]
@@ -64,12 +64,7 @@ def steps_to_solve(curve: Curve, solve: float, window: int) -> float | None:
 
 def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean over seeds (axis 0) and the half-width of its 95% t-interval (0 for a single seed)."""
-    mean = values.mean(axis=0)
-    k = values.shape[0]
-    if k < 2:
-        return mean, np.zeros_like(mean)
-    half = stats.t.ppf(0.975, k - 1) * values.std(axis=0, ddof=1) / np.sqrt(k)
-    return mean, half
+    return mean_ci(values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from analysis.stats import mean_ci
 import yaml
 
 FAMILY = ("async_coop_lsvi", "coop_lsvi", "lsvi_ucb_pooled", "lsvi_ucb_independent")
@@ -142,15 +143,7 @@ def find_runs(root: Path) -> list[RegretRun]:
 # ----------------------------------------------------------------------------- statistics
 def mean_band(curves: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Mean over seeds and the half-width of its 95% confidence interval (Student t; 0 for one seed)."""
-    from scipy import stats
-
-    stacked = np.vstack([np.asarray(c, dtype=float) for c in curves])
-    mean = stacked.mean(axis=0)
-    n = stacked.shape[0]
-    if n < 2:
-        return mean, np.zeros_like(mean)
-    half = stats.t.ppf(0.975, n - 1) * stacked.std(axis=0, ddof=1) / math.sqrt(n)
-    return mean, half
+    return mean_ci(np.vstack([np.asarray(c, dtype=float) for c in curves]))
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
+from analysis.stats import mean_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"amarl": ROOT / "scenarios" / "routing_amarl.yaml",
@@ -40,12 +39,8 @@ HEURISTICS = ["shortest_path_first_fit", "random_feasible", "uniform_random"]
 
 def ci95(values: Sequence[float]) -> tuple[float, float]:
     """Mean and half-width of the 95% t-interval (half-width 0 for a single value)."""
-    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) == 1:
-        return float(x[0]), 0.0
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    mean, half = mean_ci([np.nan if v is None else float(v) for v in values] or [np.nan])
+    return float(mean), float(half)
 
 
 def run_dir(out: Path, name: str, seed: int) -> Path:

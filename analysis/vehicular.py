@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from analysis.stats import mean_ci
 
 POLICIES = ("learned", "no_control", "greedy", "random")
 LABELS = {"learned": "A3C (shared policy)", "no_control": "no control (traffic model)",
@@ -28,13 +29,8 @@ COLOURS = {"learned": "tab:red", "no_control": "tab:blue", "greedy": "tab:green"
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     """Mean and the half-width of a Student-t 95% interval over seeds (0 for a single seed)."""
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return float(x.mean()), 0.0
-    from scipy.stats import t as student_t
-
-    t = float(student_t.ppf(0.975, len(x) - 1))
-    return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(len(x)))
+    mean, half = mean_ci(values)
+    return float(mean), float(half)
 
 
 def read_evaluations(root: Path) -> list[dict]:

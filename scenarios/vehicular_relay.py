@@ -8,7 +8,6 @@ Registered as ``marlq/vehicular_relay-v0``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Optional
 
 import gymnasium

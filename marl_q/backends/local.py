@@ -15,7 +15,6 @@ import traceback
 from typing import Any
 
 from marl_q.messages import Message
-from marl_q.protocol import Work
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
 

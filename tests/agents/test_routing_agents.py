@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.routing import (ACCEPT, COMMIT, FRESH_START, REFUSE, RELEASE, SNAPSHOT, CommitService, IndependentRoutingPPO,
-                            RandomFeasible, RoutingPPOWorker, UniformRandom, shortest_path_first_fit)
+from agents.routing import (ACCEPT, COMMIT, FRESH_START, REFUSE, RELEASE, SNAPSHOT, IndependentRoutingPPO,
+                            RandomFeasible, UniformRandom, shortest_path_first_fit)
 from marl_q.config import load_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment

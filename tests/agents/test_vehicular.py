@@ -12,7 +12,7 @@ from marl_q.experiment import run_experiment
 from marl_q.services import PARAMS
 from marl_q.messages import Message, SERVER
 from scenarios.vehicular_relay import VehicularRelayEnv
-from scenarios.vehicular_road import CHANNELS, DECELERATE, KEEP, LANE_LEFT, VehicularRelayConfig
+from scenarios.vehicular_road import CHANNELS, DECELERATE, KEEP, LANE_LEFT
 
 torch.set_num_threads(1)
 SMALL = dict(road_length_m=300.0, rsu_spacing_m=150.0, n_agents=4, max_steps=12, warmup_steps=5, view_cells=8)

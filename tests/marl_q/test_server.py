@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 import marl_q.staleness as st_rules
 from marl_q.aggregation import Buffered, Hogwild, Sync
