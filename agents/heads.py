@@ -50,13 +50,18 @@ def count_params(module: nn.Module) -> int:
     return int(sum(p.numel() for p in module.parameters() if p.requires_grad))
 
 
+class HeadSizeError(ConfigError, ValueError):
+    """A head that cannot take the sizes it was asked for (a user error; still a ValueError for callers
+    that add the section's name)."""
+
+
 def build_head(section, in_dim: int, out_dim: int) -> nn.Module:
     """Build the head a config section (`actor` or `critic`) names; a head that cannot take these
     sizes is a user error naming the section."""
     try:
         return HEADS.get(section.name).obj(section.params, in_dim, out_dim)
     except ValueError as exc:
-        raise ConfigError(f"head {section.name!r} cannot map {in_dim} inputs to {out_dim} outputs: {exc}") from None
+        raise HeadSizeError(f"head {section.name!r} cannot map {in_dim} inputs to {out_dim} outputs: {exc}") from None
 
 
 class FlatParameters:

@@ -9,6 +9,7 @@ ends with what was learned saved (summary status "worker_failed").
 from __future__ import annotations
 
 import multiprocessing as mp
+from multiprocessing import connection as mp_connection
 import queue
 import time
 import traceback
@@ -69,20 +70,27 @@ def run_local(rt: Runtime) -> dict:
     cfg = rt.cfg
     ctx = mp.get_context("spawn")
     cfg_dict = cfg.to_dict()
-    outbox = ctx.Queue()
-    inboxes = {name: ctx.Queue() for name in rt.worker_names}
+    # One queue each way per worker, replaced when the worker is restarted: a process killed while
+    # its queue's feeder thread held the queue's lock would otherwise block every other writer.
+    outboxes: dict[str, Any] = {}
+    inboxes: dict[str, Any] = {}
     procs: dict[str, Any] = {}
     restarts = {name: 0 for name in rt.worker_names}
     t0 = time.perf_counter()
     last_heard = {name: t0 for name in rt.worker_names}
+    # when we last sent it something; a worker that spoke after our last reply may be blocked on us
+    # (a sync barrier), so only one that owes us an answer can be "silent too long"
+    last_sent = {name: t0 for name in rt.worker_names}
 
     def spawn(i: int) -> None:
         name = rt.worker_names[i]
-        p = ctx.Process(target=_worker_main, args=(cfg_dict, i, inboxes[name], outbox, restarts[name]),
+        inboxes[name], outboxes[name] = ctx.Queue(), ctx.Queue()
+        p = ctx.Process(target=_worker_main, args=(cfg_dict, i, inboxes[name], outboxes[name], restarts[name]),
                         daemon=True)
         p.start()
         procs[name] = p
-        last_heard[name] = time.perf_counter()
+        last_sent[name] = time.perf_counter()  # a fresh process owes us its hello
+        last_heard[name] = last_sent[name] - 1e-9
 
     def failed(name: str, detail: str) -> bool:
         """Handle a dead worker; True if the run must end."""
@@ -96,7 +104,9 @@ def run_local(rt: Runtime) -> dict:
         if p.is_alive():
             p.terminate()
         p.join(timeout=5)
-        _drain(inboxes[name])
+        for q in (inboxes[name], outboxes[name]):
+            q.cancel_join_thread()  # what is still in them is dropped; the restarted worker says hello
+            q.close()
         spawn(rt.worker_names.index(name))
         return False
 
@@ -106,10 +116,7 @@ def run_local(rt: Runtime) -> dict:
     last_check = time.perf_counter()
     try:
         while not rt.done() and status == "completed":
-            try:
-                kind, name, body = outbox.get(timeout=POLL_S)
-            except queue.Empty:
-                kind = None
+            kind, name, body = _next_item(outboxes, POLL_S)
             now = time.perf_counter()
             if kind == "error":
                 last_heard[name] = now
@@ -123,11 +130,13 @@ def run_local(rt: Runtime) -> dict:
                 for msg in msgs:
                     for reply in rt.deliver(msg, now - t0):
                         inboxes[reply.dst].put(reply)
+                        last_sent[reply.dst] = time.perf_counter()
             if now - last_check < POLL_S:
                 continue
             last_check = now  # liveness, checked on the clock whether or not others keep talking
             for name, p in list(procs.items()):
-                silent = now - last_heard[name] > cfg.backend.reply_timeout_s
+                owes = last_sent[name] > last_heard[name]
+                silent = owes and now - last_sent[name] > cfg.backend.reply_timeout_s
                 if not p.is_alive() or silent:
                     why = f"process exited with code {p.exitcode}" if not p.is_alive() else "silent too long"
                     if failed(name, why):
@@ -143,9 +152,12 @@ def run_local(rt: Runtime) -> dict:
     return rt.finish(time.perf_counter() - t0, virtual=False, status=status)
 
 
-def _drain(q: Any) -> None:
-    while True:
+def _next_item(outboxes: dict[str, Any], timeout: float) -> tuple[Any, Any, Any]:
+    """The next (kind, worker, body) from any worker's queue, or (None, None, None) after timeout."""
+    readers = {q._reader: name for name, q in outboxes.items()}  # the queues' pipe ends, to wait on
+    for reader in mp_connection.wait(list(readers), timeout=timeout):
         try:
-            q.get_nowait()
-        except queue.Empty:
-            return
+            return outboxes[readers[reader]].get_nowait()
+        except (queue.Empty, EOFError, OSError):
+            continue  # a dying worker's partial write: its death is noticed by the liveness check
+    return None, None, None
