@@ -36,14 +36,27 @@ class Server:
         self._weight = lambda s: fn(s, a=rule.a, b=rule.b)
         self.staleness_counts: dict[int, int] = {}
         self.progress = lambda: 0.0  # the runtime replaces this with the fraction of the budget used
+        # highest sequence number seen per (worker, kind) since that worker's last hello: a retried or
+        # duplicated message (seq > 0, not above it) is applied at most once
+        self._last_seq: dict[tuple[str, str], int] = {}
 
     def receive(self, msg: Message, t: float) -> list[Message]:
         """Admit, dispatch and record one message; return the replies (also recorded)."""
         if msg.kind == HELLO and msg.src in self._known:
             self.ledger.record(msg, t, self.version, accepted=True)
+            for key in [k for k in self._last_seq if k[0] == msg.src]:
+                del self._last_seq[key]  # a (re)started worker numbers its messages afresh
             return self._send(self.service.hello(msg.src, self.version), t)
         spec = self.service.specs.get(msg.kind)
         reason = self._admission(msg, spec)
+        if reason is None and msg.seq > 0:
+            key = (msg.src, msg.kind)
+            if msg.seq <= self._last_seq.get(key, 0):
+                # the original was handled and answered; a duplicate gets no second answer
+                self.ledger.record(msg, t, self.version, accepted=False,
+                                   reason=f"duplicate: seq {msg.seq} of {msg.kind} from {msg.src} already seen")
+                return []
+            self._last_seq[key] = msg.seq
         staleness: Optional[int] = None
         if reason is None and spec.versioned:
             staleness = self.version - msg.base_version

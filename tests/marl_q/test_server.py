@@ -133,3 +133,17 @@ def test_ledger_counts_real_payload_bytes_and_directions():
 def test_staleness_rules(rule, s, expected):
     fn = getattr(st_rules, rule)
     assert fn(s, a=0.5, b=4) == pytest.approx(expected)
+
+
+def test_a_duplicated_push_is_applied_at_most_once():
+    server, service = make_server()
+    msg = Message("w0", SERVER, "grad", {"grad": np.full(P, 1.0, dtype=np.float32)}, base_version=0, seq=1)
+    assert [r.kind for r in server.receive(msg, 0.0)] == ["params"]
+    assert server.receive(msg, 0.0) == []  # the same (worker, seq) again: recorded, not applied
+    np.testing.assert_allclose(params(service), -1.0)
+    assert server.ledger.rejected == 1 and service.updates() == 1
+    # a restarted worker says hello and numbers its messages from 1 again
+    server.receive(Message("w0", SERVER, "hello"), 0.0)
+    server.receive(Message("w0", SERVER, "grad", {"grad": np.full(P, 1.0, dtype=np.float32)},
+                           base_version=server.version, seq=1), 0.0)
+    np.testing.assert_allclose(params(service), -2.0)
