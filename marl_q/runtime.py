@@ -141,15 +141,19 @@ class _Progress:
         self.bar = tqdm(total=total, unit=unit, unit_scale=True, dynamic_ncols=True, mininterval=1.0,
                         desc=f"{cfg.algorithm.name}/{cfg.scenario.name}", file=sys.stderr)
         self._recent: list[float] = []
+        self._next_postfix = 0.0
 
     def update(self, rt: Runtime, work: Work) -> None:
         self.bar.update(work.env_steps if self.by_steps else len(work.episodes))
         for ep in work.episodes:
             if "return" in ep:
                 self._recent.append(float(ep["return"]))
-        if self._recent and self.bar.n % 50 == 0:
+        now = time.perf_counter()
+        if now >= self._next_postfix:  # the recent mean return and server version, once a second
+            self._next_postfix = now + 1.0
             self._recent = self._recent[-100:]
-            self.bar.set_postfix(ret=f"{sum(self._recent) / len(self._recent):.1f}", v=rt.server.version, refresh=False)
+            ret = f"{sum(self._recent) / len(self._recent):.1f}" if self._recent else "-"
+            self.bar.set_postfix(ret=ret, v=rt.server.version, refresh=False)
 
     def close(self) -> None:
         self.bar.close()
