@@ -14,7 +14,7 @@ the other N-1 agents' right answers and penalties add a noise far larger than th
 the agent's own observation (IAC), or of the state (central-V), leaves all of that noise in the
 advantage; COMA's counterfactual baseline, with the other agents' actions held fixed, cancels it.
 The penalty makes the noise large early (exploring agents are mostly wrong) and makes a safe
-abstention the place a learner with noisy credit drifts to. The global ``state()`` is all cues.
+abstention the place a learner with noisy credit drifts to. The global ``state()`` is all cues and the round.
 
 With ``cues: false`` every cue is always 0, so agent i must learn the fixed answer i mod K: the
 repeated N-player penalty matrix game itself (no observation to condition on), where the critic's
@@ -78,7 +78,7 @@ class PenaltyCueEnv(ParallelEnv):
         self.penalty = float(penalty)
         self.possible_agents = [f"agent_{i}" for i in range(self.n_agents)]
         self.agents: list[str] = []
-        self.state_space = spaces.Box(0.0, 1.0, (self.n_agents * self.n_cues,), np.float32)
+        self.state_space = spaces.Box(0.0, 1.0, (self.n_agents * self.n_cues + self.episode_length,), np.float32)
         self._rng = np.random.default_rng()
         self._cues = np.zeros(self.n_agents, dtype=np.int64)
         self._t = 0
@@ -100,8 +100,11 @@ class PenaltyCueEnv(ParallelEnv):
         return cues if self.cues else np.zeros_like(cues)
 
     def state(self) -> np.ndarray:
-        """All agents' cues, one-hot and concatenated: what the centralized critic may see."""
-        return np.eye(self.n_cues, dtype=np.float32)[self._cues].reshape(-1)
+        """All agents' cues, one-hot and concatenated, then the round one-hot (so that a centralized
+        critic's return-to-go is a function of the state): what the centralized critic may see."""
+        cues = np.eye(self.n_cues, dtype=np.float32)[self._cues].reshape(-1)
+        round_ = np.eye(self.episode_length, dtype=np.float32)[min(self._t, self.episode_length - 1)]
+        return np.concatenate([cues, round_])
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
         if seed is not None:

@@ -40,8 +40,9 @@ def test_team_reward_is_the_mean_payoff_for_every_agent_and_the_game_terminates(
     env = PenaltyCueEnv(n_agents=4, n_cues=3, episode_length=2, penalty=0.5)
     obs, _ = env.reset(seed=7)
     cues = [int(np.argmax(obs[a])) for a in env.possible_agents]
-    state = env.state().reshape(4, 3)
-    assert [int(np.argmax(row)) for row in state] == cues
+    state = env.state()
+    assert [int(np.argmax(row)) for row in state[:12].reshape(4, 3)] == cues
+    assert state[12:].tolist() == [1.0, 0.0]  # round 0 of 2
     right = [(c + i) % 3 for i, c in enumerate(cues)]
     # agent 0 right (+1), agent 1 wrong (-0.5), agent 2 abstains (0), agent 3 right (+1): mean 1.5 / 4
     actions = {"agent_0": right[0], "agent_1": (right[1] + 1) % 3, "agent_2": 3, "agent_3": right[3]}
@@ -66,10 +67,10 @@ def test_optimal_play_earns_one_per_round() -> None:
 def test_without_cues_it_is_the_repeated_penalty_matrix_game() -> None:
     env = PenaltyCueEnv(n_agents=4, n_cues=3, episode_length=2, penalty=0.5, cues=False)
     obs, _ = env.reset(seed=5)
-    assert all(o.tolist() == [1.0, 0.0, 0.0] for o in obs.values()) and env.state().sum() == 4
+    assert all(o.tolist() == [1.0, 0.0, 0.0] for o in obs.values()) and env.state()[:12].sum() == 4
     # right answers i mod 3 = (0, 1, 2, 0): two right, one wrong, one abstaining -> (1 + 1 - 0.5 + 0) / 4
     _, rewards, *_ = env.step({"agent_0": 0, "agent_1": 1, "agent_2": 0, "agent_3": 3})
-    assert rewards["agent_0"] == 0.375
+    assert rewards["agent_0"] == 0.375 and env.state()[12:].tolist() == [0.0, 1.0]
     obs, *_ = env.step({a: 3 for a in env.possible_agents})
     assert all(o.tolist() == [1.0, 0.0, 0.0] for o in obs.values())
 
