@@ -56,6 +56,38 @@ class NetworkProfile:
 
 
 @dataclass
+class FaultConfig:
+    """sim only: faults injected into the simulated network and workers; each is a ledger row.
+
+    A lost worker->server message is resent by the worker's transport after `retransmit_s` (so a
+    loss shows up as delay plus a resend); a duplicated one arrives a second time `dup_delay_s`
+    later (the server applies it at most once). A crashed worker loses its state and in-flight
+    work and comes back `restart_s` later as a fresh worker that says hello.
+    """
+
+    loss: float = 0.0
+    retransmit_s: float = 0.05
+    duplicate: float = 0.0
+    dup_delay_s: float = 0.01
+    spike_p: float = 0.0  # probability of a delay spike on any message
+    spike_s: float = 0.1
+    crash: dict[int, float] = field(default_factory=dict)  # worker index -> virtual time of a crash
+    restart_s: float = 0.1
+
+    def validate(self) -> None:
+        for key in ("loss", "duplicate", "spike_p"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ValueError(f"{key}: a probability in [0, 1), got {getattr(self, key)}")
+        for key in ("retransmit_s", "dup_delay_s", "spike_s", "restart_s"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)}")
+
+    @property
+    def any(self) -> bool:
+        return bool(self.loss or self.duplicate or self.spike_p or self.crash)
+
+
+@dataclass
 class BackendConfig:
     """Where workers run: `sim` (virtual clock), `local` (OS processes) or `ray`."""
 
@@ -73,6 +105,7 @@ class BackendConfig:
     # local, for tests and fault studies: worker index -> its first process exits (code 3) after
     # that many steps, as if killed
     crash_after_steps: dict[int, int] = field(default_factory=dict)
+    faults: FaultConfig = field(default_factory=FaultConfig)  # sim only
 
 
 @dataclass
@@ -269,6 +302,11 @@ def validate_cross(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"run.checkpoint_every: must be >= 0, got {cfg.run.checkpoint_every}")
     if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:
         raise ConfigError(f"server.max_staleness: must be >= 0 or null, got {cfg.server.max_staleness}")
+    for i in list(cfg.backend.faults.crash) + list(cfg.backend.crash_after_steps):
+        if not 0 <= i < cfg.backend.workers:
+            raise ConfigError(f"backend: crash of worker index {i}, out of range for {cfg.backend.workers} workers")
+    if cfg.backend.faults.any and (cfg.backend.name != "sim" or cfg.backend.schedule != "events"):
+        raise ConfigError("backend.faults: injected faults need backend.name: sim with schedule: events")
     for i in cfg.backend.compute.stragglers:
         if not 0 <= i < cfg.backend.workers:
             raise ConfigError(

@@ -38,6 +38,7 @@ class Ledger:
         self.rejected = 0
         self.dropped_stale = 0
         self.by_kind: dict[str, list[int]] = {}  # kind -> [messages, bytes]
+        self.faults: dict[str, int] = {}  # injected fault -> count (rows of kind "fault:<name>")
 
     def record(self, msg: Message, t: float, server_version: int, staleness: Optional[int] = None,
                accepted: bool = True, reason: str = "", stale_drop: bool = False) -> None:
@@ -60,6 +61,16 @@ class Ledger:
         if len(self._rows) >= self.flush_every:
             self.flush()
 
+    def record_fault(self, fault: str, t: float, src: str, dst: str, seq: int = 0, nbytes: int = 0,
+                     detail: str = "") -> None:
+        """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic."""
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        self._rows.append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail))
+        self._walls.append((self.count, f"{time.perf_counter() - self._t0:.6f}"))
+        self.count += 1
+        if len(self._rows) >= self.flush_every:
+            self.flush()
+
     def flush(self) -> None:
         if self._writer is not None and self._rows:
             self._writer.writerows(self._rows)
@@ -76,5 +87,6 @@ class Ledger:
             self._file = self._wall_file = None
 
     def totals(self) -> dict[str, int]:
-        return {"messages": self.count, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-                "rejected": self.rejected, "dropped_stale": self.dropped_stale}
+        return {"messages": self.count - sum(self.faults.values()), "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down, "rejected": self.rejected, "dropped_stale": self.dropped_stale,
+                "faults_injected": dict(self.faults)}

@@ -63,10 +63,13 @@ class _Timing:
 
 def _run_events(rt: Runtime, workers: list[Worker]) -> float:
     timing = _Timing(rt)
+    faults = rt.cfg.backend.faults
     index = {w.name: i for i, w in enumerate(workers)}
     heap: list[tuple[float, int, str, object]] = []
     seq = 0
     busy = [False] * len(workers)
+    alive = [True] * len(workers)
+    life = [0] * len(workers)  # incarnation: events of a crashed worker's past life are void
     inbox: list[list[Message]] = [[] for _ in workers]
     now = 0.0
 
@@ -75,41 +78,84 @@ def _run_events(rt: Runtime, workers: list[Worker]) -> float:
         heapq.heappush(heap, (t, seq, kind, item))
         seq += 1
 
+    def delay(m: Message, t: float) -> float:
+        d = timing.network_s(m)
+        if faults.spike_p and timing.rng.random() < faults.spike_p:
+            rt.ledger.record_fault("delay_spike", t, m.src, m.dst, m.seq, m.nbytes, f"+{faults.spike_s} s")
+            d += faults.spike_s
+        return d
+
     def send_up(msgs: list[Message], t: float) -> None:
         for m in msgs:
-            push(t + timing.network_s(m), "to_server", m)
+            if faults.loss and timing.rng.random() < faults.loss:
+                rt.ledger.record_fault("loss", t, m.src, m.dst, m.seq, m.nbytes,
+                                       f"{m.kind} lost; resent after {faults.retransmit_s} s")
+                push(t + faults.retransmit_s, "resend", m)
+                continue
+            arrival = t + delay(m, t)
+            push(arrival, "to_server", m)
+            if faults.duplicate and timing.rng.random() < faults.duplicate:
+                rt.ledger.record_fault("duplicate", t, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} delivered twice")
+                push(arrival + faults.dup_delay_s, "to_server", m)
 
     def start_compute(i: int, t: float) -> None:
         busy[i] = True
         work = workers[i].step()
-        push(t + timing.compute_s(i, work), "done", (i, work))
+        push(t + timing.compute_s(i, work), "done", (i, life[i], work))
 
     for i, w in enumerate(workers):
         send_up(w.start(), 0.0)
         if w.ready():
             start_compute(i, 0.0)
+    for i, t_crash in sorted(faults.crash.items()):
+        push(t_crash, "crash", i)
 
     while heap and not rt.done():
         now, _, kind, item = heapq.heappop(heap)
         if kind == "to_server":
             for reply in rt.deliver(item, now):
-                push(now + timing.network_s(reply), "to_worker", reply)
+                push(now + delay(reply, now), "to_worker", reply)
             continue
-        if kind == "to_worker":
+        if kind == "resend":
+            send_up([item], now)
+            continue
+        if kind == "crash":
+            i = item
+            rt.ledger.record_fault("crash", now, workers[i].name, workers[i].name, detail="worker state lost")
+            rt.record_fault("worker_crashed", workers[i].name, "injected crash (sim)", now)
+            workers[i].close()
+            alive[i], busy[i] = False, False
+            inbox[i].clear()
+            life[i] += 1
+            push(now + faults.restart_s, "restart", i)
+            continue
+        if kind == "restart":
+            i = item
+            workers[i] = rt.algorithm.make_worker(i)
+            alive[i] = True
+            rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
+            send_up(workers[i].start(), now)
+        elif kind == "to_worker":
             i = index[item.dst]
+            if not alive[i]:
+                rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
+                                       f"{item.kind} to a crashed worker")
+                continue
             if busy[i]:
                 inbox[i].append(item)
                 continue
             workers[i].deliver(item)
         else:  # a step finished
-            i, work = item
+            i, incarnation, work = item
+            if incarnation != life[i]:
+                continue  # the worker crashed while computing: that work is lost
             busy[i] = False
             rt.record_work(workers[i].name, work, now)
             send_up(work.messages, now)
             for m in inbox[i]:
                 workers[i].deliver(m)
             inbox[i].clear()
-        if not busy[i] and workers[i].ready() and not rt.done():
+        if alive[i] and not busy[i] and workers[i].ready() and not rt.done():
             start_compute(i, now)
     if not rt.done() and not heap:
         raise RuntimeError("sim: every worker is waiting and no message is in flight (deadlock)")
