@@ -34,7 +34,7 @@ import pettingzoo
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from scenarios.spec import ScenarioSpec
+from scenarios.spec import ScenarioSpec, check_cue_game_sizes
 
 
 @dataclass
@@ -64,11 +64,7 @@ class PenaltyCueEnv(ParallelEnv):
 
     def __init__(self, n_agents: int = 10, n_cues: int = 3, episode_length: int = 5, penalty: float = 1.0,
                  cues: bool = True) -> None:
-        for key, value in {"n_agents": n_agents, "n_cues": n_cues, "episode_length": episode_length}.items():
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"scenario.{key} must be a positive integer, got {value!r}")
-        if n_cues < 2:
-            raise ValueError(f"scenario.n_cues must be at least 2 (one cue is no game), got {n_cues}")
+        check_cue_game_sizes(n_agents, n_cues, episode_length)
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not np.isfinite(penalty) or penalty < 0:
             raise ValueError(f"scenario.penalty must be a finite number >= 0, got {penalty!r}")
         if not isinstance(cues, bool):

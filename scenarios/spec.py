@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
+
 
 class ScenarioSpec(NamedTuple):
     """How to build one environment: its config dataclass, a factory ``make(cfg, seed)`` and its kind.
@@ -15,3 +17,12 @@ class ScenarioSpec(NamedTuple):
     make: Callable[..., Any]
     kind: str
     help: str
+
+
+def check_cue_game_sizes(n_agents: Any, n_cues: Any, episode_length: Any) -> None:
+    """The sizes the cue games (team_cue, penalty_cue) share: positive integers, at least two cues."""
+    for key, value in {"n_agents": n_agents, "n_cues": n_cues, "episode_length": episode_length}.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"scenario.{key} must be a positive integer, got {value!r}")
+    if n_cues < 2:
+        raise ValueError(f"scenario.n_cues must be at least 2 (one cue is no game), got {n_cues}")

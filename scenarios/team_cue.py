@@ -24,7 +24,7 @@ import pettingzoo
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from scenarios.spec import ScenarioSpec
+from scenarios.spec import ScenarioSpec, check_cue_game_sizes
 
 
 @dataclass
@@ -43,11 +43,7 @@ class TeamCueEnv(ParallelEnv):
     metadata = {"name": "team_cue_v0", "render_modes": []}
 
     def __init__(self, n_agents: int = 6, n_cues: int = 3, episode_length: int = 10, id_shift: bool = True) -> None:
-        for key, value in {"n_agents": n_agents, "n_cues": n_cues, "episode_length": episode_length}.items():
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"scenario.{key} must be a positive integer, got {value!r}")
-        if n_cues < 2:
-            raise ValueError(f"scenario.n_cues must be at least 2 (one cue is no game), got {n_cues}")
+        check_cue_game_sizes(n_agents, n_cues, episode_length)
         if not isinstance(id_shift, bool):
             raise ValueError(f"scenario.id_shift must be true or false, got {id_shift!r}")
         self.n_agents, self.n_cues, self.episode_length = int(n_agents), int(n_cues), int(episode_length)
