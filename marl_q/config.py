@@ -30,6 +30,10 @@ class RunConfig:
     total_env_steps: Optional[int] = None  # the run stops at whichever budget is reached first
     total_episodes: Optional[int] = None
     checkpoint_every: int = 0  # server updates between checkpoints; 0 = only at the end
+    keep_checkpoints: int = 2  # the newest this many are kept (older ones pruned once a new one reads back)
+    # stop cleanly after this many server updates (checkpoint, status "stopped"), to be continued with
+    # `marlq resume RUN_DIR` (e.g. in time-limited job slots); resume ignores it unless set again
+    stop_after_updates: Optional[int] = None
     progress: bool = True  # a progress bar on stderr
     solve_return: Optional[float] = None  # a training mean that counts as solved (CartPole: 475)
     solve_window: int = 100  # episodes in that mean
@@ -300,6 +304,10 @@ def validate_cross(cfg: ExperimentConfig) -> None:
         raise ConfigError("run: set run.total_env_steps or run.total_episodes (the run needs a budget)")
     if cfg.run.checkpoint_every < 0:
         raise ConfigError(f"run.checkpoint_every: must be >= 0, got {cfg.run.checkpoint_every}")
+    if cfg.run.keep_checkpoints < 1:
+        raise ConfigError(f"run.keep_checkpoints: must be at least 1, got {cfg.run.keep_checkpoints}")
+    if cfg.run.stop_after_updates is not None and cfg.run.stop_after_updates < 1:
+        raise ConfigError(f"run.stop_after_updates: must be positive or null, got {cfg.run.stop_after_updates}")
     if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:
         raise ConfigError(f"server.max_staleness: must be >= 0 or null, got {cfg.server.max_staleness}")
     for i in list(cfg.backend.faults.crash) + list(cfg.backend.crash_after_steps):
