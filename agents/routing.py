@@ -473,7 +473,8 @@ class RoutingPPO(Algorithm):
     """Shared wiring of the two routing learners; subclasses say who routes which services."""
 
     metric_fields = ["return", "length", "requests", "gos", "latency_ms", "refusals", "net_time_s",
-                     "service", "version", "compute_s"]
+                     "service", "version"]
+    wall_fields = ("compute_s",)  # real seconds: metrics_wall.csv, so metrics.csv stays deterministic
     service_onehot = False
 
     @classmethod

@@ -90,12 +90,17 @@ def training_curve(path: Path, bins: np.ndarray) -> np.ndarray:
 
 
 def agent_compute_s(path: Path) -> tuple[float, float]:
-    """Real compute seconds of the busiest worker and of all workers together (metrics.csv)."""
-    last: dict[str, float] = {}
+    """Real compute seconds of the busiest worker and of all workers together. ``path`` is a run's
+    metrics.csv (which episode each worker finished); the seconds are in its metrics_wall.csv sidecar."""
     with open(path) as f:
-        for row in csv.DictReader(f):
-            if row.get("compute_s"):
-                last[row["worker"]] = float(row["compute_s"])
+        worker_of = {row["episode"]: row["worker"] for row in csv.DictReader(f)}
+    last: dict[str, float] = {}
+    side = Path(path).with_name("metrics_wall.csv")
+    if side.is_file():
+        with open(side) as f:
+            for row in csv.DictReader(f):
+                if row.get("compute_s") and row["episode"] in worker_of:
+                    last[worker_of[row["episode"]]] = float(row["compute_s"])
     if not last:
         return float("nan"), float("nan")
     return max(last.values()), sum(last.values())

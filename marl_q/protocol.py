@@ -116,6 +116,9 @@ class Algorithm:
     """A learning algorithm: builds the server's service and the workers from the config."""
 
     metric_fields: list[str] = ["return", "length"]
+    # episode columns measured on the wall clock: written to metrics_wall.csv, never to metrics.csv
+    # (which must be byte-identical for a seed on sim)
+    wall_fields: tuple[str, ...] = ()
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg

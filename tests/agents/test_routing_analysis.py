@@ -38,8 +38,10 @@ def test_compare_pairs_seeds(tmp_path: Path) -> None:
             d.mkdir(parents=True)
             (d / "summary.json").write_text(json.dumps(fake_summary(gos, lat, vs, 0.01)))
             workers = ["w0", "w1", "w2"] if name == "amarl" else ["w0"]
-            lines = ["t,worker,gos,requests,compute_s"] + [f"1.0,{w},0.9,10,{vs / 10 + i}" for i, w in enumerate(workers)]
+            lines = ["t,worker,episode,gos,requests"] + [f"1.0,{w},{i + 1},0.9,10" for i, w in enumerate(workers)]
             (d / "metrics.csv").write_text("\n".join(lines) + "\n")
+            walls = ["episode,wall_s,compute_s"] + [f"{i + 1},0.5,{vs / 10 + i}" for i in range(len(workers))]
+            (d / "metrics_wall.csv").write_text("\n".join(walls) + "\n")
     res = compare(tmp_path)
     g = res["gos_pp_none"]
     assert res["seeds"] == 2
