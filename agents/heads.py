@@ -75,23 +75,37 @@ class FlatParameters:
         params = [p for m in modules for p in m.parameters() if p.requires_grad]
         total = sum(p.numel() for p in params)
         self.flat = nn.Parameter(torch.zeros(total))
-        self.flat.grad = torch.zeros(total)
-        offset = 0
+        self.modules = modules
         with torch.no_grad():
+            offset = 0
             for m in modules:
                 for name, p in list(_named_leaf_params(m)):
                     n = p.numel()
                     self.flat[offset:offset + n].copy_(p.reshape(-1))
                     offset += n
+        self.size = total
+        self._seat()
+
+    def _seat(self) -> None:
+        """Make every parameter of the modules (and its gradient) a view of the flat buffer."""
+        self.flat.grad = torch.zeros(self.size)
         offset = 0
-        for m in modules:
+        for m in self.modules:
             for owner, name, p in list(_owned_params(m)):
                 n = p.numel()
                 view = nn.Parameter(self.flat.data[offset:offset + n].view_as(p))
                 view.grad = self.flat.grad[offset:offset + n].view_as(p)
                 owner._parameters[name] = view
                 offset += n
-        self.size = total
+
+    def __getstate__(self) -> dict:
+        # pickling (a sim snapshot) keeps tensors but not the views between them, nor .grad: carry the
+        # buffer and the modules, and seat the views again on the way back
+        return {"flat": self.flat, "modules": self.modules, "size": self.size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._seat()
 
     def load(self, values: np.ndarray) -> None:
         with torch.no_grad():

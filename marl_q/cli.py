@@ -1,4 +1,5 @@
-"""`marlq`: run, sweep, plot, list, bench. Exit codes: 0 ok, 2 bad input (named), 1 failure."""
+"""`marlq`: run, resume, sweep, plot, list, bench. Exit codes: 0 ok, 2 bad input (named), 1 failure,
+130 interrupted (the run directory keeps what was computed; `marlq resume` continues it)."""
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,8 @@ from typing import Optional, Sequence
 
 from marl_q.errors import ConfigError, UserError
 
-EXIT_OK, EXIT_FAIL, EXIT_USER = 0, 1, 2
-BUILTIN = {"run", "sweep", "plot", "list", "bench"}
+EXIT_OK, EXIT_FAIL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+BUILTIN = {"run", "resume", "sweep", "plot", "list", "bench"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run directory (default: runs/<config>/seed<N>-<time>)")
     r.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    rs = sub.add_parser("resume", help="continue a stopped or interrupted run from its latest checkpoint")
+    rs.add_argument("run_dir", help="the run directory")
+    rs.add_argument("--from", dest="checkpoint", metavar="CKPT",
+                    help="a checkpoint file (default: the newest in RUN_DIR/checkpoints)")
+    rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="change the budget or bookkeeping, e.g. --set run.total_env_steps=200000")
+    rs.add_argument("--quiet", action="store_true", help="no progress bar")
 
     s = sub.add_parser("sweep", help="run a grid x seeds in parallel processes; rerun to continue")
     s.add_argument("config")
@@ -73,13 +82,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if argv[0] in COMMANDS:
                 return int(COMMANDS.get(argv[0]).obj(argv[1:]) or 0)
         args = build_parser().parse_args(argv)
-        return {"run": cmd_run, "sweep": cmd_sweep, "plot": cmd_plot, "list": cmd_list}[args.command](args)
+        commands = {"run": cmd_run, "resume": cmd_resume, "sweep": cmd_sweep, "plot": cmd_plot, "list": cmd_list}
+        return commands[args.command](args)
     except UserError as exc:
         print(f"marlq: error: {exc}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("marlq: interrupted", file=sys.stderr)
-        return EXIT_FAIL
+        return EXIT_INTERRUPTED
     except Exception:  # a bug or a failure of the run itself
         traceback.print_exc()
         return EXIT_FAIL
@@ -94,12 +104,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.quiet:
         cfg.run.progress = False
     out = Path(args.out) if args.out else default_run_dir(args.config, cfg.run.seed)
-    summary = run_experiment(cfg, out)
+    return _report(run_experiment(cfg, out), out)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from marl_q.experiment import resume_experiment
+
+    overrides = list(args.overrides) + (["run.progress=false"] if args.quiet else [])
+    ckpt = Path(args.checkpoint) if args.checkpoint else None
+    return _report(resume_experiment(Path(args.run_dir), overrides, checkpoint=ckpt), Path(args.run_dir))
+
+
+def _report(summary: dict, out: Path) -> int:
     keys = ["status", "env_steps", "episodes", "final_return", "steps_to_solve", "wall_s", "virtual_s",
             "messages", "rejected", "dropped_stale"]
     shown = {k: summary[k] for k in keys if k in summary}
     print(json.dumps(shown))
     print(f"run directory: {out}")
+    if summary.get("status") == "stopped":
+        print(f"stopped at run.stop_after_updates; continue with `marlq resume {out}`")
+        return EXIT_OK
     return EXIT_OK if summary.get("status") == "completed" else EXIT_FAIL
 
 
@@ -142,6 +166,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             out = root / cell / f"seed{seed}"
             if _completed(out):
                 continue
+            if _resumable(out):
+                print(f"sweep: {out} was incomplete; resuming it from its latest checkpoint")
+                jobs.append((out, [sys.executable, "-m", "marl_q.cli", "resume", str(out), "--quiet"]))
+                continue
             if out.exists():
                 keep = out.with_name(out.name + ".interrupted")
                 if keep.exists():
@@ -163,6 +191,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep: {len(failed)} runs failed: " + ", ".join(str(f) for f in failed), file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _resumable(out: Path) -> bool:
+    """An incomplete run whose newest checkpoint reads back and is short of the run's budget (a sweep
+    continues it rather than start it again)."""
+    from marl_q.config import read_yaml
+    from marl_q.rundir import is_run_dir, latest_checkpoint, load_checkpoint
+    from marl_q.runtime import CHECKPOINT_FORMAT
+
+    if not is_run_dir(out) or latest_checkpoint(out) is None:
+        return False
+    try:
+        meta = load_checkpoint(latest_checkpoint(out))[1]
+        run = read_yaml(out / "config.yaml").get("run", {})
+    except UserError:
+        return False
+    short = [(run.get(key) is None or meta.get(have, 0) < run[key])
+             for key, have in (("total_env_steps", "env_steps"), ("total_episodes", "episodes"))]
+    return meta.get("format") == CHECKPOINT_FORMAT and all(short)
 
 
 def _completed(out: Path) -> bool:

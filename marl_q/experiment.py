@@ -1,16 +1,25 @@
-"""Experiment: a resolved config -> a run directory with metrics, ledger, summary and plots."""
+"""Experiment: a resolved config -> a run directory with metrics, ledger, summary and plots; and
+`resume_experiment`, which continues a stopped or interrupted run from its latest good checkpoint."""
 from __future__ import annotations
 
+import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
-from marl_q.config import ExperimentConfig
+from marl_q.config import ExperimentConfig, apply_override, build_config, read_yaml
+from marl_q.errors import CheckpointError, ConfigError, RunDirError
 from marl_q.registry import BACKENDS
-from marl_q.rundir import make_run_dir
-from marl_q.runtime import Runtime
+from marl_q.rundir import checkpoints, is_run_dir, load_checkpoint, load_snapshot, make_run_dir
+from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime
+
+# what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
+RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
+                  "run.stop_after_updates", "run.progress", "run.plots")
+RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "summary.json")
 
 
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:
@@ -19,9 +28,25 @@ def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[b
     if out is not None:
         out = make_run_dir(Path(out))
         (out / "config.yaml").write_text(cfg.to_yaml())
+    return _execute(cfg, out, backend, None, plots)
+
+
+def _execute(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],
+             plots: Optional[bool]) -> dict[str, Any]:
     torch.set_num_threads(cfg.backend.threads_per_worker)
-    rt = Runtime(cfg, out)
-    summary = backend(rt)
+    rt = Runtime(cfg, out, resume=resume)
+    try:
+        summary = backend(rt)
+    except KeyboardInterrupt:
+        # keep what was computed: flushed metrics and ledger, a summary saying so; the last periodic
+        # checkpoint is where `marlq resume` continues (the state at the interrupt may be mid-update)
+        try:
+            rt.finish(0.0, virtual=False, status="interrupted", checkpoint=False)
+        except Exception as exc:  # never mask the interrupt
+            print(f"marlq: could not write the summary of the interrupted run ({exc})", file=sys.stderr)
+        if out is not None:
+            print(f"marlq: interrupted; continue with `marlq resume {out}`", file=sys.stderr)
+        raise
     if out is not None and (cfg.run.plots if plots is None else plots):
         try:
             from marl_q.registry import PLOTS
@@ -30,3 +55,94 @@ def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[b
         except Exception as exc:  # a plot failure must not lose the run
             print(f"marlq: plotting failed ({exc}); the run itself is saved", file=sys.stderr)
     return summary
+
+
+def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Optional[Path] = None,
+                      plots: Optional[bool] = None) -> dict[str, Any]:
+    """Continue the run in ``run_dir`` from its latest checkpoint (or ``checkpoint``).
+
+    On sim the continuation is exact: the checkpoint's snapshot holds the workers, environments, events
+    in flight and every generator, so the metrics after the checkpoint equal those of a run that was
+    never stopped, byte for byte. On local and ray the server's full state is restored and fresh workers
+    start from its parameters (what a restarted worker does anyway); their wall clock differs.
+
+    Rows written after the checkpoint are cut from metrics.csv and comm.csv (they described a state that
+    is not restored); the files as they were are kept in ``resume_backup_<n>/``, so nothing is lost."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: no such directory")
+    if not is_run_dir(run_dir):
+        raise RunDirError(f"{run_dir}: not a marl-q run directory (no config.yaml and metrics.csv)")
+    raw = read_yaml(run_dir / "config.yaml")
+    raw.setdefault("run", {})["stop_after_updates"] = None  # it stopped the first session, not this one
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key not in RESUMABLE_KEYS:
+            raise ConfigError(f"resume --set {item!r}: only {', '.join(RESUMABLE_KEYS)} may change on resume "
+                              "(anything else would not continue the same run)")
+        apply_override(raw, item)
+    cfg = build_config(raw, source=str(run_dir / "config.yaml"))
+    backend = BACKENDS.get(cfg.backend.name, key="backend.name").obj
+    point = _resume_point(run_dir, checkpoint, cfg)
+    if _budget_reached(cfg, point.meta):
+        raise ConfigError(f"{run_dir}: the run already reached its budget ({point.meta['env_steps']} env steps, "
+                          f"{point.meta['episodes']} episodes); raise it to continue, e.g. "
+                          "--set run.total_env_steps=N")
+    _set_aside(run_dir, point)
+    return _execute(cfg, run_dir, backend, point, plots)
+
+
+def _resume_point(run_dir: Path, checkpoint: Optional[Path], cfg: ExperimentConfig) -> ResumePoint:
+    found = checkpoints(run_dir)
+    if checkpoint is None:
+        if not found:
+            raise CheckpointError(f"{run_dir}: no checkpoint to resume from (checkpoints/ is empty); "
+                                  "set run.checkpoint_every to take them during a run")
+        path = found[-1]
+    else:
+        path = Path(checkpoint)
+        if not path.is_absolute() and not path.exists():
+            path = run_dir / "checkpoints" / path
+    try:
+        arrays, meta = load_checkpoint(path)
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{path}: checkpoint format {meta.get('format')!r}, this marl-q reads "
+                                  f"{CHECKPOINT_FORMAT} (it predates resume)")
+        if meta.get("algorithm") != cfg.algorithm.name or meta.get("backend") != cfg.backend.name:
+            raise CheckpointError(f"{path}: written by {meta.get('algorithm')}/{meta.get('backend')}, but the run "
+                                  f"is {cfg.algorithm.name}/{cfg.backend.name}")
+        snapshot = None
+        if meta.get("snapshot"):
+            snapshot = load_snapshot(path.with_name(meta["snapshot"]["file"]), meta["snapshot"]["sha256"])
+    except CheckpointError as exc:
+        older = [p.name for p in found if p != path]
+        hint = (f"; the older checkpoint(s) {', '.join(older)} are kept: resume from one with "
+                f"--from {older[-1]}") if older else ""
+        raise CheckpointError(f"{exc}{hint}") from None
+    return ResumePoint(path=path, arrays=arrays, meta=meta, snapshot=snapshot)
+
+
+def _budget_reached(cfg: ExperimentConfig, meta: dict[str, Any]) -> bool:
+    run = cfg.run
+    return ((run.total_env_steps is not None and meta["env_steps"] >= run.total_env_steps)
+            or (run.total_episodes is not None and meta["episodes"] >= run.total_episodes))
+
+
+def _set_aside(run_dir: Path, point: ResumePoint) -> None:
+    """Copy the run files into resume_backup_<n>/ and move checkpoints newer than ``point`` there."""
+    n = 1
+    while (run_dir / f"resume_backup_{n}").exists():
+        n += 1
+    backup = run_dir / f"resume_backup_{n}"
+    backup.mkdir()
+    for name in RUN_FILES:
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, backup / name)
+    updates = point.meta["updates"]
+    for path in checkpoints(run_dir):
+        if path != point.path and int(path.name.split(".")[0].split("_")[1]) >= updates:
+            for f in (path, path.with_name(path.name.replace(".npz", ".sim.pkl"))):
+                if f.exists():
+                    shutil.move(str(f), backup / f.name)
+    (backup / "README").write_text(f"marl-q resumed this run from {point.path.name} on "
+                                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}; these are the files as they were.\n")

@@ -2,14 +2,20 @@
 
 Checkpoints are .npz archives of plain arrays plus one JSON header; loading uses
 ``allow_pickle=False``, so a checkpoint can never run code. Writes go to a temporary file that is
-renamed into place, so a crash mid-write leaves the previous checkpoint intact.
+renamed into place, so a crash mid-write leaves the previous checkpoint intact. A sim run's
+checkpoint also points to a pickled snapshot of the simulation (workers, environments, events in
+flight) for exact resume; its SHA-256 sits in the checkpoint's header and is checked before the
+snapshot is unpickled, so only a snapshot this run wrote is ever loaded.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import math
 import os
+import pickle
 import time
 import zipfile
 from pathlib import Path
@@ -28,28 +34,56 @@ class MetricsWriter:
 
     BASE = ["t", "worker", "env_steps", "episode"]
 
-    def __init__(self, path: Optional[Path], fields: list[str], flush_every: int = 256) -> None:
+    def __init__(self, path: Optional[Path], fields: list[str], flush_every: int = 256,
+                 resume_at: Optional[tuple[int, int]] = None, wall_offset: float = 0.0,
+                 wall_fields: tuple[str, ...] = ()) -> None:
         """Rows go to ``path``; each row's wall clock goes to a sidecar ``metrics_wall.csv``
-        (episode, wall_s), so that metrics.csv of a sim run is byte-identical across runs."""
-        self.columns = self.BASE + [f for f in fields if f not in self.BASE]
-        self._file: Optional[IO[str]] = open(path, "w", newline="") if path is not None else None
-        self._writer = csv.writer(self._file) if self._file else None
-        self._wall_file: Optional[IO[str]] = None
-        if self._writer:
-            self._writer.writerow(self.columns)
-            self._wall_file = open(Path(path).with_name("metrics_wall.csv"), "w", newline="")
-            self._wall_writer = csv.writer(self._wall_file)
-            self._wall_writer.writerow(["episode", "wall_s"])
-        self._t0 = time.perf_counter()
+        (episode, wall_s), so that metrics.csv of a sim run is byte-identical across runs. Columns in
+        ``wall_fields`` are wall-clock measurements too (an agent's compute seconds, say): they go to
+        the sidecar, after wall_s, and never into metrics.csv.
+
+        ``resume_at`` = (bytes of metrics.csv, bytes of metrics_wall.csv) at a checkpoint: both files
+        are cut back to that point, the rows before it are read back into ``rows``, and writing goes on
+        from there (what `marlq resume` needs)."""
+        self.wall_fields = [f for f in wall_fields if f not in self.BASE]
+        self.columns = self.BASE + [f for f in fields if f not in self.BASE and f not in self.wall_fields]
+        self._t0 = time.perf_counter() - wall_offset
         self._walls: list[tuple] = []
         self._pending: list[list[Any]] = []
         self.flush_every = flush_every
         self.rows: list[dict[str, Any]] = []
+        self._file: Optional[IO[str]] = None
+        self._wall_file: Optional[IO[str]] = None
+        self._writer = None
+        if path is None:
+            return
+        wall_path = Path(path).with_name("metrics_wall.csv")
+        if resume_at is None:
+            self._file = open(path, "w", newline="")
+            self._wall_file = open(wall_path, "w", newline="")
+        else:
+            self._file = reopen_at(path, resume_at[0])
+            self._wall_file = reopen_at(wall_path, resume_at[1])
+            self.rows = read_metric_rows(path, resume_at[0])
+        self._writer = csv.writer(self._file)
+        self._wall_writer = csv.writer(self._wall_file)
+        if resume_at is None:
+            self._writer.writerow(self.columns)
+            self._wall_writer.writerow(["episode", "wall_s"] + self.wall_fields)
+
+    def position(self) -> tuple[int, int]:
+        """Flush, then (bytes of metrics.csv, bytes of metrics_wall.csv): a checkpoint's resume point."""
+        self.flush()
+        if self._file is None:
+            return (0, 0)
+        self._wall_file.flush()
+        return (self._file.tell(), self._wall_file.tell())
 
     def write(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
         self._pending.append([_fmt(row.get(c, "")) for c in self.columns])
-        self._walls.append((row.get("episode", ""), f"{time.perf_counter() - self._t0:.6f}"))
+        self._walls.append((row.get("episode", ""), f"{time.perf_counter() - self._t0:.6f}",
+                            *(_fmt(row.get(c, "")) for c in self.wall_fields)))
         if len(self._pending) >= self.flush_every:
             self.flush()
 
@@ -78,6 +112,43 @@ def _fmt(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     return value
+
+
+def reopen_at(path: Path, offset: int) -> IO[str]:
+    """Open a run file for appending after cutting it back to ``offset`` bytes (a checkpoint's
+    position); a file shorter than that means the run directory does not match the checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing, but the checkpoint expects {offset} bytes of it")
+    size = path.stat().st_size
+    if size < offset:
+        raise CheckpointError(f"{path}: {size} bytes, shorter than the checkpoint's position {offset}; "
+                              "this checkpoint does not belong to this run directory")
+    with open(path, "r+b") as fh:
+        fh.truncate(offset)
+    return open(path, "a", newline="")
+
+
+def read_metric_rows(path: Path, offset: int) -> list[dict[str, Any]]:
+    """The rows of metrics.csv before ``offset`` bytes, numbers parsed back (int, else float)."""
+    with open(path, "rb") as fh:
+        text = fh.read(offset).decode()
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None:
+        return []
+    return [{k: _parse(v) for k, v in zip(header, values)} for values in reader]
+
+
+def _parse(text: str) -> Any:
+    if text == "":
+        return ""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def make_run_dir(path: Path) -> Path:
@@ -142,5 +213,48 @@ def load_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    ckpts = sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.npz"), key=lambda p: int(p.stem.split("_")[1]))
+    ckpts = checkpoints(run_dir)
     return ckpts[-1] if ckpts else None
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoints, oldest first (by server updates)."""
+    return sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.npz"), key=_ckpt_updates)
+
+
+def _ckpt_updates(path: Path) -> int:
+    try:
+        return int(path.name.split(".")[0].split("_")[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def save_snapshot(path: Path, obj: Any) -> str:
+    """Pickle a sim backend's full in-memory state (workers, events in flight, RNGs) atomically;
+    return its SHA-256, which the checkpoint's header records and `load_snapshot` checks before it
+    unpickles anything."""
+    path = Path(path)
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return hashlib.sha256(blob).hexdigest()
+
+
+def load_snapshot(path: Path, sha256: str) -> Any:
+    """Unpickle a snapshot only if its bytes hash to what the (pickle-free) checkpoint header says:
+    a truncated, corrupted or swapped file is refused before any of it is unpickled."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: the checkpoint's sim snapshot is missing")
+    blob = path.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != sha256:
+        raise CheckpointError(f"{path}: sim snapshot does not match its checkpoint (truncated or corrupt)")
+    try:
+        return pickle.loads(blob)
+    except Exception as exc:  # the hash matched, so this is a version mismatch of the code
+        raise CheckpointError(f"{path}: sim snapshot cannot be read by this version of marl-q "
+                              f"({type(exc).__name__}: {exc})") from None

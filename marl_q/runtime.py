@@ -2,43 +2,88 @@
 
 Backends (marl_q/backends/) own the workers and the clock; they report each finished Worker.step()
 here and route every message through `server.receive`.
+
+Checkpoints hold the server's full state (the service's arrays: parameters, optimizer, versions;
+the core's version, RNG, staleness counts and duplicate filter; the ledger's counters; the byte
+positions of metrics.csv and comm.csv). A backend that can also capture its workers (sim) installs
+a `snapshot` callable and takes checkpoints only at its safe points; that makes resume exact.
 """
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from marl_q.config import ExperimentConfig
 from marl_q.ledger import Ledger
 from marl_q.protocol import Work
 from marl_q.registry import ALGORITHMS
-from marl_q.rundir import MetricsWriter, save_checkpoint, write_json_atomic
+from marl_q.errors import CheckpointError
+from marl_q.rundir import (MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
+                           write_json_atomic)
 from marl_q.server import Server
 
-KEEP_CHECKPOINTS = 2
+CHECKPOINT_FORMAT = 2
+
+
+@dataclass
+class ResumePoint:
+    """A checkpoint to continue from: its arrays and header, and the sim snapshot if it has one."""
+
+    path: Path
+    arrays: dict[str, Any]
+    meta: dict[str, Any]
+    snapshot: Optional[dict[str, Any]] = None
 
 
 class Runtime:
     """Everything of a run that is not a worker and not the clock."""
 
-    def __init__(self, cfg: ExperimentConfig, out: Optional[Path]) -> None:
+    def __init__(self, cfg: ExperimentConfig, out: Optional[Path], resume: Optional[ResumePoint] = None) -> None:
         self.cfg = cfg
         self.out = out
         self.algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
         self.worker_names = [f"w{i}" for i in range(cfg.backend.workers)]
-        self.ledger = Ledger(out / "comm.csv" if out else None)
+        meta = resume.meta if resume else {}
+        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
         self.service = self.algorithm.make_service()
         self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed)
         self.server.progress = self.progress
-        self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields)
-        self.env_steps = 0
-        self.episodes = 0
-        self.faults: list[dict[str, Any]] = []
-        self._wall0 = time.perf_counter()
-        self._last_ckpt_updates = 0
-        self._progress = _Progress(cfg) if cfg.run.progress else None
+        metrics_at = tuple(meta["metrics_position"]) if resume else None
+        self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields,
+                                     resume_at=metrics_at, wall_offset=meta.get("wall_s", 0.0),
+                                     wall_fields=tuple(getattr(self.algorithm, "wall_fields", ())))
+        self.env_steps = int(meta.get("env_steps", 0))
+        self.episodes = int(meta.get("episodes", 0))
+        self.faults: list[dict[str, Any]] = list(meta.get("faults", []))
+        self.resumes: list[dict[str, Any]] = list(meta.get("resumes", []))
+        self._wall0 = time.perf_counter() - float(meta.get("wall_s", 0.0))
+        self._last_ckpt_updates = int(meta.get("updates", 0))
+        self.resume = resume
+        if resume is not None:
+            self._restore(resume)
+        # set by a backend that can capture its whole state (sim): checkpoints then include it and are
+        # taken only at the backend's safe points (see safe_point)
+        self.snapshot: Optional[Callable[[], dict[str, Any]]] = None
+        self.stopped = False  # run.stop_after_updates was reached
+        self._progress = _Progress(cfg, self.env_steps, self.episodes) if cfg.run.progress else None
+
+    def _restore(self, resume: ResumePoint) -> None:
+        meta = resume.meta
+        if resume.snapshot is not None:  # the very objects of the run (exact): algorithm, service, RNGs
+            snap = resume.snapshot
+            self.algorithm = snap["algorithm"]
+            self.service = self.server.service = snap["service"]
+            _set_global_rngs(snap["rngs"])
+        else:
+            prefix = "service."
+            self.service.load_state_dict({k[len(prefix):]: v for k, v in resume.arrays.items()
+                                          if k.startswith(prefix)})
+        self.server.load_state(meta["server_state"])
+        self.resumes.append({"from": resume.path.name, "updates": meta["updates"], "env_steps": self.env_steps,
+                             "exact": resume.snapshot is not None})
 
     # -- called by backends ---------------------------------------------------------------
     def record_work(self, worker: str, work: Work, t: float) -> None:
@@ -54,12 +99,32 @@ class Runtime:
             self._progress.update(self, work)
 
     def deliver(self, msg, t: float):
-        """Hand a message to the server; checkpoint when enough updates have been applied."""
+        """Hand a message to the server; checkpoint when enough updates have been applied (unless the
+        backend takes checkpoints at its own safe points)."""
         replies = self.server.receive(msg, t)
-        every = self.cfg.run.checkpoint_every
-        if every and self.out and self.service.updates() - self._last_ckpt_updates >= every:
-            self.checkpoint(t)
+        if self.snapshot is None:
+            if self._checkpoint_due():
+                self.checkpoint(t)
+            stop = self.cfg.run.stop_after_updates
+            if stop is not None and self.service.updates() >= stop:
+                self.stopped = True
         return replies
+
+    def safe_point(self, t: float) -> bool:
+        """Called by a snapshotting backend between events, where its state is whole: checkpoint if
+        due; True if the run must stop here (run.stop_after_updates reached)."""
+        stop = self.cfg.run.stop_after_updates
+        if stop is not None and self.service.updates() >= stop and not self.done():
+            self.stopped = True
+            self.checkpoint(t)
+            return True
+        if self._checkpoint_due():
+            self.checkpoint(t)
+        return False
+
+    def _checkpoint_due(self) -> bool:
+        every = self.cfg.run.checkpoint_every
+        return bool(every and self.out and self.service.updates() - self._last_ckpt_updates >= every)
 
     def progress(self) -> float:
         """Fraction of the budget used: the larger of the env-step and episode fractions."""
@@ -73,7 +138,7 @@ class Runtime:
 
     def done(self) -> bool:
         run = self.cfg.run
-        return ((run.total_env_steps is not None and self.env_steps >= run.total_env_steps)
+        return self.stopped or ((run.total_env_steps is not None and self.env_steps >= run.total_env_steps)
                 or (run.total_episodes is not None and self.episodes >= run.total_episodes))
 
     def record_fault(self, kind: str, worker: str, detail: str, t: float) -> None:
@@ -82,23 +147,48 @@ class Runtime:
 
     # -- persistence --------------------------------------------------------------------------
     def checkpoint(self, t: float) -> Optional[Path]:
+        """Write the server's full state (and the backend's snapshot, if it has one) atomically; then,
+        once the new checkpoint reads back whole, prune all but the last run.keep_checkpoints."""
         if not self.out:
             return None
         updates = self.service.updates()
+        folder = self.out / "checkpoints"
+        path = folder / f"ckpt_{updates}.npz"
+        snapshot_meta = None
+        if self.snapshot is not None:
+            state = self.snapshot()
+            state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
+            snap_path = folder / f"ckpt_{updates}.sim.pkl"
+            snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
         arrays = {f"service.{k}": v for k, v in self.service.state_dict().items()}
-        meta = {"updates": updates, "server_version": self.server.version, "env_steps": self.env_steps,
-                "episodes": self.episodes, "t": t, "algorithm": self.cfg.algorithm.name,
-                "ledger": self.ledger.totals()}
-        path = self.out / "checkpoints" / f"ckpt_{updates}.npz"
+        meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,
+                "env_steps": self.env_steps, "episodes": self.episodes, "t": t,
+                "wall_s": time.perf_counter() - self._wall0,
+                "algorithm": self.cfg.algorithm.name, "backend": self.cfg.backend.name,
+                "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
+                "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
+                "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
         save_checkpoint(path, arrays, meta)
         self._last_ckpt_updates = updates
-        old = sorted(path.parent.glob("ckpt_*.npz"), key=lambda p: int(p.stem.split("_")[1]))
-        for stale in old[:-KEEP_CHECKPOINTS]:
+        try:
+            load_checkpoint(path)  # verify before pruning: the previous good checkpoints stay otherwise
+        except CheckpointError as exc:
+            print(f"marlq: the checkpoint just written does not read back ({exc}); older ones are kept",
+                  file=sys.stderr)
+            return path
+        for stale in checkpoints(self.out)[:-max(1, self.cfg.run.keep_checkpoints)]:
+            if stale == path:
+                continue
             stale.unlink()
+            stale.with_name(stale.name.replace(".npz", ".sim.pkl")).unlink(missing_ok=True)
         return path
 
-    def finish(self, clock_s: float, virtual: bool, status: str = "completed") -> dict[str, Any]:
-        """Flush files, write the final checkpoint and summary.json; return the summary."""
+    def finish(self, clock_s: float, virtual: bool, status: str = "completed",
+               checkpoint: bool = True) -> dict[str, Any]:
+        """Flush files, write the final checkpoint (unless the backend just wrote it) and summary.json;
+        return the summary."""
+        if status == "completed" and self.stopped:
+            status = "stopped"  # run.stop_after_updates: continue it with `marlq resume`
         if self._progress is not None:
             self._progress.close()
         self.metrics.flush()
@@ -118,11 +208,13 @@ class Runtime:
             **self.server.summary(),
             "staleness_hist": {str(k): v for k, v in sorted(self.server.staleness_counts.items())},
             "faults": self.faults,
+            "resumes": self.resumes,
         }
         summary.update(self.service.summary())
         summary.update(self.algorithm.summarize(self.metrics.rows))
         if self.out:
-            self.checkpoint(clock_s)
+            if checkpoint:
+                self.checkpoint(clock_s)
             self.metrics.close()
             self.ledger.close()
             write_json_atomic(self.out / "summary.json", summary)
@@ -132,14 +224,15 @@ class Runtime:
 class _Progress:
     """A tqdm bar over the run's budget (env steps, else episodes) with rate, ETA and recent return."""
 
-    def __init__(self, cfg: ExperimentConfig) -> None:
+    def __init__(self, cfg: ExperimentConfig, env_steps: int = 0, episodes: int = 0) -> None:
         from tqdm import tqdm
 
         self.by_steps = cfg.run.total_env_steps is not None
         total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
         unit = "step" if self.by_steps else "ep"
         self.bar = tqdm(total=total, unit=unit, unit_scale=True, dynamic_ncols=True, mininterval=1.0,
-                        desc=f"{cfg.algorithm.name}/{cfg.scenario.name}", file=sys.stderr)
+                        desc=f"{cfg.algorithm.name}/{cfg.scenario.name}", file=sys.stderr,
+                        initial=env_steps if self.by_steps else episodes)
         self._recent: list[float] = []
         self._next_postfix = 0.0
 
@@ -157,3 +250,24 @@ class _Progress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _global_rngs() -> dict[str, Any]:
+    """The process-wide generators a worker might draw from (torch, NumPy's legacy global, random)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
+
+
+def _set_global_rngs(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])

@@ -117,5 +117,17 @@ class Server:
                 return f"{name}: non-finite values (NaN or Inf)"
         return None
 
+    def state(self) -> dict:
+        """The core's own state (not the service's), JSON-able, for a checkpoint."""
+        return {"version": self.version, "rng": self.rng.bit_generator.state,
+                "staleness_counts": [[k, v] for k, v in sorted(self.staleness_counts.items())],
+                "last_seq": [[w, k, s] for (w, k), s in sorted(self._last_seq.items())]}
+
+    def load_state(self, state: dict) -> None:
+        self.version = int(state["version"])
+        self.rng.bit_generator.state = state["rng"]
+        self.staleness_counts = {int(k): int(v) for k, v in state["staleness_counts"]}
+        self._last_seq = {(w, k): int(s) for w, k, s in state["last_seq"]}
+
     def summary(self) -> dict:
         return {"server_version": self.version, "updates": self.service.updates()}

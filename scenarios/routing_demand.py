@@ -202,26 +202,50 @@ def request_stream(demand: RateSource, profiles: dict[str, ServiceProfile], serv
                    end_s: float, rng: np.random.Generator, first_id: int = 0,
                    id_step: int = 1) -> Iterator[Request]:
     """Time-ordered arrivals of the given services over [start_s, end_s) by thinning the peak rates."""
-    marks = [(s, c) for s in services for c in range(n_cells)]
-    peaks = np.array([demand.peak_rate(s, c) for s, c in marks], dtype=float)
-    total = float(peaks.sum())
-    if total <= 0.0:
-        return
-    probs = peaks / total
-    t = start_s
-    next_id = first_id
-    while True:
-        t += rng.exponential(1.0 / total)
-        if t >= end_s:
-            return
-        s, c = marks[int(rng.choice(len(marks), p=probs))]
-        keep = demand.rate(s, c, t) / demand.peak_rate(s, c)
-        if rng.random() >= keep:
-            continue
-        p = profiles[s]
-        lo, hi = p.bandwidth_mbps
-        bandwidth_kbps = int(round(1000.0 * rng.uniform(lo, hi)))
-        holding = float(rng.exponential(p.mean_holding_s))
-        dest = destination_node(p, c, cores, edge_cu_of_cell, rng)
-        yield Request(next_id, float(t), c, s, bandwidth_kbps, holding, dest)
-        next_id += id_step
+    return RequestStream(demand, profiles, services, n_cells, cores, edge_cu_of_cell, start_s, end_s, rng,
+                         first_id, id_step)
+
+
+class RequestStream:
+    """The iterator behind `request_stream`: a class rather than a generator, so that a run holding one
+    can be pickled into a sim snapshot (exact resume) and continues drawing where it stopped."""
+
+    def __init__(self, demand: RateSource, profiles: dict[str, ServiceProfile], services: list[str],
+                 n_cells: int, cores: list[int], edge_cu_of_cell: list[int], start_s: float, end_s: float,
+                 rng: np.random.Generator, first_id: int = 0, id_step: int = 1) -> None:
+        self.demand, self.profiles = demand, profiles
+        self.cores, self.edge_cu_of_cell = cores, edge_cu_of_cell
+        self.marks = [(s, c) for s in services for c in range(n_cells)]
+        peaks = np.array([demand.peak_rate(s, c) for s, c in self.marks], dtype=float)
+        self.total = float(peaks.sum())
+        self.probs = peaks / self.total if self.total > 0.0 else peaks
+        self.t = start_s
+        self.end_s = end_s
+        self.rng = rng
+        self.next_id = first_id
+        self.id_step = id_step
+        self.finished = self.total <= 0.0
+
+    def __iter__(self) -> "RequestStream":
+        return self
+
+    def __next__(self) -> Request:
+        rng = self.rng
+        while not self.finished:
+            self.t += rng.exponential(1.0 / self.total)
+            if self.t >= self.end_s:
+                self.finished = True
+                break
+            s, c = self.marks[int(rng.choice(len(self.marks), p=self.probs))]
+            keep = self.demand.rate(s, c, self.t) / self.demand.peak_rate(s, c)
+            if rng.random() >= keep:
+                continue
+            p = self.profiles[s]
+            lo, hi = p.bandwidth_mbps
+            bandwidth_kbps = int(round(1000.0 * rng.uniform(lo, hi)))
+            holding = float(rng.exponential(p.mean_holding_s))
+            dest = destination_node(p, c, self.cores, self.edge_cu_of_cell, rng)
+            request = Request(self.next_id, float(self.t), c, s, bandwidth_kbps, holding, dest)
+            self.next_id += self.id_step
+            return request
+        raise StopIteration

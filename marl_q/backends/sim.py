@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from typing import Optional
 
 import numpy as np
 
@@ -29,17 +29,23 @@ TIMING_SEED_OFFSET = 7919  # timing randomness is independent of learning random
 
 @BACKENDS.register("sim", help="one process, virtual clock, deterministic (the default)")
 def run_sim(rt: Runtime) -> dict:
+    """Run (or, from a checkpoint's snapshot, continue) the simulation; the result is the same
+    whether or not the run was stopped and resumed on the way."""
     cfg = rt.cfg
-    workers = [rt.algorithm.make_worker(i) for i in range(cfg.backend.workers)]
+    snap = rt.resume.snapshot if rt.resume is not None else None
+    if snap is not None and snap.get("mode") != cfg.backend.schedule:
+        raise ConfigError(f"resume: the snapshot was taken in sim mode {snap.get('mode')!r}, "
+                          f"but backend.schedule is {cfg.backend.schedule!r}")
+    sim = _EventSim(rt, snap) if cfg.backend.schedule == "events" else _ScheduleSim(rt, snap)
+    rt.snapshot = sim.state
     try:
-        if cfg.backend.schedule == "events":
-            clock = _run_events(rt, workers)
-        else:
-            clock = _run_schedule(rt, workers)
+        sim.run()
+        if rt.out is not None and not rt.stopped:
+            rt.checkpoint(sim.now)  # the final state, whole: a finished run can be extended exactly
     finally:
-        for w in workers:
+        for w in sim.workers:
             w.close()
-    return rt.finish(clock, virtual=True)
+    return rt.finish(sim.now, virtual=True, checkpoint=False)
 
 
 class _Timing:
@@ -61,149 +67,198 @@ class _Timing:
         return (n.latency_s + msg.nbytes / n.bandwidth_bytes_per_s) * self._jitter(n.jitter)
 
 
-def _run_events(rt: Runtime, workers: list[Worker]) -> float:
-    timing = _Timing(rt)
-    faults = rt.cfg.backend.faults
-    index = {w.name: i for i, w in enumerate(workers)}
-    heap: list[tuple[float, int, str, object]] = []
-    seq = 0
-    busy = [False] * len(workers)
-    alive = [True] * len(workers)
-    life = [0] * len(workers)  # incarnation: events of a crashed worker's past life are void
-    inbox: list[list[Message]] = [[] for _ in workers]
-    now = 0.0
+class _EventSim:
+    """Events ordered by (virtual time, sequence number): steps finishing, messages arriving, faults.
 
-    def push(t: float, kind: str, item: object) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (t, seq, kind, item))
-        seq += 1
+    All of its state is in the attributes named in STATE, which `state()` hands to the runtime's
+    checkpoint between events (a safe point) and `__init__` takes back from a snapshot."""
 
-    def delay(m: Message, t: float) -> float:
-        d = timing.network_s(m)
-        if faults.spike_p and timing.rng.random() < faults.spike_p:
-            rt.ledger.record_fault("delay_spike", t, m.src, m.dst, m.seq, m.nbytes, f"+{faults.spike_s} s")
-            d += faults.spike_s
+    STATE = ("workers", "heap", "seq", "busy", "alive", "life", "inbox", "now", "timing_rng")
+
+    def __init__(self, rt: Runtime, snap: Optional[dict] = None) -> None:
+        self.rt = rt
+        self.timing = _Timing(rt)
+        self.faults = rt.cfg.backend.faults
+        if snap is not None:
+            for key in self.STATE:
+                setattr(self, key, snap[key])
+            self.timing.rng = self.timing_rng
+            self.started = True
+        else:
+            n = rt.cfg.backend.workers
+            self.workers: list[Worker] = [rt.algorithm.make_worker(i) for i in range(n)]
+            self.heap: list[tuple[float, int, str, object]] = []
+            self.seq = 0
+            self.busy = [False] * n
+            self.alive = [True] * n
+            self.life = [0] * n  # incarnation: events of a crashed worker's past life are void
+            self.inbox: list[list[Message]] = [[] for _ in range(n)]
+            self.now = 0.0
+            self.started = False
+        self.index = {w.name: i for i, w in enumerate(self.workers)}
+
+    def state(self) -> dict:
+        self.timing_rng = self.timing.rng
+        return {"mode": "events", **{key: getattr(self, key) for key in self.STATE}}
+
+    def push(self, t: float, kind: str, item: object) -> None:
+        heapq.heappush(self.heap, (t, self.seq, kind, item))
+        self.seq += 1
+
+    def delay(self, m: Message, t: float) -> float:
+        d = self.timing.network_s(m)
+        if self.faults.spike_p and self.timing.rng.random() < self.faults.spike_p:
+            self.rt.ledger.record_fault("delay_spike", t, m.src, m.dst, m.seq, m.nbytes, f"+{self.faults.spike_s} s")
+            d += self.faults.spike_s
         return d
 
-    def send_up(msgs: list[Message], t: float) -> None:
+    def send_up(self, msgs: list[Message], t: float) -> None:
+        faults, rng = self.faults, self.timing.rng
         for m in msgs:
-            if faults.loss and timing.rng.random() < faults.loss:
-                rt.ledger.record_fault("loss", t, m.src, m.dst, m.seq, m.nbytes,
-                                       f"{m.kind} lost; resent after {faults.retransmit_s} s")
-                push(t + faults.retransmit_s, "resend", m)
+            if faults.loss and rng.random() < faults.loss:
+                self.rt.ledger.record_fault("loss", t, m.src, m.dst, m.seq, m.nbytes,
+                                            f"{m.kind} lost; resent after {faults.retransmit_s} s")
+                self.push(t + faults.retransmit_s, "resend", m)
                 continue
-            arrival = t + delay(m, t)
-            push(arrival, "to_server", m)
-            if faults.duplicate and timing.rng.random() < faults.duplicate:
-                rt.ledger.record_fault("duplicate", t, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} delivered twice")
-                push(arrival + faults.dup_delay_s, "to_server", m)
+            arrival = t + self.delay(m, t)
+            self.push(arrival, "to_server", m)
+            if faults.duplicate and rng.random() < faults.duplicate:
+                self.rt.ledger.record_fault("duplicate", t, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} delivered twice")
+                self.push(arrival + faults.dup_delay_s, "to_server", m)
 
-    def start_compute(i: int, t: float) -> None:
-        busy[i] = True
-        work = workers[i].step()
-        push(t + timing.compute_s(i, work), "done", (i, life[i], work))
+    def start_compute(self, i: int, t: float) -> None:
+        self.busy[i] = True
+        work = self.workers[i].step()
+        self.push(t + self.timing.compute_s(i, work), "done", (i, self.life[i], work))
 
-    for i, w in enumerate(workers):
-        send_up(w.start(), 0.0)
-        if w.ready():
-            start_compute(i, 0.0)
-    for i, t_crash in sorted(faults.crash.items()):
-        push(t_crash, "crash", i)
-
-    while heap and not rt.done():
-        now, _, kind, item = heapq.heappop(heap)
-        if kind == "to_server":
-            for reply in rt.deliver(item, now):
-                push(now + delay(reply, now), "to_worker", reply)
-            continue
-        if kind == "resend":
-            send_up([item], now)
-            continue
-        if kind == "crash":
-            i = item
-            rt.ledger.record_fault("crash", now, workers[i].name, workers[i].name, detail="worker state lost")
-            rt.record_fault("worker_crashed", workers[i].name, "injected crash (sim)", now)
-            workers[i].close()
-            alive[i], busy[i] = False, False
-            inbox[i].clear()
-            life[i] += 1
-            push(now + faults.restart_s, "restart", i)
-            continue
-        if kind == "restart":
-            i = item
-            workers[i] = rt.algorithm.make_worker(i)
-            alive[i] = True
-            rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
-            send_up(workers[i].start(), now)
-        elif kind == "to_worker":
-            i = index[item.dst]
-            if not alive[i]:
-                rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
-                                       f"{item.kind} to a crashed worker")
+    def run(self) -> None:
+        rt, workers = self.rt, self.workers
+        if not self.started:
+            self.started = True
+            for i, w in enumerate(workers):
+                self.send_up(w.start(), 0.0)
+                if w.ready():
+                    self.start_compute(i, 0.0)
+            for i, t_crash in sorted(self.faults.crash.items()):
+                self.push(t_crash, "crash", i)
+        while self.heap and not rt.done():
+            if rt.safe_point(self.now):
+                return
+            self.now, _, kind, item = heapq.heappop(self.heap)
+            now = self.now
+            if kind == "to_server":
+                for reply in rt.deliver(item, now):
+                    self.push(now + self.delay(reply, now), "to_worker", reply)
                 continue
-            if busy[i]:
-                inbox[i].append(item)
+            if kind == "resend":
+                self.send_up([item], now)
                 continue
-            workers[i].deliver(item)
-        else:  # a step finished
-            i, incarnation, work = item
-            if incarnation != life[i]:
-                continue  # the worker crashed while computing: that work is lost
-            busy[i] = False
-            rt.record_work(workers[i].name, work, now)
-            send_up(work.messages, now)
-            for m in inbox[i]:
-                workers[i].deliver(m)
-            inbox[i].clear()
-        if alive[i] and not busy[i] and workers[i].ready() and not rt.done():
-            start_compute(i, now)
-    if not rt.done() and not heap:
-        raise RuntimeError("sim: every worker is waiting and no message is in flight (deadlock)")
-    return now
+            if kind == "crash":
+                i = item
+                rt.ledger.record_fault("crash", now, workers[i].name, workers[i].name, detail="worker state lost")
+                rt.record_fault("worker_crashed", workers[i].name, "injected crash (sim)", now)
+                workers[i].close()
+                self.alive[i], self.busy[i] = False, False
+                self.inbox[i].clear()
+                self.life[i] += 1
+                self.push(now + self.faults.restart_s, "restart", i)
+                continue
+            if kind == "restart":
+                i = item
+                workers[i] = rt.algorithm.make_worker(i)
+                self.alive[i] = True
+                rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
+                self.send_up(workers[i].start(), now)
+            elif kind == "to_worker":
+                i = self.index[item.dst]
+                if not self.alive[i]:
+                    rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
+                                           f"{item.kind} to a crashed worker")
+                    continue
+                if self.busy[i]:
+                    self.inbox[i].append(item)
+                    continue
+                workers[i].deliver(item)
+            else:  # a step finished
+                i, incarnation, work = item
+                if incarnation != self.life[i]:
+                    continue  # the worker crashed while computing: that work is lost
+                self.busy[i] = False
+                rt.record_work(workers[i].name, work, now)
+                self.send_up(work.messages, now)
+                for m in self.inbox[i]:
+                    workers[i].deliver(m)
+                self.inbox[i].clear()
+            if self.alive[i] and not self.busy[i] and workers[i].ready() and not rt.done():
+                self.start_compute(i, now)
+        if not rt.done() and not self.heap:
+            raise RuntimeError("sim: every worker is waiting and no message is in flight (deadlock)")
 
 
-def _schedule(rt: Runtime) -> Callable[[int], int]:
-    b = rt.cfg.backend
-    rng = np.random.default_rng(rt.cfg.run.seed + TIMING_SEED_OFFSET)
-    m = b.workers
-    if b.schedule == "uniform":
-        return lambda k: int(rng.integers(m))
-    if b.schedule == "round_robin":
-        return lambda k: k % m
-    if b.schedule == "zipf":
-        if b.zipf_a <= 0:
+class _ScheduleSim:
+    """The active worker of each step is drawn from backend.schedule; messages arrive at once."""
+
+    STATE = ("workers", "k", "now", "timing_rng", "pick_rng")
+
+    def __init__(self, rt: Runtime, snap: Optional[dict] = None) -> None:
+        b = rt.cfg.backend
+        self.rt = rt
+        self.timing = _Timing(rt)
+        if b.schedule == "zipf" and b.zipf_a <= 0:
             raise ConfigError(f"backend.zipf_a: must be positive, got {b.zipf_a}")
+        if b.schedule not in ("uniform", "round_robin", "zipf"):
+            raise ConfigError(f"backend.schedule: unknown schedule {b.schedule!r}")
+        if snap is not None:
+            for key in self.STATE:
+                setattr(self, key, snap[key])
+            self.timing.rng = self.timing_rng
+            self.started = True
+        else:
+            self.workers: list[Worker] = [rt.algorithm.make_worker(i) for i in range(b.workers)]
+            self.k = 0
+            self.now = 0.0
+            self.pick_rng = np.random.default_rng(rt.cfg.run.seed + TIMING_SEED_OFFSET)
+            self.started = False
+        self.index = {w.name: i for i, w in enumerate(self.workers)}
+
+    def state(self) -> dict:
+        self.timing_rng = self.timing.rng
+        return {"mode": self.rt.cfg.backend.schedule, **{key: getattr(self, key) for key in self.STATE}}
+
+    def pick(self, k: int) -> int:
+        b = self.rt.cfg.backend
+        m = b.workers
+        if b.schedule == "uniform":
+            return int(self.pick_rng.integers(m))
+        if b.schedule == "round_robin":
+            return k % m
         p = 1.0 / np.arange(1, m + 1) ** b.zipf_a
-        p /= p.sum()
-        return lambda k: int(rng.choice(m, p=p))
-    raise ConfigError(f"backend.schedule: unknown schedule {b.schedule!r}")
+        return int(self.pick_rng.choice(m, p=p / p.sum()))
 
-
-def _run_schedule(rt: Runtime, workers: list[Worker]) -> float:
-    timing = _Timing(rt)
-    index = {w.name: i for i, w in enumerate(workers)}
-    pick = _schedule(rt)
-    now = 0.0
-
-    def route(msgs: list[Message]) -> None:
+    def route(self, msgs: list[Message]) -> None:
         queue = list(msgs)
         while queue:
             msg = queue.pop(0)
             if msg.dst == SERVER:
-                queue.extend(rt.deliver(msg, now))
+                queue.extend(self.rt.deliver(msg, self.now))
             else:
-                workers[index[msg.dst]].deliver(msg)
+                self.workers[self.index[msg.dst]].deliver(msg)
 
-    for w in workers:
-        route(w.start())
-    k = 0
-    while not rt.done():
-        i = pick(k)
-        k += 1
-        if not workers[i].ready():
-            raise RuntimeError(f"sim schedule: worker {workers[i].name} is blocked although messages are instant")
-        work = workers[i].step()
-        now += timing.compute_s(i, work)
-        route(work.messages)  # first, so the step's row counts the traffic it caused
-        rt.record_work(workers[i].name, work, now)
-    return now
+    def run(self) -> None:
+        rt = self.rt
+        if not self.started:
+            self.started = True
+            for w in self.workers:
+                self.route(w.start())
+        while not rt.done():
+            if rt.safe_point(self.now):
+                return
+            i = self.pick(self.k)
+            self.k += 1
+            worker = self.workers[i]
+            if not worker.ready():
+                raise RuntimeError(f"sim schedule: worker {worker.name} is blocked although messages are instant")
+            work = worker.step()
+            self.now += self.timing.compute_s(i, work)
+            self.route(work.messages)  # first, so the step's row counts the traffic it caused
+            rt.record_work(worker.name, work, self.now)

@@ -1,0 +1,179 @@
+"""Exact resume on sim, `marlq resume`, and checkpoints that go bad.
+
+The acceptance check of exact resume: a sim run stopped at update N (run.stop_after_updates) and
+continued with `marlq resume` writes the same metrics.csv and comm.csv, byte for byte, as a run
+that was never stopped, for every kind of algorithm and service, and with faults injected.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marl_q.cli import main
+from marl_q.config import load_config
+from marl_q.errors import CheckpointError, ConfigError, RunDirError
+from marl_q.experiment import resume_experiment, run_experiment
+from marl_q.rundir import checkpoints, load_checkpoint
+
+QUIET = ["run.progress=false", "run.plots=false"]
+
+# (scenario file, overrides for a small run, update at which the first session stops)
+CASES = {
+    "a3c_jitter_straggler": ("cartpole_a3c.yaml", ["run.total_env_steps=2500", "run.checkpoint_every=9",
+                                                   "backend.compute.jitter=0.3", "backend.compute.stragglers=[2]",
+                                                   "backend.network.jitter=0.2"], 23),
+    "a3c_faults": ("cartpole_a3c.yaml", ["run.total_env_steps=2500", "backend.faults.loss=0.1",
+                                         "backend.faults.duplicate=0.2", "backend.faults.spike_p=0.1",
+                                         "backend.faults.crash={1: 0.05}"], 17),
+    "ppo_deltas": ("cartpole_a3c.yaml", ["algorithm={name: ppo, n_steps: 16, epochs: 2, minibatches: 2}",
+                                         "run.total_env_steps=2500"], 5),
+    "sync_a2c": ("cartpole_a2c_sync.yaml", ["run.total_env_steps=2500"], 7),
+    "quantum_actor": ("cartpole_qa2c_quantum_actor.yaml", ["run.total_env_steps=600"], 250),
+    "coma_trajectories": ("team_cue_coma.yaml", ["run.total_env_steps=1500"], 6),
+    "lsvi_schedule": ("linear_mdp_regret.yaml", ["run.total_episodes=60", "backend.workers=3"], 20),
+    "routing_commits": ("routing_amarl.yaml", ["run.total_env_steps=600"], 8),
+    "vehicular": ("vehicular_a3c.yaml", ["run.total_env_steps=300"], 2),
+}
+
+
+def _scenario(name: str) -> str:
+    return str(Path(__file__).resolve().parents[2] / "scenarios" / name)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_stopped_and_resumed_sim_run_equals_the_uninterrupted_one_byte_for_byte(case: str, tmp_path: Path) -> None:
+    name, overrides, stop_at = CASES[case]
+    full = run_experiment(load_config(_scenario(name), QUIET + overrides), tmp_path / "full")
+    cfg = load_config(_scenario(name), QUIET + overrides + [f"run.stop_after_updates={stop_at}"])
+    part = run_experiment(cfg, tmp_path / "part")
+    assert part["status"] == "stopped" and part["updates"] == stop_at
+    assert part["env_steps"] < full["env_steps"] or part["episodes"] < full["episodes"]
+    stopped_rows = (tmp_path / "part" / "comm.csv").read_bytes().count(b"\n")
+    resumed = resume_experiment(tmp_path / "part")
+    assert resumed["status"] == "completed"
+    for fname in ("metrics.csv", "comm.csv"):
+        assert (tmp_path / "part" / fname).read_bytes() == (tmp_path / "full" / fname).read_bytes(), fname
+    assert (tmp_path / "full" / "comm.csv").read_bytes().count(b"\n") > stopped_rows  # it went on
+    for key in ("env_steps", "episodes", "updates", "server_version", "messages", "bytes_up", "bytes_down",
+                "rejected", "dropped_stale", "faults_injected", "staleness_hist", "final_return"):
+        if key in full:
+            assert resumed[key] == full[key], key
+    assert resumed["resumes"] == [{"from": f"ckpt_{stop_at}.npz", "updates": stop_at,
+                                   "env_steps": part["env_steps"], "exact": True}]
+
+
+def _stopped_run(tmp_path: Path, small_raw: dict, stop_at: int = 20) -> Path:
+    from marl_q.config import build_config
+
+    small_raw["run"].update({"checkpoint_every": 5, "stop_after_updates": stop_at})
+    run_experiment(build_config(small_raw), tmp_path / "r")
+    return tmp_path / "r"
+
+
+def test_a_corrupt_latest_checkpoint_is_a_clear_error_and_the_previous_good_one_is_kept(small_raw, tmp_path):
+    run = _stopped_run(tmp_path, small_raw)
+    ckpts = checkpoints(run)
+    assert [p.name for p in ckpts] == ["ckpt_15.npz", "ckpt_20.npz"]
+    data = bytearray(ckpts[-1].read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = b"\x00" * 64  # corrupt the middle of the archive
+    ckpts[-1].write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"ckpt_20\.npz.*ckpt_15\.npz are kept.*--from ckpt_15\.npz"):
+        resume_experiment(run)
+    assert ckpts[0].is_file() and ckpts[-1].is_file()  # nothing deleted, nothing overwritten
+    assert main(["resume", str(run)]) == 2
+    summary = resume_experiment(run, checkpoint=Path("ckpt_15.npz"))  # the previous good one works
+    assert summary["status"] == "completed" and summary["resumes"][-1]["from"] == "ckpt_15.npz"
+    backup = run / "resume_backup_1"
+    assert (backup / "ckpt_20.npz").is_file()  # the corrupt newer checkpoint was set aside, not lost
+
+
+def test_a_truncated_snapshot_is_refused_before_it_is_unpickled(small_raw, tmp_path):
+    run = _stopped_run(tmp_path, small_raw)
+    snap = run / "checkpoints" / "ckpt_20.sim.pkl"
+    snap.write_bytes(snap.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match="does not match its checkpoint"):
+        resume_experiment(run)
+
+
+def test_a_truncated_metrics_file_does_not_match_its_checkpoint(small_raw, tmp_path):
+    run = _stopped_run(tmp_path, small_raw)
+    (run / "metrics.csv").write_text("t,worker\n")
+    with pytest.raises(CheckpointError, match="shorter than the checkpoint's position"):
+        resume_experiment(run)
+
+
+def test_a_checkpoint_that_fails_to_read_back_does_not_prune_the_older_ones(small_raw, tmp_path, monkeypatch):
+    import marl_q.runtime as runtime
+
+    def unreadable(path):
+        raise CheckpointError(f"{path}: simulated bad write")
+
+    monkeypatch.setattr(runtime, "load_checkpoint", unreadable)
+    small_raw["run"]["checkpoint_every"] = 5
+    from marl_q.config import build_config
+
+    run_experiment(build_config(small_raw), tmp_path / "r")
+    assert len(checkpoints(tmp_path / "r")) > 2  # every one kept, since none verified
+
+
+def test_resume_on_something_that_is_not_a_run_exits_2(tmp_path, capsys):
+    assert main(["resume", str(tmp_path / "nope")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["resume", str(tmp_path / "empty")]) == 2
+    assert "not a marl-q run directory" in capsys.readouterr().err
+    with pytest.raises(RunDirError):
+        resume_experiment(tmp_path / "empty")
+
+
+def test_resume_refuses_changes_that_would_make_it_another_run(small_raw, tmp_path):
+    run = _stopped_run(tmp_path, small_raw)
+    with pytest.raises(ConfigError, match="only run.total_env_steps"):
+        resume_experiment(run, ["algorithm.lr=0.5"])
+
+
+def test_a_finished_run_is_extended_by_raising_its_budget_exactly(small_raw, tmp_path):
+    from marl_q.config import build_config
+
+    small_raw["run"]["total_env_steps"] = 800
+    run_experiment(build_config(small_raw), tmp_path / "short")
+    with pytest.raises(ConfigError, match="already reached its budget"):
+        resume_experiment(tmp_path / "short")
+    extended = resume_experiment(tmp_path / "short", ["run.total_env_steps=1600"])
+    small_raw["run"]["total_env_steps"] = 1600
+    whole = run_experiment(build_config(small_raw), tmp_path / "long")
+    assert extended["env_steps"] == whole["env_steps"]
+    assert (tmp_path / "short" / "metrics.csv").read_bytes() == (tmp_path / "long" / "metrics.csv").read_bytes()
+
+
+def test_checkpoints_hold_the_server_core_and_file_positions(small_raw, tmp_path):
+    run = _stopped_run(tmp_path, small_raw)
+    arrays, meta = load_checkpoint(checkpoints(run)[-1])
+    assert meta["updates"] == 20 and meta["snapshot"]["file"] == "ckpt_20.sim.pkl"
+    assert meta["server_state"]["version"] == meta["server_version"]
+    assert meta["metrics_position"][0] <= (run / "metrics.csv").stat().st_size
+    assert meta["ledger_state"]["count"] == sum(1 for _ in open(run / "comm.csv")) - 1
+    assert any(k.startswith("service.") for k in arrays)
+    assert all(np.all(np.isfinite(v)) for v in arrays.values() if v.dtype.kind == "f")
+    assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
+
+
+def test_a_sweep_continues_a_stopped_run_instead_of_starting_it_again(small_raw, tmp_path, capsys):
+    import yaml
+
+    small_raw["run"]["total_env_steps"] = 600
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_raw))
+    args = ["sweep", str(cfg), "--seeds", "1", "--out", str(tmp_path / "sw"), "--jobs", "1", "--no-plot"]
+    assert main(args + ["--set", "run.stop_after_updates=10"]) == 0
+    run = tmp_path / "sw" / "base" / "seed0"
+    assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "resuming it from its latest checkpoint" in capsys.readouterr().out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumes"][0]["updates"] == 10
+    assert not (tmp_path / "sw" / "base" / "seed0.interrupted").exists()
