@@ -6,7 +6,10 @@ Two paths compute the same function (tested against each other and against Penny
   single-qubit states F (cos(t_i/2), sin(t_i/2)); with F folded in, the whole circuit is one
   2^n x 2^n complex matrix D(theta) acting on the real product vector r(x). Forward is
   r @ [Re D | Im D], squared, then one matmul with the readout matrix. D depends on the weights
-  only, so rollouts (no grad) reuse it until the weights change.
+  only, so rollouts (no grad) reuse it until the weights change. When a gradient is needed, the
+  prefix and suffix products of the layer matrices are kept with it (a rotation's derivative is
+  half the rotation with its angle shifted by pi), and the backward pass contracts them with the
+  output gradient (``DenseAdjoint``) instead of running autograd through every gate.
 - gates: a (..., 2^n) complex state updated block by block: the single-qubit matrices of up to
   4 neighbouring wires as one Kronecker block (one GEMM), then each layer's CNOT/CZ ring as a
   signed permutation of basis states; used with data re-uploading and for large n.
@@ -66,6 +69,74 @@ def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
     """(..., n) angles -> (..., n, 2) real vectors (cos(t/2), sin(t/2))."""
     half = angles * 0.5
     return torch.stack([torch.cos(half), torch.sin(half)], dim=-1)
+
+
+def _permute_rows(matrix: np.ndarray, inverse: np.ndarray, sign: np.ndarray) -> np.ndarray:
+    """Pi @ matrix for Pi[inverse[j], j] = sign[j]: row inverse[j] of the result is sign[j] * row j."""
+    out = np.empty_like(matrix)
+    out[inverse] = matrix * sign[:, None]
+    return out
+
+
+class DenseAdjoint:
+    """What the weight gradient of r @ [Re D | Im D] needs, from ``CompiledCircuit.dense_adjoint``.
+
+    For an output gradient g = [g_re | g_im] (B, 2^(n+1)), the gradient in weight (l, i, k) is
+    Re sum_b u_l dK^T v_l with u_l = r prefix_l and v_l = suffix_l conj(g_re + i g_im) (B vectors
+    each). dK has wire i's factor replaced by dR; with K_{l,-i} = K_l with wire i's factor replaced
+    by the identity, it is sum over wire i's bits (b, a) of dR[b, a] E[b, a], where
+    E[b, a] = sum over the other bits of v[.. b ..] (K_{l,-i} u)[.. a ..].
+    """
+
+    def __init__(self, prefixes: np.ndarray, suffixes_transposed: np.ndarray, kron_without: np.ndarray,
+                 derivatives: np.ndarray, wire_first: np.ndarray, real_dtype: np.dtype) -> None:
+        self.prefixes = prefixes  # (L, d, d): the state matrix entering each layer's K^T
+        self.suffixes_transposed = suffixes_transposed  # (L, d, d): (what follows K^T)^T
+        self.kron_without = kron_without  # (L, n, d, d): K_l with wire i's factor the identity
+        self.derivatives = derivatives  # (L, n, k, 2, 2): d R / d weight
+        self.wire_first = wire_first  # (n, d)
+        self.real_dtype = real_dtype
+
+    def weight_grad(self, r: np.ndarray, grad: np.ndarray) -> np.ndarray:
+        """d loss / d weights (L, n, k) from r (B, d) and d loss / d [Re | Im] amplitudes (B, 2d)."""
+        dim = r.shape[-1]
+        layers, n = self.kron_without.shape[:2]
+        g_conj = grad[:, :dim] - 1j * grad[:, dim:]
+        u = r @ self.prefixes  # (L, B, d)
+        v = g_conj @ self.suffixes_transposed  # (L, B, d)
+        w = u[:, None] @ np.swapaxes(self.kron_without, -1, -2)  # (L, n, B, d): K_{-i} applied to u
+        order = self.wire_first
+        v_first = np.take(v, order, axis=-1)  # (L, B, n, d)
+        w_first = np.take_along_axis(w, order[None, :, None, :], axis=-1)  # (L, n, B, d)
+        batch = r.shape[0]
+        v_split = np.swapaxes(v_first, 1, 2).reshape(layers, n, batch, 2, dim // 2)  # (L, n, B, 2, d/2)
+        w_split = w_first.reshape(layers, n, batch, 2, dim // 2)
+        env = np.einsum("linbx,linax->liba", v_split, w_split)  # (L, n, 2, 2)
+        grad_w = np.einsum("liba,likba->lik", env, self.derivatives).real
+        return grad_w.astype(self.real_dtype)
+
+
+class DenseAmplitudes(torch.autograd.Function):
+    """r @ dense with the weight gradient from a ``DenseAdjoint`` (one node in the graph).
+
+    forward(r (B, 2^n), weights (L, n, k), dense (2^n, 2^(n+1)), adjoint) -> (B, 2^(n+1)).
+    """
+
+    @staticmethod
+    def forward(ctx, r: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor, adjoint: DenseAdjoint) -> torch.Tensor:
+        ctx.save_for_backward(r, dense)
+        ctx.adjoint = adjoint
+        return r @ dense
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        r, dense = ctx.saved_tensors
+        grad_r = grad @ dense.T if ctx.needs_input_grad[0] else None
+        grad_weights = None
+        if ctx.needs_input_grad[1]:
+            grad_weights = torch.from_numpy(ctx.adjoint.weight_grad(r.detach().numpy().astype(np.float64),
+                                                                    grad.detach().numpy().astype(np.float64)))
+        return grad_r, grad_weights, None, None
 
 
 class CompiledCircuit(nn.Module):
@@ -146,6 +217,83 @@ class CompiledCircuit(nn.Module):
                 psi = self.entangle(psi @ kron_transposed[layer], layer)
         return torch.cat([psi.real, psi.imag], dim=-1)
 
+    def dense_adjoint(self, weights: torch.Tensor) -> tuple[torch.Tensor, "DenseAdjoint"]:
+        """[Re D | Im D] as ``dense_matrix`` computes it (up to float rounding), with what the
+        weight gradient needs (``DenseAdjoint.weight_grad``); built in numpy complex128, where the
+        per-call cost on these small matrices is a fraction of torch's.
+
+        With layer maps psi -> E_l(psi) @ K_l^T (or E_l(psi @ K_l^T)), D = B M_0 ... M_{L-1}, so the
+        derivative in a weight of layer l is prefix_l dK_l^T suffix_l, where dK_l is the Kronecker
+        product with that weight's wire's factor replaced by its derivative, 0.5 R(angle + pi) for
+        every rotation used here. Contracted with the output gradient, only vectors meet these
+        matrices (``DenseAdjoint``): no Jacobian is formed.
+        """
+        w = weights.detach().cpu().numpy().astype(np.float64)
+        layers, n, k = w.shape
+        angles = w[:, :, None, :] + np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])  # (L, n, 1 + k, k)
+        matrices = gates.layer_rotation_matrices_np(self.ansatz, self.rotation, angles)  # (L, n, 1 + k, 2, 2)
+        rotations, derivatives = matrices[:, :, 0], 0.5 * matrices[:, :, 1:]
+        # Kronecker factors: the layer's K_l, then K_l with wire i's factor replaced by the identity
+        own_wire = np.eye(n, dtype=bool)[None, :, :, None, None]
+        without = np.where(own_wire, np.eye(2), rotations[:, None])  # (L, n, n, 2, 2)
+        stacked = np.concatenate([rotations[:, None], without], axis=1)  # (L, 1 + n, n, 2, 2)
+        kron = stacked[..., 0, :, :]
+        for wire in range(1, n):
+            size = kron.shape[-1] * 2
+            kron = (kron[..., :, None, :, None] * stacked[..., wire, None, :, None, :]).reshape(*kron.shape[:-2], size, size)
+        kron_transposed = np.swapaxes(kron[:, 0], -1, -2)  # (L, 2^n, 2^n)
+        inverses, signs = self._permutations_np()
+        psi = self._encoded_basis_np()
+        prefixes = []
+        for layer in range(layers):
+            if self.entangle_first:
+                psi = psi[:, inverses[layer]] * signs[layer]
+                prefixes.append(psi)
+                psi = psi @ kron_transposed[layer]
+            else:
+                prefixes.append(psi)
+                psi = (psi @ kron_transposed[layer])[:, inverses[layer]] * signs[layer]
+        dense = psi
+        suffix = np.eye(dense.shape[-1], dtype=np.complex128)
+        suffixes: list[np.ndarray] = []
+        for layer in reversed(range(layers)):
+            # E_l(psi) = psi @ Pi_l with Pi_l[inverse[j], j] = sign[j]; Pi_l @ suffix permutes rows
+            if not self.entangle_first:
+                suffix = _permute_rows(suffix, inverses[layer], signs[layer])
+            suffixes.insert(0, suffix)
+            suffix = kron_transposed[layer] @ suffix
+            if self.entangle_first:
+                suffix = _permute_rows(suffix, inverses[layer], signs[layer])
+        real = np.dtype(str(self.real_dtype).removeprefix("torch."))
+        dense_real = torch.from_numpy(np.concatenate([dense.real, dense.imag], axis=-1).astype(real))
+        adjoint = DenseAdjoint(np.stack(prefixes), np.swapaxes(np.stack(suffixes), -1, -2), kron[:, 1:],
+                               derivatives, self._wire_first_orders(), real)
+        return dense_real, adjoint
+
+    def _permutations_np(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if not hasattr(self, "_np_permutations"):
+            self._np_permutations = ([getattr(self, f"inverse_{l}").cpu().numpy() for l in range(self.layers)],
+                                     [getattr(self, f"sign_{l}").cpu().numpy().astype(np.float64) for l in range(self.layers)])
+        return self._np_permutations
+
+    def _encoded_basis_np(self) -> np.ndarray:
+        if not hasattr(self, "_np_encoded_basis"):
+            self._np_encoded_basis = self.encoded_basis.cpu().numpy().astype(np.complex128)
+        return self._np_encoded_basis
+
+    def _wire_first_orders(self) -> np.ndarray:
+        """(n, 2^n): basis indices reordered so that wire i's bit is the most significant."""
+        if not hasattr(self, "_np_wire_first"):
+            n = self.n_qubits
+            bits = gates.basis_bits(n)  # (2^n, n), wire 0 first
+            orders = []
+            for wire in range(n):
+                others = [m for m in range(n) if m != wire]
+                key = bits[:, [wire] + others] @ (2 ** np.arange(n - 1, -1, -1))
+                orders.append(np.argsort(key))
+            self._np_wire_first = np.stack(orders)
+        return self._np_wire_first
+
     def product_state(self, angles: torch.Tensor) -> torch.Tensor:
         """The real product vector r(x) (B, 2^n) with r_k = prod_i cos(t_i/2 - bit_i(k) pi/2)."""
         # One fused expression on the CPU (its (B, n, 2^n) intermediate stays small). Not on CUDA:
@@ -157,6 +305,12 @@ class CompiledCircuit(nn.Module):
     def forward_dense(self, angles: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) from angles (B, n) and a dense matrix from ``dense_matrix``."""
         amplitudes = self.product_state(angles.to(self.real_dtype)) @ dense
+        return amplitudes.square() @ self.readout_stacked
+
+    def forward_dense_adjoint(self, angles: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor,
+                              adjoint: DenseAdjoint) -> torch.Tensor:
+        """``forward_dense`` whose gradient in ``weights`` comes from ``adjoint`` (one node in the graph)."""
+        amplitudes = DenseAmplitudes.apply(self.product_state(angles.to(self.real_dtype)), weights, dense, adjoint)
         return amplitudes.square() @ self.readout_stacked
 
     def forward_gates(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

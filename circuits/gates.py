@@ -92,6 +92,24 @@ def layer_rotation_matrices(ansatz: str, rotation: str, layer_weights: torch.Ten
     raise AssertionError(f"unregistered ansatz {ansatz!r}")
 
 
+def layer_rotation_matrices_np(ansatz: str, rotation: str, layer_weights: np.ndarray) -> np.ndarray:
+    """``layer_rotation_matrices`` in numpy complex128 (the analytic-gradient path builds small
+    matrices, where numpy's per-call cost is a fraction of torch's): (..., n, k) -> (..., n, 2, 2)."""
+    if ansatz in ("strongly_entangling", "rzryrz_ring"):
+        phi, theta, omega = np.moveaxis(layer_weights, -1, 0)
+        cos, sin = np.cos(theta * 0.5), np.sin(theta * 0.5)
+        plus, minus = (phi + omega) * 0.5, (phi - omega) * 0.5
+        magnitude = np.stack([cos, -sin, sin, cos], axis=-1)
+        phase = np.exp(1j * np.stack([-plus, minus, -minus, plus], axis=-1))
+        return (magnitude * phase).reshape(*layer_weights.shape[:-1], 2, 2)
+    if ansatz == "basic_entangler":
+        half = layer_weights[..., 0] * 0.5
+        identity = np.eye(2, dtype=np.complex128)
+        pauli = ROTATION_AXES[rotation]
+        return np.cos(half)[..., None, None] * identity - 1j * np.sin(half)[..., None, None] * pauli
+    raise AssertionError(f"unregistered ansatz {ansatz!r}")
+
+
 def entangling_pairs(ansatz: str, entangler: str, n_qubits: int, layer: int) -> list[tuple[str, int, int]]:
     """The two-qubit gates (name, control, target) of layer ``layer`` of an ansatz, in order."""
     if n_qubits < 2:

@@ -79,6 +79,10 @@ class VQCConfig:
     ``output``: raw = the first out_dim readouts; sum = readout i added into output i mod out_dim;
     scaled = raw times a trainable per-output scale; linear / relu_linear = a classical Linear
     post-layer (on ReLU of the readouts for relu_linear, Koelle et al.'s hybrid head).
+    ``dense_grad``: on the dense CPU path (n <= 8), analytic = the weight gradient contracted from
+    prefix and suffix products of the layer matrices, built once per weight update with the cached
+    matrix (the same gradient as autograd up to float rounding, and cheaper at RL batch sizes);
+    autograd = backpropagate through every gate (the earlier path; CUDA and larger n always use it).
     """
 
     n_qubits: int = 4
@@ -101,6 +105,7 @@ class VQCConfig:
     pennylane_device: str = "default.qubit"
     diff_method: str = "backprop"
     dtype: Literal["complex64", "complex128"] = "complex64"
+    dense_grad: Literal["analytic", "autograd"] = "analytic"
     init_scale: float = float(np.pi)
     seed: Optional[int] = None
 
@@ -118,6 +123,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "engine": ("auto", "dense", "gates"),
     "device": ("cpu", "cuda"),
     "dtype": ("complex64", "complex128"),
+    "dense_grad": ("analytic", "autograd"),
 }
 
 

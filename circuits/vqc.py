@@ -13,11 +13,12 @@ import torch
 from torch import nn
 
 from circuits import gates
-from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit
+from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
 from circuits.reference import build_qnode, check_device, qnode_function, readouts_from_qnode
 from circuits.spec import CircuitConfigError, VQCConfig, feature_count, make_config, readout_count, validate_config
 
 COMPLEX_DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
+ANALYTIC_MAX_QUBITS = 8  # analytic dense gradient up to 8 qubits (n + 2 complex 256 x 256 matrices per layer)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -64,7 +65,9 @@ class VQC(nn.Module):
             groups = torch.zeros(self.n_readouts, out_dim, dtype=real_dtype)
             groups[torch.arange(self.n_readouts), torch.arange(self.n_readouts) % out_dim] = 1.0
             self.register_buffer("sum_groups", groups, persistent=False)
-        self._dense_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        # (weights, dense, adjoint or None) at the weights they were built for
+        self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None = None
+        self.analytic_grad = self.use_dense and self._analytic_fits(cfg, device)
         self._qnode_function: Callable[[torch.Tensor], torch.Tensor] | None = None
         if cfg.backend == "pennylane":
             check_device(cfg.pennylane_device)
@@ -76,6 +79,12 @@ class VQC(nn.Module):
                 raise CircuitConfigError("engine: 'dense' needs all data to enter before the trainable part; reupload: true needs engine gates or auto")
             return True
         return cfg.engine == "auto" and not cfg.reupload and cfg.n_qubits <= cfg.dense_max_qubits
+
+    @staticmethod
+    def _analytic_fits(cfg: VQCConfig, device: torch.device) -> bool:
+        """Whether the dense path takes its weight gradient from ``DenseAdjoint``: asked for, on the CPU
+        (numpy builds the matrices), and at most ANALYTIC_MAX_QUBITS (it keeps n + 2 matrices per layer)."""
+        return cfg.dense_grad == "analytic" and device.type == "cpu" and cfg.backend == "torch" and cfg.n_qubits <= ANALYTIC_MAX_QUBITS
 
     def _bound_factors(self, cfg: VQCConfig) -> torch.Tensor:
         """pi / bound per feature for scaling: bound (NaN marks an unbounded feature: 2 atan(x))."""
@@ -117,13 +126,33 @@ class VQC(nn.Module):
         """The circuit's dense matrix; reused across no-grad calls until the weights change (rollouts)."""
         if torch.is_grad_enabled() and self.weights.requires_grad:
             return self.circuit.dense_matrix(self.weights)
-        cache = self._dense_cache
-        if cache is not None and cache[0].device == self.weights.device and torch.equal(cache[0], self.weights):
+        if self.analytic_grad:
+            return self.dense_adjoint()[0]
+        cache = self._cached()
+        if cache is not None:
             return cache[1]
         weights = self.weights.detach().clone()
         dense = self.circuit.dense_matrix(weights)
-        self._dense_cache = (weights, dense)
+        self._dense_cache = (weights, dense, None)
         return dense
+
+    def dense_adjoint(self) -> tuple[torch.Tensor, DenseAdjoint]:
+        """The dense matrix and what its weight gradient needs, cached like ``dense_matrix``. With the
+        analytic gradient, no-grad calls build both: an A2C step acts and then differentiates at the
+        same weights, and one build serves both (the no-grad and grad forwards then agree exactly)."""
+        cache = self._cached()
+        if cache is not None and cache[2] is not None:
+            return cache[1], cache[2]
+        weights = self.weights.detach().clone()
+        dense, adjoint = self.circuit.dense_adjoint(weights)
+        self._dense_cache = (weights, dense, adjoint)
+        return dense, adjoint
+
+    def _cached(self) -> tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None:
+        cache = self._dense_cache
+        if cache is not None and cache[0].device == self.weights.device and torch.equal(cache[0], self.weights):
+            return cache
+        return None
 
     def readouts(self, x: torch.Tensor) -> torch.Tensor:
         """Circuit readouts (B, m) before the output layer."""
@@ -133,6 +162,9 @@ class VQC(nn.Module):
                 self._qnode_function = self.to_qnode(self.cfg.pennylane_device, self.cfg.diff_method)
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights).to(angles.dtype)  # type: ignore[attr-defined]
         if self.use_dense:
+            if self.analytic_grad and torch.is_grad_enabled() and self.weights.requires_grad:
+                dense, adjoint = self.dense_adjoint()
+                return self.circuit.forward_dense_adjoint(angles, self.weights, dense, adjoint)
             return self.circuit.forward_dense(angles, self.dense_matrix())
         return self.circuit.forward_gates(angles, self.weights)
 
