@@ -146,6 +146,9 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     T, N = batch["actions"].shape
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
     single_pass = ac.epochs == 1 and ac.minibatches == 1
+    if single_pass and ac.clip is None and ac.value_clip is None:
+        _a2c_step(ac, actor, critic, flat, optimizer, batch, obs_all, T, N)
+        return
     if single_pass:  # A2C: one forward with grad serves both the targets and the loss
         values_grad = critic(obs_all).squeeze(-1)
         logits_grad = actor(obs_all[: T * N])
@@ -195,6 +198,44 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
             loss = (policy_loss(logp, oldlp_t[mb_t], a, ac.clip) - ac.ent_coef * entropy
                     + ac.vf_coef * value_loss(v, oldv_t[mb_t], ret_t[mb_t], ac.value_clip))
             _descend(loss, flat, optimizer, ac.max_grad_norm)
+
+
+def _a2c_step(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
+              optimizer: Optional[torch.optim.Optimizer], batch: dict[str, np.ndarray], obs_all: torch.Tensor,
+              T: int, N: int) -> None:
+    """The single-pass update without clips (A2C, and Koelle's one-step TD with an update every env
+    step): the general path's loss and gradient, bit for bit, with the work it does for PPO left out
+    (old log-probabilities and values feed only the clips; the entropy term only when ent_coef != 0;
+    no gather of the valid steps when every step is valid)."""
+    values_grad = critic(obs_all).squeeze(-1)
+    logits_grad = actor(obs_all[: T * N])
+    values_all = values_grad.detach().numpy().reshape(T + 1, N).astype(np.float64)
+    adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
+              batch["dones"], ac.gamma, ac.gae_lambda)
+    returns = adv + values_all[:T]
+    valid = batch["valid"].reshape(-1)
+    actions = batch["actions"].reshape(-1)
+    if valid.all():
+        adv_t = torch.from_numpy(adv.reshape(-1)).float()
+        ret_t = torch.from_numpy(returns.reshape(-1)).float()
+        act_t = torch.from_numpy(actions)
+        logits, values = logits_grad, values_grad[: T * N]
+    else:
+        idx = np.flatnonzero(valid)
+        idx_t = torch.from_numpy(idx)
+        adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
+        ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
+        act_t = torch.from_numpy(actions[idx])
+        logits, values = logits_grad[idx_t], values_grad[idx_t]
+    if ac.adv_norm and len(adv_t) > 1:
+        adv_t = (adv_t - adv_t.mean()) / (adv_t.std() + 1e-8)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(1, act_t[:, None]).squeeze(1)
+    loss = policy_loss(logp, logp, adv_t, None)
+    if ac.ent_coef != 0.0:
+        loss = loss - ac.ent_coef * -(logp_all.exp() * logp_all).sum(-1).mean()
+    loss = loss + ac.vf_coef * value_loss(values, values, ret_t, None)
+    _descend(loss, flat, optimizer, ac.max_grad_norm)
 
 
 def _descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.optim.Optimizer],
