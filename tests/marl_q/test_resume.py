@@ -177,3 +177,52 @@ def test_a_sweep_continues_a_stopped_run_instead_of_starting_it_again(small_raw,
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["resumes"][0]["updates"] == 10
     assert not (tmp_path / "sw" / "base" / "seed0.interrupted").exists()
+
+
+def test_an_interrupted_run_keeps_its_rows_and_resumes_from_the_last_periodic_checkpoint(small_raw, tmp_path,
+                                                                                          monkeypatch):
+    from agents.actor_critic import ActorCriticWorker
+    from marl_q.config import build_config
+
+    real_step = ActorCriticWorker.step
+    calls = {"n": 0}
+
+    def step_then_ctrl_c(self):
+        calls["n"] += 1
+        if calls["n"] == 40:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
+        return real_step(self)
+
+    monkeypatch.setattr(ActorCriticWorker, "step", step_then_ctrl_c)
+    small_raw["run"]["checkpoint_every"] = 10
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(build_config(small_raw), tmp_path / "r")
+    run = tmp_path / "r"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["episodes"] > 0
+    assert (run / "metrics.csv").read_bytes().count(b"\n") == summary["episodes"] + 1  # rows flushed
+    monkeypatch.setattr(ActorCriticWorker, "step", real_step)
+    resumed = resume_experiment(run)
+    whole = run_experiment(build_config(small_raw), tmp_path / "whole")
+    assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"]
+    assert (run / "metrics.csv").read_bytes() == (tmp_path / "whole" / "metrics.csv").read_bytes()
+    assert (run / "resume_backup_1" / "metrics.csv").read_bytes().count(b"\n") == summary["episodes"] + 1
+
+
+def test_a_local_run_resumes_from_the_servers_state_with_fresh_workers(small_raw, tmp_path):
+    from marl_q.config import build_config
+
+    small_raw["backend"].update({"name": "local", "workers": 1})
+    small_raw["run"].update({"total_env_steps": 600, "stop_after_updates": 8})
+    part = run_experiment(build_config(small_raw), tmp_path / "r")
+    assert part["status"] == "stopped" and part["updates"] >= 8
+    arrays, meta = load_checkpoint(checkpoints(tmp_path / "r")[-1])
+    assert meta["snapshot"] is None  # local workers are processes: not captured, restarted instead
+    resumed = resume_experiment(tmp_path / "r")
+    assert resumed["status"] == "completed" and resumed["env_steps"] >= 600
+    assert resumed["updates"] > meta["updates"] and resumed["server_version"] > meta["server_version"]
+    assert resumed["resumes"] == [{"from": f"ckpt_{meta['updates']}.npz", "updates": meta["updates"],
+                                   "env_steps": meta["env_steps"], "exact": False}]
+    # the continued ledger counts on from the checkpoint: totals equal the rows of the cut-and-appended file
+    rows = (tmp_path / "r" / "comm.csv").read_bytes().count(b"\n") - 1
+    assert resumed["messages"] + sum(resumed["faults_injected"].values()) == rows
