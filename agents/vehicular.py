@@ -235,10 +235,17 @@ ALGORITHMS.add("a3c_vehicular", VehicularA3C, config=ActorCriticConfig,
 # Evaluating a trained run: the learned policy and the baselines at several penetration ratios
 # ---------------------------------------------------------------------------------------------
 
-class LearnedPolicy:
-    """The shared actor of a finished run (its last checkpoint), sampling actions with a seeded generator."""
+ACT_MODES = ("sample", "argmax")
 
-    def __init__(self, run_dir: Path, seed: int = 0) -> None:
+
+class LearnedPolicy:
+    """The shared actor of a finished run (its last checkpoint): ``act="sample"`` draws from its action
+    distribution with a seeded generator, ``act="argmax"`` takes the most likely move (deployment)."""
+
+    def __init__(self, run_dir: Path, seed: int = 0, act: str = "sample") -> None:
+        if act not in ACT_MODES:
+            raise ConfigError(f"act: {act!r} is not one of {', '.join(ACT_MODES)}")
+        self.act = act
         from marl_q.config import load_config
         from marl_q.plugins import load_plugins
         from marl_q.rundir import latest_checkpoint, load_checkpoint
@@ -260,7 +267,9 @@ class LearnedPolicy:
         if not names:
             return {}
         logits = self.actor(torch.from_numpy(np.stack([obs[n] for n in names]).astype(np.float32))).numpy()
-        acts = np.argmax(logits - np.log(-np.log(self.rng.random(logits.shape))), axis=1)
+        if self.act == "sample":
+            logits = logits - np.log(-np.log(self.rng.random(logits.shape)))
+        acts = np.argmax(logits, axis=1)
         return dict(zip(names, acts.tolist()))
 
 
@@ -273,13 +282,14 @@ def make_relay_env(scenario_params: Any, **overrides: Any):
     return VehicularRelayEnv(VehicularRelayConfig(**fields), render_mode="rgb_array")
 
 
-def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int) -> tuple[list[dict[str, Any]], np.ndarray]:
+def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int,
+                 act: str = "sample") -> tuple[list[dict[str, Any]], np.ndarray]:
     """Rows (policy, p, coverage, relay length) for the learned policy and each baseline; plus one rendered frame.
 
     Evaluation seeds differ from training seeds; every policy sees the same traffic seeds. The frame
     is the learned policy at the training penetration ratio after 150 s (or the episode's last second).
     """
-    learned = LearnedPolicy(run_dir)
+    learned = LearnedPolicy(run_dir, act=act)
     cfg = learned.cfg
     seed = 100_000 + cfg.run.seed * 100
     rows = []
@@ -306,6 +316,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--p", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
     parser.add_argument("--episodes", type=int, default=2)
+    parser.add_argument("--act", choices=ACT_MODES, default="sample",
+                        help="learned policy: sample its action distribution or take the most likely move")
     parser.add_argument("--out", type=Path, required=True, help="CSV of results; the frame goes beside it (.npy)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -314,7 +326,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"--p: {bad} outside [0, 1]", file=sys.stderr)
         return 2
     try:
-        rows, frame = evaluate_run(args.run_dir, args.p, args.episodes)
+        rows, frame = evaluate_run(args.run_dir, args.p, args.episodes, act=args.act)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -162,6 +162,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("sweeps/vehicular"))
     parser.add_argument("--p", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
     parser.add_argument("--episodes", type=int, default=2, help="evaluation episodes per policy and p")
+    parser.add_argument("--act", choices=("sample", "argmax"), default="sample",
+                        help="how the learned policy acts at evaluation: sample its distribution or argmax")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for marlq run")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
@@ -182,7 +184,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             eval_csv = args.out / "eval" / f"seed_{seed}.csv"
             if not eval_csv.exists():
                 cmd = [sys.executable, "-c", "import sys; from agents.vehicular import main; sys.exit(main(sys.argv[1:]))",
-                       str(run_dir), "--episodes", str(args.episodes), "--out", str(eval_csv), "--p",
+                       str(run_dir), "--episodes", str(args.episodes), "--act", args.act, "--out", str(eval_csv), "--p",
                        *[str(p) for p in args.p]]
                 code = subprocess.call(cmd)
                 if code != 0:

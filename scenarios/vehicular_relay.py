@@ -21,6 +21,16 @@ from scenarios.vehicular_road import ACTION_NAMES, CHANNELS, Highway, RelayState
 __all__ = ["VehicularRelayConfig", "VehicularRelayEnv", "make", "SCENARIOS"]
 
 
+# Extra observation features (observation: grid_features), each in [0, 1]: where the ego vehicle is
+# relative to its nearest RSU ((offset / half the RSU spacing + 1) / 2, so 0.5 = beside it), whether it
+# is downstream of it, how far past the end of that RSU's relay on its side it is (0 = inside the
+# relay, 1 = half an RSU spacing or more beyond), and the free cells ahead and behind in its lane
+# and in the lanes beside it (/ view_cells, capped at 1; 0 where there is no such lane).
+FEATURE_NAMES = ("rsu_offset", "downstream", "beyond_relay_end", "gap_ahead", "gap_behind",
+                 "gap_ahead_left", "gap_behind_left", "gap_ahead_right", "gap_behind_right")
+N_FEATURES = len(FEATURE_NAMES)
+
+
 def agent_name(agent_id: int) -> str:
     """The PettingZoo name of the agent with integer id ``agent_id``."""
     return f"vehicle_{agent_id}"
@@ -34,8 +44,11 @@ class VehicularRelayEnv(ParallelEnv):
     speed / vmax and whether the ego vehicle is RSU-connected. Actions: keep, accelerate,
     decelerate, lane left, lane right; keep (and an agent missing from the action dict) drives as the
     traffic model does, so "no control" is the policy that always keeps. Reward: marginal coverage (coverage lost if this vehicle's
-    radio were off, scaled so one vehicle covering a fresh 2R stretch earns 1), a bonus for being
-    RSU-connected, minus a penalty for an unsafe or impossible move.
+    radio were off, scaled so one vehicle covering a fresh 2R stretch earns 1; or, with
+    ``reward="difference"``, coverage with minus without the whole vehicle; or the shared road coverage),
+    optionally a shared team term, a bonus for being RSU-connected, minus a penalty for an unsafe or
+    impossible move and, optionally, for driving slowly on a free road. ``observation="grid_features"``
+    appends FEATURE_NAMES.
     """
 
     metadata = {"name": "vehicular_relay_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
@@ -52,7 +65,8 @@ class VehicularRelayEnv(ParallelEnv):
         self.agents: list[str] = []
         width = 2 * cfg.view_cells + 1
         self.grid_shape = (len(CHANNELS), cfg.lanes, width)
-        self.obs_dim = int(np.prod(self.grid_shape)) + cfg.lanes + 2
+        self.n_features = N_FEATURES if cfg.observation == "grid_features" else 0
+        self.obs_dim = int(np.prod(self.grid_shape)) + cfg.lanes + 2 + self.n_features
         self._obs_space = gymnasium.spaces.Box(0.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
         self._act_space = gymnasium.spaces.Discrete(len(ACTION_NAMES))
         self._rng = np.random.default_rng()
@@ -185,18 +199,70 @@ class VehicularRelayEnv(ParallelEnv):
         lane_onehot = np.eye(cfg.lanes, dtype=np.float32)[road.lane[vehicles]]
         speed = (road.speed[vehicles] / cfg.vmax).astype(np.float32)[:, None]
         linked = connected[vehicles].astype(np.float32)[:, None]
-        return np.concatenate([windows, lane_onehot, speed, linked], axis=1)
+        parts = [windows, lane_onehot, speed, linked]
+        if self.n_features:
+            parts.append(self._features(vehicles, connected))
+        return np.concatenate(parts, axis=1)
+
+    def _features(self, vehicles: np.ndarray, connected: np.ndarray) -> np.ndarray:
+        """The ``grid_features`` extras (see FEATURE_NAMES) for the given vehicles, float32 (A, N_FEATURES)."""
+        cfg, road = self.cfg, self.road
+        half = cfg.rsu_spacing_m / 2.0
+        x = road.cell_centres[road.cell[vehicles]]
+        nearest = np.argmin(np.abs(x[:, None] - road.rsu_x[None, :]), axis=1)
+        offset = x - road.rsu_x[nearest]
+        downstream = offset > 0
+        # the relay end on each vehicle's side of its RSU: the farthest connected vehicle on that side
+        cx = road.cell_centres[road.cell[connected]]
+        near_c = np.argmin(np.abs(cx[:, None] - road.rsu_x[None, :]), axis=1) if len(cx) else np.zeros(0, int)
+        off_c = cx - road.rsu_x[near_c]
+        end = np.zeros(len(vehicles))
+        for k in range(len(vehicles)):
+            side = (near_c == nearest[k]) & ((off_c > 0) == downstream[k])
+            end[k] = np.abs(off_c[side]).max() if side.any() else 0.0
+        beyond = np.clip((np.abs(offset) - end) / half, 0.0, 1.0)
+        view = cfg.view_cells
+        feats = [np.clip(offset / half, -1.0, 1.0) * 0.5 + 0.5, downstream.astype(float), beyond]
+        for step in (0, 1, -1):
+            lane_to = road.lane[vehicles] + step
+            exists = (lane_to >= 0) & (lane_to < cfg.lanes)
+            occ, ahead, behind, _ = road._neighbours_in(np.clip(lane_to, 0, cfg.lanes - 1), road.cell[vehicles])
+            if step == 0:  # own lane: the vehicle itself occupies the cell; look past it
+                ahead = road.gap_ahead()[vehicles]
+                behind = self._gap_behind()[vehicles]
+            usable = exists & ((step == 0) | ~occ)
+            feats.append(np.where(usable, np.minimum(ahead / view, 1.0), 0.0))
+            feats.append(np.where(usable, np.minimum(behind / view, 1.0), 0.0))
+        return np.stack(feats, axis=1).astype(np.float32)
+
+    def _gap_behind(self) -> np.ndarray:
+        """Empty cells to the vehicle behind in the same lane (effectively unlimited for the last one)."""
+        road = self.road
+        gap = np.full(len(road.lane), road.n_cells + self.cfg.vmax, dtype=np.int64)
+        if len(road.lane) > 1:
+            same = road.lane[1:] == road.lane[:-1]
+            gap[1:][same] = (road.cell[1:] - road.cell[:-1] - 1)[same]
+        return gap
 
     def _rewards(self, ids: np.ndarray, unsafe: set[int]) -> np.ndarray:
         cfg = self.cfg
         vehicles = self._vehicle_of(ids)
         connected = self._connected_vehicles()[vehicles].astype(np.float64)
+        scale = cfg.road_length_m / (2 * cfg.radio_range_m)
         if cfg.reward == "marginal_coverage":
-            gain = self.road.marginal_coverage(self.relay, vehicles) * (cfg.road_length_m / (2 * cfg.radio_range_m))
+            gain = self.road.marginal_coverage(self.relay, vehicles) * scale
+        elif cfg.reward == "difference":
+            gain = self.road.difference_coverage(self.relay, vehicles) * scale
         else:
             gain = np.full(len(ids), self.relay.coverage)
+        if cfg.reward_team:
+            gain = gain + cfg.reward_team * self.relay.coverage * scale
         penalty = np.array([i in unsafe for i in ids.tolist()], dtype=np.float64)
-        return cfg.reward_coverage * gain + cfg.reward_connected * connected - cfg.penalty_unsafe * penalty
+        reward = cfg.reward_coverage * gain + cfg.reward_connected * connected - cfg.penalty_unsafe * penalty
+        if cfg.penalty_slow:
+            free = self.road.gap_ahead()[vehicles] >= cfg.vmax
+            reward = reward - cfg.penalty_slow * free * (1.0 - self.road.speed[vehicles] / cfg.vmax)
+        return reward
 
 
 def make(cfg: VehicularRelayConfig, seed: int = 0) -> VehicularRelayEnv:

@@ -52,7 +52,15 @@ class VehicularRelayConfig:
     reward_coverage: float = 1.0
     reward_connected: float = 0.1
     penalty_unsafe: float = 0.1
-    reward: Literal["marginal_coverage", "shared_coverage"] = "marginal_coverage"
+    # Per-agent coverage term: "marginal_coverage" (coverage lost if its radio were off, its body still
+    # blocking), "difference" (coverage with minus without the whole vehicle, radio and body: a
+    # counterfactual that also charges the links its body blocks), or "shared_coverage" (the road's
+    # coverage, the same for every agent). The first two are scaled so one vehicle covering a fresh
+    # 2R stretch earns 1.
+    reward: Literal["marginal_coverage", "difference", "shared_coverage"] = "marginal_coverage"
+    reward_team: float = 0.0      # weight of a shared term every agent gets: the road's coverage, same scale
+    penalty_slow: float = 0.0     # weight of (1 - speed/vmax) while the road ahead is free (speed-keeping)
+    observation: Literal["grid", "grid_features"] = "grid"  # grid_features adds RSU / relay-end / gap features
 
     @property
     def n_cells(self) -> int:
@@ -91,6 +99,14 @@ class VehicularRelayConfig:
         if self.rsu_spacing_m > self.road_length_m:
             raise ValueError(f"rsu_spacing_m: {self.rsu_spacing_m} m leaves no RSU on a "
                              f"{self.road_length_m} m road")
+        if self.reward not in ("marginal_coverage", "difference", "shared_coverage"):
+            raise ValueError(f"reward: {self.reward!r} is not one of marginal_coverage, difference, shared_coverage")
+        if self.observation not in ("grid", "grid_features"):
+            raise ValueError(f"observation: {self.observation!r} is not one of grid, grid_features")
+        for key in ("reward_team", "penalty_slow", "penalty_unsafe"):
+            value = getattr(self, key)
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"{key}: {value} must be a non-negative number")
         if self.n_agents > self.vehicles_at_reset:
             raise ValueError(f"n_agents: {self.n_agents} agents but only {self.vehicles_at_reset} vehicles on the "
                              f"road (density*lanes*cells = {self.density}*{self.lanes}*{self.n_cells})")
@@ -124,21 +140,24 @@ def segment_blocked(p0: np.ndarray, p1: np.ndarray, rects: np.ndarray) -> np.nda
 
 
 def los_adjacency(node_xy: np.ndarray, node_body: np.ndarray, body_rects: np.ndarray,
-                  radio_range_m: float) -> np.ndarray:
+                  radio_range_m: float, sole_blocker: bool = False):
     """Symmetric boolean (N, N): nodes i, j are linked iff within range and no other body blocks the segment.
 
     node_body[i] is the index in body_rects of node i's own vehicle (-1 for an RSU); a node's own
     body never blocks its links. Bodies are only tested against segments they could reach in x.
+    With ``sole_blocker`` also returns a symmetric int (N, N): for an in-range pair blocked by
+    exactly one body, that body's index (removing it would link the pair); -1 otherwise.
     """
     n = len(node_xy)
     adj = np.zeros((n, n), dtype=bool)
+    sole = np.full((n, n), -1, dtype=np.int64)
     if n < 2:
-        return adj
+        return (adj, sole) if sole_blocker else adj
     diff = node_xy[:, None, :] - node_xy[None, :, :]
     in_range = np.einsum("ijk,ijk->ij", diff, diff) <= radio_range_m ** 2 + 1e-9
     ii, jj = np.nonzero(np.triu(in_range, 1))
     if len(ii) == 0:
-        return adj
+        return (adj, sole) if sole_blocker else adj
     blocked = np.zeros(len(ii), dtype=bool)
     if len(body_rects):
         order = np.argsort(body_rects[:, 0], kind="stable")
@@ -156,8 +175,15 @@ def los_adjacency(node_xy: np.ndarray, node_body: np.ndarray, body_rects: np.nda
         pair, body = pair[~own], body[~own]
         hit = segment_blocked(node_xy[ii[pair]], node_xy[jj[pair]], body_rects[body])
         blocked[pair[hit]] = True
+        if sole_blocker:
+            hits = np.bincount(pair[hit], minlength=len(ii))
+            only = hits[pair[hit]] == 1
+            p1, b1 = pair[hit][only], body[hit][only]
+            sole[ii[p1], jj[p1]] = b1
+            sole[jj[p1], ii[p1]] = b1
     adj[ii[~blocked], jj[~blocked]] = True
-    return adj | adj.T
+    adj = adj | adj.T
+    return (adj, sole) if sole_blocker else adj
 
 
 def reachable_from(adj: np.ndarray, sources: np.ndarray, removed: Optional[np.ndarray] = None) -> np.ndarray:
@@ -168,14 +194,40 @@ def reachable_from(adj: np.ndarray, sources: np.ndarray, removed: Optional[np.nd
     """
     single = removed is None
     keep = np.ones((1, len(adj)), dtype=bool) if single else ~removed
-    reach = sources[None, :] & keep
-    a = adj.astype(np.float32)
-    while True:
-        grown = reach | (((reach.astype(np.float32) @ a) > 0) & keep)
-        if np.array_equal(grown, reach):
-            break
-        reach = grown
+    reach = reachable_batched(adj[None, :, :], sources, keep)
     return reach[0] if single else reach
+
+
+def reachable_batched(adj: np.ndarray, sources: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Graph search from ``sources`` on B graphs at once: adj (B or 1, N, N), keep (B, N) -> reached (B, N) bool.
+
+    Frontier expansion in boolean arrays (no BLAS call: tiny matrix products pay thread start-up
+    costs that dwarf the work on a loaded machine).
+    """
+    reach = sources[None, :] & keep
+    while True:
+        grown = reach | ((reach[:, :, None] & adj).any(axis=1) & keep)
+        if np.array_equal(grown, reach):
+            return reach
+        reach = grown
+
+
+def covered_counts(node_x: np.ndarray, reach: np.ndarray, cell_m: float, n_cells: int,
+                   radio_range_m: float) -> np.ndarray:
+    """Per row of ``reach`` (B, N): how many cells lie within range of a reached node (a union of intervals).
+
+    Node i covers the cells whose centre is within radio_range_m of node_x[i], a contiguous index
+    range [lo_i, hi_i]; with the nodes sorted by lo, a running maximum of hi gives each node's new cells.
+    """
+    eps = 1e-9
+    lo = np.maximum(np.ceil((node_x - radio_range_m - eps) / cell_m - 0.5), 0).astype(np.int64)
+    hi = np.minimum(np.floor((node_x + radio_range_m + eps) / cell_m - 0.5), n_cells - 1).astype(np.int64)
+    order = np.argsort(lo, kind="stable")
+    lo, hi, reach = lo[order], hi[order], reach[:, order]
+    top = np.where(reach, hi, -1)
+    before = np.concatenate([np.full((len(reach), 1), -1), np.maximum.accumulate(top, axis=1)[:, :-1]], axis=1)
+    new = np.where(reach, np.maximum(hi - np.maximum(lo, before + 1) + 1, 0), 0)
+    return new.sum(axis=1)
 
 
 def component_labels(adj: np.ndarray) -> np.ndarray:
@@ -224,6 +276,7 @@ class RelayState:
     node_vehicle: np.ndarray  # (N,) vehicle index, -1 for RSUs
     is_rsu: np.ndarray        # (N,) bool
     adj: np.ndarray           # (N, N) LOS links
+    sole_blocker: np.ndarray  # (N, N) the one vehicle whose body alone blocks an in-range pair, else -1
     connected: np.ndarray     # (N,) bool, reachable from some RSU
     coverage: float           # fraction of road cells within range of a connected node
     relay_length_m: float     # mean over RSUs of the farthest reachable vehicle distance
@@ -453,11 +506,12 @@ class Highway:
         node_y = np.concatenate([self.rsu_y, self.lane_centres[self.lane[mm]]])
         node_vehicle = np.concatenate([np.full(len(self.rsu_x), -1), mm])
         is_rsu = node_vehicle < 0
-        adj = los_adjacency(np.stack([node_x, node_y], axis=1), node_vehicle, self.body_rects(), cfg.radio_range_m)
+        adj, sole = los_adjacency(np.stack([node_x, node_y], axis=1), node_vehicle, self.body_rects(),
+                                  cfg.radio_range_m, sole_blocker=True)
         connected = reachable_from(adj, is_rsu)
         covered = covered_cells(node_x, connected, self.cell_centres, cfg.radio_range_m)
         relay = relay_lengths(node_x, is_rsu, adj)
-        return RelayState(node_x, node_y, node_vehicle, is_rsu, adj, connected, float(covered.mean()),
+        return RelayState(node_x, node_y, node_vehicle, is_rsu, adj, sole, connected, float(covered.mean()),
                           float(relay.mean()) if len(relay) else 0.0, float(relay.max()) if len(relay) else 0.0)
 
     def marginal_coverage(self, state: RelayState, agent_vehicles: np.ndarray) -> np.ndarray:
@@ -471,8 +525,30 @@ class Highway:
         removed = np.zeros((len(rows), len(state.node_x)), dtype=bool)
         removed[np.arange(len(rows)), [r[1] for r in rows]] = True
         reach = reachable_from(state.adj, state.is_rsu, removed)
-        near = (np.abs(self.cell_centres[None, :] - state.node_x[:, None]) <= self.cfg.radio_range_m + 1e-9)
-        covered = (reach.astype(np.float32) @ near.astype(np.float32)) > 0
-        without = covered.mean(axis=1)
+        without = covered_counts(state.node_x, reach, self.cfg.cell_m, self.n_cells, self.cfg.radio_range_m) / self.n_cells
         out[[r[0] for r in rows]] = state.coverage - without
         return out
+
+    def difference_coverage(self, state: RelayState, vehicles: np.ndarray) -> np.ndarray:
+        """Per given vehicle: coverage minus the coverage of the same road without that vehicle (radio and body).
+
+        The counterfactual "this vehicle was not here": its node goes, and every in-range pair that
+        only its body blocked becomes linked. Negative when its body cuts more relay than its radio
+        adds. All vehicles at once: one graph search over a (B, N, N) stack of adjacencies.
+        """
+        out = np.zeros(len(vehicles))
+        if len(vehicles) == 0:
+            return out
+        n = len(state.node_x)
+        node_of = np.full(len(self.lane), -1, dtype=np.int64)
+        veh_nodes = np.nonzero(state.node_vehicle >= 0)[0]
+        node_of[state.node_vehicle[veh_nodes]] = veh_nodes
+        vehicles = np.asarray(vehicles, dtype=np.int64)
+        adj = state.adj[None, :, :] | (state.sole_blocker[None, :, :] == vehicles[:, None, None])
+        keep = np.ones((len(vehicles), n), dtype=bool)
+        own = node_of[vehicles]
+        rows = np.nonzero(own >= 0)[0]
+        keep[rows, own[rows]] = False
+        reach = reachable_batched(adj, state.is_rsu, keep)
+        without = covered_counts(state.node_x, reach, self.cfg.cell_m, self.n_cells, self.cfg.radio_range_m) / self.n_cells
+        return state.coverage - without

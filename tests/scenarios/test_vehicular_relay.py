@@ -9,7 +9,7 @@ import pettingzoo
 import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
-from scenarios.vehicular_relay import VehicularRelayEnv
+from scenarios.vehicular_relay import FEATURE_NAMES, VehicularRelayEnv
 from scenarios.vehicular_road import CHANNELS
 
 SMALL = dict(road_length_m=600.0, rsu_spacing_m=300.0, n_agents=5, max_steps=60, warmup_steps=10)
@@ -75,6 +75,70 @@ def test_observation_matches_the_road():
                 assert grid[0, road.lane[j], cfg.view_cells + offset] == 1.0
 
 
+def test_feature_observation_matches_the_road():
+    env = VehicularRelayEnv(observation="grid_features", **SMALL)
+    obs, _ = env.reset(seed=4)
+    for _ in range(8):
+        obs, *_ = env.step({})
+    cfg, road, relay = env.cfg, env.road, env.relay
+    assert env.obs_dim == VehicularRelayEnv(**SMALL).obs_dim + len(FEATURE_NAMES)
+    connected = {int(v) for v, c in zip(relay.node_vehicle, relay.connected) if v >= 0 and c}
+    for name, o in obs.items():
+        k = int(np.nonzero(road.agent_id == int(name.split("_")[1]))[0][0])
+        f = dict(zip(FEATURE_NAMES, o[-len(FEATURE_NAMES):]))
+        x = road.cell_centres[road.cell[k]]
+        rsu = road.rsu_x[np.argmin(np.abs(road.rsu_x - x))]
+        assert f["rsu_offset"] == pytest.approx(np.clip((x - rsu) / (cfg.rsu_spacing_m / 2), -1, 1) / 2 + 0.5)
+        assert f["downstream"] == float(x > rsu)
+        # the relay end on this side of this RSU, by a plain loop over the connected vehicles
+        end = 0.0
+        for j in connected:
+            xj = road.cell_centres[road.cell[j]]
+            if road.rsu_x[np.argmin(np.abs(road.rsu_x - xj))] == rsu and (xj > rsu) == (x > rsu):
+                end = max(end, abs(xj - rsu))
+        assert f["beyond_relay_end"] == pytest.approx(np.clip((abs(x - rsu) - end) / (cfg.rsu_spacing_m / 2), 0, 1))
+        # own-lane gaps by a plain scan of the lane
+        same = [road.cell[j] for j in range(len(road.lane)) if road.lane[j] == road.lane[k] and j != k]
+        ahead = min([c - road.cell[k] - 1 for c in same if c > road.cell[k]], default=10 ** 6)
+        behind = min([road.cell[k] - c - 1 for c in same if c < road.cell[k]], default=10 ** 6)
+        assert f["gap_ahead"] == pytest.approx(min(ahead / cfg.view_cells, 1.0))
+        assert f["gap_behind"] == pytest.approx(min(behind / cfg.view_cells, 1.0))
+        if road.lane[k] == 0:
+            assert f["gap_ahead_right"] == 0.0 and f["gap_behind_right"] == 0.0  # no lane to the right
+    assert all(0.0 <= v <= 1.0 for o in obs.values() for v in o)
+
+
+def _rewards_after(seed: int, steps: int, **cfg) -> tuple[VehicularRelayEnv, dict[str, float]]:
+    env = VehicularRelayEnv(**SMALL, **cfg)
+    env.reset(seed=seed)
+    rew = {}
+    for _ in range(steps):
+        _, rew, *_ = env.step({})
+    return env, rew
+
+
+def test_reward_choices_are_their_formulas():
+    scale = SMALL["road_length_m"] / (2 * 100.0)
+    base, base_rew = _rewards_after(3, 12)
+    for kind, team, slow in (("difference", 0.0, 0.0), ("marginal_coverage", 0.5, 0.0), ("difference", 0.2, 0.3)):
+        env, rew = _rewards_after(3, 12, reward=kind, reward_team=team, penalty_slow=slow)
+        road, relay = env.road, env.relay
+        assert np.array_equal(road.cell, base.road.cell)  # rewards never change the traffic
+        ids = np.sort(road.agent_id[road.agent_id >= 0])
+        vehicles = env._vehicle_of(ids)
+        per_agent = (road.difference_coverage(relay, vehicles) if kind == "difference"
+                     else road.marginal_coverage(relay, vehicles))
+        for k, i in enumerate(ids.tolist()):
+            v = vehicles[k]
+            want = per_agent[k] * scale + team * relay.coverage * scale + 0.1 * env._connected_vehicles()[v]
+            if road.gap_ahead()[v] >= env.cfg.vmax:
+                want -= slow * (1 - road.speed[v] / env.cfg.vmax)
+            assert rew[f"vehicle_{i}"] == pytest.approx(want)
+    # the default is the old marginal-coverage reward
+    env, rew = _rewards_after(3, 12, reward="marginal_coverage")
+    assert rew == base_rew
+
+
 def test_rgb_render_draws_the_road():
     env = VehicularRelayEnv(render_mode="rgb_array", **SMALL)
     env.reset(seed=0)
@@ -87,7 +151,8 @@ def test_rgb_render_draws_the_road():
 
 
 @pytest.mark.parametrize("override", ["scenario.penetration=1.5", "scenario.n_agents=400",
-                                      "scenario.road_length_m=50"])
+                                      "scenario.road_length_m=50", "scenario.reward=coverage",
+                                      "scenario.penalty_slow=-1", "scenario.observation=image"])
 def test_cli_exits_2_naming_the_key_and_writes_nothing(tmp_path, capsys, override):
     from marl_q.cli import main
 
@@ -96,5 +161,7 @@ def test_cli_exits_2_naming_the_key_and_writes_nothing(tmp_path, capsys, overrid
     err = capsys.readouterr().err
     assert code == 2, err
     section, key = override.split("=")[0].split(".")
-    assert f"{section}: {key}:" in err  # e.g. "scenario: penetration: 1.5 is outside [0, 1]"
+    # e.g. "scenario: penetration: 1.5 is outside [0, 1]"; a value outside a Literal's choices is caught
+    # by the config loader first ("scenario.reward: unknown value ...")
+    assert f"{section}: {key}:" in err or f"{section}.{key}:" in err
     assert not out.exists()

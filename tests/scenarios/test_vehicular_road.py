@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scenarios.vehicular_road import (Highway, VehicularRelayConfig, los_adjacency, reachable_from,
-                                      relay_lengths, segment_blocked)
+from scenarios.vehicular_road import (Highway, VehicularRelayConfig, covered_cells, covered_counts, los_adjacency,
+                                      reachable_batched, reachable_from, relay_lengths, segment_blocked)
 
 
 
@@ -173,6 +173,73 @@ def test_marginal_coverage_equals_recomputing_without_that_radio(seed, cells):
         without = road.relay_state().coverage
         road.mmwave[v] = True
         assert got[k] == pytest.approx(state.coverage - without)
+
+
+def _without_vehicle(road: Highway, v: int) -> float:
+    """Coverage of the same road with vehicle v deleted outright (radio and body), by recomputing everything."""
+    saved = {name: getattr(road, name).copy() for name in ("lane", "cell", "speed", "mmwave", "agent_id")}
+    keep = np.ones(len(road.lane), dtype=bool)
+    keep[v] = False
+    road._reorder(keep)
+    try:
+        return road.relay_state().coverage
+    finally:
+        for name, value in saved.items():
+            setattr(road, name, value)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), lanes=st.integers(1, 3), cells=st.integers(30, 50),
+       fill=st.floats(0.1, 0.45), p=st.floats(0.3, 1.0))
+def test_difference_coverage_equals_recomputing_without_that_vehicle(seed, lanes, cells, fill, p):
+    road = small_road(seed, lanes, cells, max(2, int(fill * lanes * cells)), p)
+    state = road.relay_state()
+    vehicles = np.arange(len(road.lane))  # mmWave or not: a plain car's body can still cut a relay
+    got = road.difference_coverage(state, vehicles)
+    for k, v in enumerate(vehicles):
+        assert got[k] == pytest.approx(state.coverage - _without_vehicle(road, v))
+
+
+def test_difference_coverage_charges_a_body_that_cuts_a_relay():
+    # one lane; one RSU at x=150 (beside lane 0); mmWave car A at cell 34 (x=172.5) links to it; mmWave
+    # car B at cell 44 (x=222.5, 72.5 m from the RSU: out of range) would link to A, 50 m away, but a
+    # plain car C at cell 39 (x=197.5) sits between them
+    cfg = VehicularRelayConfig(lanes=1, road_length_m=300.0, rsu_spacing_m=300.0, radio_range_m=60.0,
+                               n_agents=0, density=0.05, warmup_steps=0)
+    road = Highway(cfg, np.random.default_rng(0))
+    road.lane, road.cell = np.zeros(3, dtype=np.int64), np.array([34, 39, 44])
+    road.speed, road.mmwave, road.agent_id = np.zeros(3, dtype=np.int64), np.array([True, False, True]), np.full(3, -1)
+    state = road.relay_state()
+    diff = road.difference_coverage(state, np.arange(3))
+    marginal = road.marginal_coverage(state, np.arange(3))
+    assert diff[1] < 0 and marginal[1] == 0  # C's body is what cuts B off; only the difference reward sees it
+    assert diff[1] == pytest.approx(state.coverage - _without_vehicle(road, 1))
+    assert diff[0] > 0 and diff[2] == 0  # A relays for the RSU; B is cut off, so it adds nothing
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 12), cells=st.integers(10, 80))
+def test_covered_counts_is_the_size_of_the_union_of_ranges(seed, n, cells):
+    rng = np.random.default_rng(seed)
+    node_x = rng.uniform(-50.0, 5.0 * cells + 50.0, size=n).round(1)
+    reach = rng.random((4, n)) < 0.6
+    centres = (np.arange(cells) + 0.5) * 5.0
+    want = [covered_cells(node_x, row, centres, 37.5).sum() for row in reach]
+    assert covered_counts(node_x, reach, 5.0, cells, 37.5).tolist() == want
+
+
+def test_reachable_batched_with_one_graph_per_row_matches_single_searches():
+    rng = np.random.default_rng(5)
+    graphs = rng.random((6, 10, 10)) < 0.25
+    graphs = np.triu(graphs, 1)
+    graphs = graphs | np.transpose(graphs, (0, 2, 1))
+    sources = np.zeros(10, dtype=bool)
+    sources[0] = True
+    keep = rng.random((6, 10)) < 0.85
+    batched = reachable_batched(graphs, sources, keep)
+    for b in range(6):
+        sub = graphs[b] & keep[b][:, None] & keep[b][None, :]
+        assert np.array_equal(batched[b], reachable_from(sub, sources & keep[b]))
 
 
 def test_reachable_from_batched_removal_matches_single_searches():
