@@ -61,12 +61,15 @@ class NetworkProfile:
 
 @dataclass
 class FaultConfig:
-    """sim only: faults injected into the simulated network and workers; each is a ledger row.
+    """Faults injected into the network and workers; each is a ledger row (kind ``fault:<name>``).
 
-    A lost worker->server message is resent by the worker's transport after `retransmit_s` (so a
-    loss shows up as delay plus a resend); a duplicated one arrives a second time `dup_delay_s`
-    later (the server applies it at most once). A crashed worker loses its state and in-flight
-    work and comes back `restart_s` later as a fresh worker that says hello.
+    sim: a lost worker->server message is resent by the worker's transport after `retransmit_s`
+    (so a loss shows up as delay plus a resend); a duplicated one arrives a second time
+    `dup_delay_s` later (the server applies it at most once). A crashed worker loses its state and
+    in-flight work and comes back `restart_s` later as a fresh worker that says hello.
+    local and ray: only `duplicate` (the backend hands a worker's message to the server a second
+    time, right after the first, drawn from a generator seeded by run.seed); to kill worker
+    processes there, use `backend.kill`.
     """
 
     loss: float = 0.0
@@ -90,6 +93,43 @@ class FaultConfig:
     def any(self) -> bool:
         return bool(self.loss or self.duplicate or self.spike_p or self.crash)
 
+    @property
+    def sim_only(self) -> list[str]:
+        """The faults set here that only the sim backend can inject."""
+        return [k for k in ("loss", "spike_p", "crash") if getattr(self, k)]
+
+
+@dataclass
+class KillConfig:
+    """local and ray: kill worker `worker`'s process `at_s` wall seconds after the run started (every
+    worker has said hello; process start-up takes seconds and is not counted)."""
+
+    worker: int
+    at_s: float
+
+
+@dataclass
+class RayConfig:
+    """ray: where to run and what each worker actor asks for."""
+
+    address: Optional[str] = None  # "host:port" of a running head (`ray start --head`); null: a local instance
+    num_cpus_per_worker: float = 1.0
+    resources: dict[str, float] = field(default_factory=dict)  # custom resources per worker actor
+    connect_timeout_s: float = 20.0  # how long to try reaching `address` before giving up
+    include_dashboard: bool = False  # a local instance's dashboard (bound to 127.0.0.1)
+    max_in_flight: int = 64  # pushes a worker may have outstanding before it waits for replies
+
+    def validate(self) -> None:
+        if self.num_cpus_per_worker < 0:
+            raise ValueError(f"num_cpus_per_worker: must be >= 0, got {self.num_cpus_per_worker}")
+        if self.connect_timeout_s <= 0:
+            raise ValueError(f"connect_timeout_s: must be positive, got {self.connect_timeout_s}")
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight: must be at least 1, got {self.max_in_flight}")
+        for name, amount in self.resources.items():
+            if amount < 0:
+                raise ValueError(f"resources.{name}: must be >= 0, got {amount}")
+
 
 @dataclass
 class BackendConfig:
@@ -104,12 +144,16 @@ class BackendConfig:
     schedule: Literal["events", "uniform", "round_robin", "zipf"] = "events"
     zipf_a: float = 1.5
     threads_per_worker: int = 1  # torch threads inside each worker
-    max_restarts: int = 3  # local: a worker process that dies is restarted up to this many times
+    max_restarts: int = 3  # local, ray: a worker process that dies is restarted up to this many times
     reply_timeout_s: float = 120.0  # local: a silent worker for this long is treated as failed
-    # local, for tests and fault studies: worker index -> its first process exits (code 3) after
-    # that many steps, as if killed
+    # local, ray, for tests and fault studies: worker index -> its first process exits (code 3)
+    # after that many steps, as if killed
     crash_after_steps: dict[int, int] = field(default_factory=dict)
-    faults: FaultConfig = field(default_factory=FaultConfig)  # sim only
+    # local, ray: kill schedule, e.g. [{worker: 1, at_s: 2.0}] (SIGKILL on local, ray.kill on ray);
+    # each kill is a fault:kill ledger row and the worker is restarted (sim: faults.crash)
+    kill: list[KillConfig] = field(default_factory=list)
+    faults: FaultConfig = field(default_factory=FaultConfig)  # sim: all; local, ray: duplicate
+    ray: RayConfig = field(default_factory=RayConfig)
 
 
 @dataclass
@@ -310,11 +354,7 @@ def validate_cross(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"run.stop_after_updates: must be positive or null, got {cfg.run.stop_after_updates}")
     if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:
         raise ConfigError(f"server.max_staleness: must be >= 0 or null, got {cfg.server.max_staleness}")
-    for i in list(cfg.backend.faults.crash) + list(cfg.backend.crash_after_steps):
-        if not 0 <= i < cfg.backend.workers:
-            raise ConfigError(f"backend: crash of worker index {i}, out of range for {cfg.backend.workers} workers")
-    if cfg.backend.faults.any and (cfg.backend.name != "sim" or cfg.backend.schedule != "events"):
-        raise ConfigError("backend.faults: injected faults need backend.name: sim with schedule: events")
+    validate_faults(cfg)
     for i in cfg.backend.compute.stragglers:
         if not 0 <= i < cfg.backend.workers:
             raise ConfigError(
@@ -336,6 +376,37 @@ def validate_cross(cfg: ExperimentConfig) -> None:
     check = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "check_config", None)
     if check is not None:
         check(cfg)
+
+
+def validate_faults(cfg: ExperimentConfig) -> None:
+    """Fault injection, kill schedules and the Ray section against the chosen backend."""
+    b = cfg.backend
+    for i in list(b.faults.crash) + list(b.crash_after_steps):
+        if not 0 <= i < b.workers:
+            raise ConfigError(f"backend: crash of worker index {i}, out of range for {b.workers} workers")
+    for n, kill in enumerate(b.kill):
+        if not 0 <= kill.worker < b.workers:
+            raise ConfigError(f"backend.kill[{n}].worker: index {kill.worker} out of range for {b.workers} workers")
+        if kill.at_s < 0:
+            raise ConfigError(f"backend.kill[{n}].at_s: must be >= 0, got {kill.at_s}")
+    real = b.name in ("local", "ray")
+    if b.kill and not real:
+        raise ConfigError(f"backend.kill: kill schedules need backend.name: local or ray (got {b.name!r}); "
+                          "in sim, use backend.faults.crash: {worker index: virtual time}")
+    if b.faults.any and not real and (b.name != "sim" or b.schedule != "events"):
+        raise ConfigError("backend.faults: injected faults need backend.name: sim with schedule: events")
+    if real and b.faults.sim_only:
+        raise ConfigError(f"backend.faults: {', '.join(b.faults.sim_only)} need backend.name: sim with "
+                          f"schedule: events; {b.name} injects only faults.duplicate (and kills via backend.kill)")
+    if b.name == "ray":
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec("ray") is not None
+        except (ImportError, ValueError):  # a broken or blocked installation
+            found = False
+        if not found:
+            raise ConfigError("backend.name: ray needs Ray, which is not installed: pip install 'marl-q[ray]'")
 
 
 # ----------------------------------------------------------------------------- typed coercion

@@ -5,6 +5,11 @@ the process boundary), sends what its steps produce, and blocks for replies when
 process that dies is reported and restarted (up to backend.max_restarts times); the restarted
 worker says hello and resumes from the server's current parameters. If restarts run out, the run
 ends with what was learned saved (summary status "worker_failed").
+
+Fault injection for research and tests: `backend.kill` kills a worker's process with SIGKILL at a
+scheduled wall time (a `fault:kill` ledger row, then a restart), and `backend.faults.duplicate: p`
+hands a worker's message to the server twice with probability p (a `fault:duplicate` row; the
+server applies it at most once).
 """
 from __future__ import annotations
 
@@ -15,12 +20,43 @@ import time
 import traceback
 from typing import Any
 
+import numpy as np
+
 from marl_q.messages import Message
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
 
 STOP = "stop"
 POLL_S = 0.5
+DUP_SEED_OFFSET = 104729  # duplicate draws are independent of learning randomness
+
+
+class Duplicator:
+    """`backend.faults.duplicate` on a real backend: how many times to hand a message to the server.
+
+    Draws come from a generator seeded by run.seed; each duplicate is a `fault:duplicate` row in
+    the ledger, written before the two deliveries.
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.p = rt.cfg.backend.faults.duplicate
+        self.rng = np.random.default_rng(rt.cfg.run.seed + DUP_SEED_OFFSET)
+
+    def copies(self, msg: Message, t: float) -> int:
+        if self.p and self.rng.random() < self.p:
+            self.rt.ledger.record_fault("duplicate", t, msg.src, msg.dst, msg.seq, msg.nbytes,
+                                        f"{msg.kind} handed to the server twice")
+            return 2
+        return 1
+
+
+def kill_schedule(rt: Runtime) -> list[tuple[float, str]]:
+    """`backend.kill` as (wall seconds, worker name), earliest first.
+
+    The clock of a kill schedule starts when every worker has said hello (process start-up, which
+    takes seconds and varies with load, is not part of it), so `at_s` lands mid-run."""
+    return sorted((k.at_s, rt.worker_names[k.worker]) for k in rt.cfg.backend.kill)
 
 
 def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnation: int = 0) -> None:
@@ -110,13 +146,31 @@ def run_local(rt: Runtime) -> dict:
         spawn(rt.worker_names.index(name))
         return False
 
+    def kill(name: str, at_s: float) -> bool:
+        """Kill a worker's process as scheduled; True if the run must end."""
+        p = procs[name]
+        rt.ledger.record_fault("kill", time.perf_counter() - t0, name, name,
+                               detail=f"SIGKILL to pid {p.pid}, scheduled at {at_s} s after the start")
+        p.kill()
+        p.join(timeout=5)
+        return failed(name, f"killed by backend.kill at {at_s} s (SIGKILL)")
+
+    duplicator = Duplicator(rt)
+    kills = kill_schedule(rt)
+    greeted: set[str] = set()  # workers whose first hello arrived
+    t_run = None  # when every worker had said hello: the kill schedule's zero
+    turn = 0  # whose queue is served first, rotating
     for i in range(len(rt.worker_names)):
         spawn(i)
     status = "completed"
     last_check = time.perf_counter()
     try:
         while not rt.done() and status == "completed":
-            kind, name, body = _next_item(outboxes, POLL_S)
+            wait_s = POLL_S
+            if kills and t_run is not None:
+                wait_s = max(0.0, min(POLL_S, t_run + kills[0][0] - time.perf_counter()))
+            turn += 1
+            kind, name, body = _next_item(outboxes, wait_s, turn)
             now = time.perf_counter()
             if kind == "error":
                 last_heard[name] = now
@@ -127,10 +181,19 @@ def run_local(rt: Runtime) -> dict:
                 msgs: list[Message] = body.messages if kind == "work" else body
                 if kind == "work":
                     rt.record_work(name, body, now - t0)
+                elif t_run is None:
+                    greeted.add(name)
+                    t_run = now if len(greeted) == len(rt.worker_names) else None
                 for msg in msgs:
-                    for reply in rt.deliver(msg, now - t0):
-                        inboxes[reply.dst].put(reply)
-                        last_sent[reply.dst] = time.perf_counter()
+                    for _ in range(duplicator.copies(msg, now - t0)):
+                        for reply in rt.deliver(msg, now - t0):
+                            inboxes[reply.dst].put(reply)
+                            last_sent[reply.dst] = time.perf_counter()
+            while kills and t_run is not None and t_run + kills[0][0] <= now and status == "completed" \
+                    and not rt.done():
+                at_s, victim = kills.pop(0)
+                if kill(victim, at_s):
+                    status = "worker_failed"
             if now - last_check < POLL_S:
                 continue
             last_check = now  # liveness, checked on the clock whether or not others keep talking
@@ -152,10 +215,18 @@ def run_local(rt: Runtime) -> dict:
     return rt.finish(time.perf_counter() - t0, virtual=False, status=status)
 
 
-def _next_item(outboxes: dict[str, Any], timeout: float) -> tuple[Any, Any, Any]:
-    """The next (kind, worker, body) from any worker's queue, or (None, None, None) after timeout."""
-    readers = {q._reader: name for name, q in outboxes.items()}  # the queues' pipe ends, to wait on
-    for reader in mp_connection.wait(list(readers), timeout=timeout):
+def _next_item(outboxes: dict[str, Any], timeout: float, turn: int = 0) -> tuple[Any, Any, Any]:
+    """The next (kind, worker, body) from any worker's queue, or (None, None, None) after timeout.
+
+    Among the queues with something waiting, the first at or after position ``turn`` (mod the number
+    of workers) is served: with a rising ``turn`` every worker gets its turn, so under load the first
+    worker's queue cannot starve the others."""
+    names = list(outboxes)
+    k = turn % len(names)
+    names = names[k:] + names[:k]
+    readers = {outboxes[name]._reader: name for name in names}  # the queues' pipe ends, to wait on
+    ready = set(mp_connection.wait(list(readers), timeout=timeout))
+    for reader in [r for r in readers if r in ready]:  # in turn order
         try:
             return outboxes[readers[reader]].get_nowait()
         except (queue.Empty, EOFError, OSError):

@@ -1,0 +1,508 @@
+"""`ray`: the server and every worker as Ray actors, on a local Ray instance or an existing cluster.
+
+The server actor hosts the Runtime (admission, service, ledger, checkpoints and run-dir files) and is
+pinned to the driver's node, so the run directory is written where `marlq run` was started. Each
+worker actor rebuilds its Worker from the resolved config dict (as local.py's worker processes do)
+and is truly asynchronous: it submits its step's messages to the server actor without blocking,
+collects replies as they complete (``ray.wait`` with timeout 0) and blocks only when
+``worker.ready()`` is False (or when ``backend.ray.max_in_flight`` pushes are outstanding).
+
+Replies go through per-worker mailboxes on the server: a push returns the pusher's mail, and a
+blocked worker with nothing in flight long-polls for it (a sync barrier's reply can be caused by
+another worker's push). Every push carries its worker's incarnation and a call number; the server
+applies each worker's calls in call order (an async actor may start them out of order) and drops
+calls from an incarnation that was replaced (a `fault:orphaned` ledger row).
+
+A worker actor that dies (RayActorError), or whose step raises, is restarted from the server's
+current parameters up to backend.max_restarts times, each a fault in the summary like local.
+`backend.kill` kills worker actors with ``ray.kill`` at scheduled wall times (a `fault:kill` row);
+`backend.faults.duplicate` hands messages to the server twice (a `fault:duplicate` row).
+
+Ray is imported only when this backend runs, so `import marl_q` works without it.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+from marl_q.backends.local import Duplicator, kill_schedule
+from marl_q.errors import ConfigError
+from marl_q.messages import Message
+from marl_q.registry import BACKENDS
+from marl_q.runtime import Runtime
+
+POLL_S = 0.5  # the driver's loop: kills, liveness, progress
+MAIL_WAIT_S = 1.0  # a blocked worker's long poll for mail
+INSTALL_HINT = "pip install 'marl-q[ray]'"
+
+
+def import_ray() -> Any:
+    """The ray module, or a ConfigError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"backend.name: ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+@BACKENDS.register("ray", help="server and workers as Ray actors, local instance or backend.ray.address")
+def run_ray(rt: Runtime) -> dict:
+    ray = import_ray()
+    started = connect(ray, rt.cfg)
+    try:
+        return _drive(ray, rt)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ----------------------------------------------------------------------------- connecting
+def parse_address(address: str) -> tuple[str, int]:
+    """(host, port) of ``host:port`` or ``ray://host:port``; a ConfigError otherwise."""
+    text = address.strip()
+    for prefix in ("ray://", "tcp://"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"backend.ray.address: expected host:port (e.g. 127.0.0.1:6379, what `ray start --head` "
+                          f"prints), got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """Refuse an address that does not answer like a Ray head within ``timeout_s`` seconds.
+
+    First a TCP connection, then the HTTP/2 handshake every gRPC server (Ray's GCS is one) answers
+    with a SETTINGS frame: a closed port, a wrong host or a port that holds something else gives a
+    ConfigError in bounded time instead of ray.init retrying for minutes.
+    """
+    host, port = parse_address(address)
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = sock.recv(9)
+    except socket.timeout:
+        raise ConfigError(f"backend.ray.address: {host}:{port} did not answer within {timeout_s:g} s "
+                          "(backend.ray.connect_timeout_s); is a Ray head running there (`ray start --head`)?") from None
+    except OSError as exc:
+        raise ConfigError(f"backend.ray.address: cannot reach {host}:{port} ({exc.strerror or exc}); start a head "
+                          "with `ray start --head` and use the address it prints") from None
+    if len(head) < 9 or head[3] != 0x04:
+        raise ConfigError(f"backend.ray.address: {host}:{port} answers, but not like a Ray head (no gRPC handshake); "
+                          "use the address `ray start --head` prints (its GCS port, 6379 by default)")
+
+
+PROBE = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=True, logging_level="ERROR")
+print("cpus", ray.cluster_resources().get("CPU", 0))
+"""
+
+
+AUTH_ERROR = "InvalidAuthToken"
+AUTH_HINT = ("run with RAY_AUTH_MODE=token in the environment and the head's token in ~/.ray/auth_token "
+             "or RAY_AUTH_TOKEN")
+
+
+def probe_cluster(address: str, timeout_s: float) -> None:
+    """Join ``address`` from a throwaway process: ray.init retries for minutes against something that
+    answers but is not a Ray head (a proxy, another gRPC server), and that child can be killed."""
+    import signal
+    import subprocess
+
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([sys.executable, "-c", PROBE, address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        if AUTH_ERROR in err:
+            raise ConfigError(f"backend.ray.address: the Ray head at {address} wants an authentication token; "
+                              f"{AUTH_HINT}") from None
+        raise ConfigError(f"backend.ray.address: no Ray cluster answered at {address} within {timeout_s:g} s "
+                          "(backend.ray.connect_timeout_s); is a head running there (`ray start --head`)?") from None
+    if proc.returncode != 0 or "cpus" not in out:
+        hint = AUTH_HINT if AUTH_ERROR in err else (err.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"backend.ray.address: could not join the Ray cluster at {address}: {hint}")
+
+
+def connect(ray: Any, cfg: Any) -> bool:
+    """Join backend.ray.address, or start a small local instance; True if this call did (and must shut down)."""
+    rc = cfg.backend.ray
+    if rc.address:  # before anything can wait on it: a wrong address is a user error in bounded time
+        t_end = time.monotonic() + rc.connect_timeout_s
+        check_reachable(rc.address, rc.connect_timeout_s)
+        probe_cluster(rc.address, max(1.0, t_end - time.monotonic()))
+    if ray.is_initialized():  # a caller (a test, a notebook) already chose the instance
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine unless asked
+    common = {"log_to_driver": False, "configure_logging": True, "logging_level": "WARNING"}
+    if rc.address:
+        try:
+            ray.init(address=rc.address, **common)
+        except (ConnectionError, RuntimeError, TimeoutError) as exc:
+            raise ConfigError(f"backend.ray.address: could not join the Ray cluster at {rc.address}: {exc}") from None
+        check_resources(ray, cfg)
+        return True
+    workers = cfg.backend.workers
+    ray.init(address="local",  # a new instance, never one a stale /tmp/ray/ray_current_cluster points at
+             num_cpus=max(1, math.ceil(workers * rc.num_cpus_per_worker)),
+             resources={k: v * workers for k, v in rc.resources.items()} or None,
+             include_dashboard=rc.include_dashboard, dashboard_host="127.0.0.1",
+             _node_ip_address="127.0.0.1", **common)
+    return True
+
+
+def check_resources(ray: Any, cfg: Any) -> None:
+    """A cluster that cannot place every worker actor would leave the run waiting forever: refuse it."""
+    rc = cfg.backend.ray
+    have = ray.cluster_resources()
+    need = {"CPU": cfg.backend.workers * rc.num_cpus_per_worker}
+    need.update({k: cfg.backend.workers * v for k, v in rc.resources.items()})
+    short = [f"{k}: {v:g} needed, {have.get(k, 0):g} in the cluster" for k, v in need.items() if v > have.get(k, 0)]
+    if short:
+        raise ConfigError(f"backend.ray: the cluster cannot place {cfg.backend.workers} worker actors "
+                          f"({'; '.join(short)}); lower backend.ray.num_cpus_per_worker / resources or add nodes")
+
+
+# ----------------------------------------------------------------------------- the actors
+class ServerHost:
+    """The Runtime inside a Ray actor (async: a blocked worker's mail poll must not block the server).
+
+    Methods without an ``await`` run whole, one at a time, on the actor's event loop, so the Runtime
+    is never entered concurrently.
+    """
+
+    def __init__(self, cfg_dict: dict, out: Optional[str], runtime_cls: type, resume: Any = None) -> None:
+        import asyncio
+
+        import torch
+
+        from marl_q.config import build_config
+
+        cfg = build_config(cfg_dict)
+        torch.set_num_threads(cfg.backend.threads_per_worker)
+        kwargs = {"resume": resume} if resume is not None else {}
+        self.rt = runtime_cls(cfg, Path(out) if out else None, **kwargs)
+        self.t0 = time.perf_counter()
+        self.duplicator = Duplicator(self.rt)
+        names = self.rt.worker_names
+        self.life = {n: 0 for n in names}  # incarnation the server currently serves
+        self.expected = {n: 0 for n in names}  # next call number of that incarnation
+        self.held: dict[str, dict[int, tuple]] = {n: {} for n in names}  # calls that arrived early
+        self.mail: dict[str, list[Message]] = {n: [] for n in names}
+        self.has_mail = {n: asyncio.Event() for n in names}
+        self.finished = asyncio.Event()
+        self.greeted: set[str] = set()
+        self.started = asyncio.Event()  # every worker has said hello: the kill schedule's zero
+        self.closed = False
+        self.error: Optional[BaseException] = None
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def stopping(self) -> bool:
+        return self.closed or self.error is not None or self.rt.done()
+
+    def _take(self, name: str) -> tuple[bool, list[Message]]:
+        out, self.mail[name] = self.mail[name], []
+        self.has_mail[name].clear()
+        return self.stopping(), out
+
+    def _wake_all(self) -> None:
+        self.finished.set()
+        for event in self.has_mail.values():
+            event.set()
+
+    async def submit(self, name: str, life: int, n: int, kind: str, body: Any) -> tuple[bool, list[Message]]:
+        """A worker's call number ``n``: ("hello", messages) or ("work", Work). Returns (stop, its mail)."""
+        if life != self.life[name]:
+            msgs = body.messages if kind == "work" else body
+            for m in msgs:
+                self.rt.ledger.record_fault("orphaned", self.now(), m.src, m.dst, m.seq, m.nbytes,
+                                            f"{m.kind} from incarnation {life} of {name}, which was replaced")
+            return True, []
+        self.held[name][n] = (kind, body)
+        while self.expected[name] in self.held[name] and not self.stopping():
+            kind, body = self.held[name].pop(self.expected[name])
+            self.expected[name] += 1
+            try:
+                self._apply(name, kind, body)
+            except BaseException as exc:  # the run cannot go on; the driver re-raises it
+                self.error = exc
+                print(traceback.format_exc(), file=sys.stderr)
+        if self.stopping():
+            self._wake_all()
+        return self._take(name)
+
+    def _apply(self, name: str, kind: str, body: Any) -> None:
+        t = self.now()
+        if kind == "work":
+            self.rt.record_work(name, body, t)
+            msgs = body.messages
+        else:
+            msgs = body
+            self.greeted.add(name)
+            if len(self.greeted) == len(self.rt.worker_names):
+                self.started.set()
+        for msg in msgs:
+            for _ in range(self.duplicator.copies(msg, t)):
+                for reply in self.rt.deliver(msg, t):
+                    self.mail[reply.dst].append(reply)
+                    self.has_mail[reply.dst].set()
+
+    async def wait_mail(self, name: str, life: int, timeout_s: float) -> tuple[bool, list[Message]]:
+        """A blocked worker's long poll: its mail as soon as there is any, or nothing after ``timeout_s``."""
+        import asyncio
+
+        if life == self.life[name] and not self.mail[name] and not self.stopping():
+            try:
+                await asyncio.wait_for(self.has_mail[name].wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        if life != self.life[name]:
+            return True, []
+        return self._take(name)
+
+    async def replaced(self, name: str, kind: str, detail: str) -> int:
+        """The driver restarts ``name``: serve its next incarnation only; record the fault."""
+        self.life[name] += 1
+        self.expected[name] = 0
+        self.held[name].clear()
+        self.mail[name] = []
+        self.has_mail[name].set()  # a poll of the dead incarnation returns
+        self.has_mail[name].clear()
+        self.rt.record_fault(kind, name, detail, self.now())
+        return self.life[name]
+
+    async def fault(self, kind: str, name: str, detail: str, ledger_row: Optional[str] = None) -> None:
+        """A fault in the summary, and optionally a ``fault:<ledger_row>`` ledger row."""
+        if ledger_row:
+            self.rt.ledger.record_fault(ledger_row, self.now(), name, name, detail=detail)
+        if kind:
+            self.rt.record_fault(kind, name, detail, self.now())
+
+    async def wait_started(self) -> bool:
+        await self.started.wait()
+        return True
+
+    async def wait_done(self) -> bool:
+        """Returns once the run is done (budget, stop) or the server failed (re-raised here)."""
+        if not self.stopping():
+            await self.finished.wait()
+        if self.error is not None:
+            raise self.error
+        return True
+
+    async def stats(self) -> tuple[int, int, int]:
+        return self.rt.env_steps, self.rt.episodes, self.rt.server.version
+
+    async def finish(self, status: str) -> dict:
+        self.closed = True
+        self._wake_all()
+        return self.rt.finish(self.now(), virtual=False, status=status)
+
+
+class WorkerHost:
+    """One worker in a Ray actor, rebuilt from the resolved config dict."""
+
+    def __init__(self, cfg_dict: dict, index: int, life: int, server: Any) -> None:
+        import torch
+
+        from marl_q.config import build_config
+        from marl_q.registry import ALGORITHMS
+
+        cfg = build_config(cfg_dict)
+        torch.set_num_threads(cfg.backend.threads_per_worker)
+        self.worker = ALGORITHMS.get(cfg.algorithm.name).obj(cfg).make_worker(index)
+        self.server, self.life = server, life
+        self.crash_after = cfg.backend.crash_after_steps.get(index) if life == 0 else None
+        self.max_in_flight = cfg.backend.ray.max_in_flight
+
+    def run(self) -> int:
+        """Step, push, collect until the server says stop; returns the steps taken."""
+        import ray
+
+        w, name, calls = self.worker, self.worker.name, 0
+        pending: list[Any] = []
+
+        def submit(kind: str, body: Any) -> None:
+            nonlocal calls
+            pending.append(self.server.submit.remote(name, self.life, calls, kind, body))
+            calls += 1
+
+        submit("hello", w.start())
+        steps = 0
+        try:
+            while True:
+                if pending:
+                    can_step = w.ready() and len(pending) < self.max_in_flight
+                    if can_step:  # take what has completed, without waiting
+                        done, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                    else:  # nothing to do until something comes back
+                        done, pending = ray.wait(pending, num_returns=1)
+                    for ref in done:
+                        stop, replies = ray.get(ref)
+                        if stop:
+                            return steps
+                        for reply in replies:
+                            w.deliver(reply)
+                if not w.ready():
+                    if not pending:
+                        pending.append(self.server.wait_mail.remote(name, self.life, MAIL_WAIT_S))
+                    continue
+                if len(pending) >= self.max_in_flight:
+                    continue
+                work = w.step()
+                steps += 1
+                if self.crash_after is not None and steps >= self.crash_after:
+                    os._exit(3)  # an abrupt death, like local's: this step's work is lost
+                submit("work", work)
+        finally:
+            w.close()
+
+
+# ----------------------------------------------------------------------------- the driver
+def _retire_driver_files(rt: Runtime) -> None:
+    """The server actor's Runtime owns the run files from here on: close the driver's handles first."""
+    rt.ledger.close()
+    rt.metrics.close()
+    bar = getattr(rt, "_progress", None)
+    if bar is not None:
+        bar.close()
+
+
+def _drive(ray: Any, rt: Runtime) -> dict:
+    from ray.exceptions import RayActorError, RayTaskError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cfg = rt.cfg
+    rc = cfg.backend.ray
+    names = rt.worker_names
+    actor_cfg = copy.deepcopy(cfg.to_dict())
+    actor_cfg["run"]["progress"] = False  # the driver draws the bar; an actor's stderr goes to Ray's logs
+    _retire_driver_files(rt)
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    server = (ray.remote(ServerHost)
+              .options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
+              .remote(actor_cfg, str(rt.out) if rt.out else None, type(rt), getattr(rt, "resume", None)))
+    worker_cls = ray.remote(WorkerHost).options(num_cpus=rc.num_cpus_per_worker, resources=dict(rc.resources),
+                                                max_restarts=0)
+    handles: dict[str, Any] = {}
+    runs: dict[Any, str] = {}  # run() ref -> worker
+    life = {n: 0 for n in names}
+    restarts = {n: 0 for n in names}
+    killed: dict[str, float] = {}  # worker -> scheduled time of the kill that ended its current life
+
+    def spawn(i: int) -> None:
+        name = names[i]
+        handles[name] = worker_cls.remote(actor_cfg, i, life[name], server)
+        runs[handles[name].run.remote()] = name
+
+    def say(kind: str, name: str, detail: str) -> None:
+        print(f"marlq: {kind} {name}: {detail}", file=sys.stderr)
+
+    def failed(name: str, detail: str) -> bool:
+        """Restart a dead worker; True if the run must end."""
+        ray.kill(handles[name], no_restart=True)  # no-op if dead; a worker whose step raised is ended
+        if restarts[name] >= cfg.backend.max_restarts:
+            ray.get(server.fault.remote("worker_failed", name, f"{detail}; no restarts left"))
+            say("worker_failed", name, f"{detail}; no restarts left")
+            return True
+        restarts[name] += 1
+        detail = f"{detail}; restart {restarts[name]}"
+        life[name] = ray.get(server.replaced.remote(name, "worker_restarted", detail))
+        say("worker_restarted", name, detail)
+        spawn(names.index(name))
+        return False
+
+    bar = _Bar(cfg) if cfg.run.progress else None
+    done_ref = server.wait_done.remote()
+    started_ref = server.wait_started.remote()
+    kills = kill_schedule(rt)
+    t_run = None  # when every worker had said hello: the kill schedule's zero
+    status = "completed"
+    try:
+        for i in range(len(names)):
+            spawn(i)
+        next_bar = 0.0
+        while status == "completed":
+            wait_s = POLL_S
+            if kills and t_run is not None:
+                wait_s = max(0.0, min(POLL_S, t_run + kills[0][0] - time.perf_counter()))
+            waiting = [done_ref, *runs] + ([started_ref] if started_ref is not None else [])
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=wait_s)
+            if done_ref in ready:
+                ray.get(done_ref)  # raises what broke the server, if anything did
+                break
+            if started_ref is not None and started_ref in ready:
+                ready.remove(started_ref)
+                started_ref, t_run = None, time.perf_counter()
+            for ref in ready:
+                name = runs.pop(ref)
+                try:
+                    ray.get(ref)
+                    continue  # it was told to stop: the run is ending
+                except RayActorError:
+                    detail = (f"killed by backend.kill at {killed.pop(name)} s (ray.kill)" if name in killed
+                              else "actor died (process exited or its node was lost)")
+                except RayTaskError as exc:
+                    detail = f"raised an exception:\n{exc}"
+                if failed(name, detail):
+                    status = "worker_failed"
+                    break
+            while kills and t_run is not None and t_run + kills[0][0] <= time.perf_counter() \
+                    and status == "completed":
+                at_s, victim = kills.pop(0)
+                ray.get(server.fault.remote("", victim, f"ray.kill of its actor, scheduled at {at_s} s after the start",
+                                            "kill"))
+                killed[victim] = at_s
+                ray.kill(handles[victim], no_restart=True)  # its run() ref fails next: restarted above
+            if bar is not None and time.perf_counter() >= next_bar:
+                next_bar = time.perf_counter() + 1.0
+                bar.show(*ray.get(server.stats.remote()))
+        summary = ray.get(server.finish.remote(status))
+    except BaseException:
+        try:  # flush what the server has; the caller decides what the run's status is
+            ray.get(server.finish.remote("interrupted"), timeout=30)
+        except Exception:
+            pass
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        for h in handles.values():
+            ray.kill(h, no_restart=True)
+        ray.kill(server, no_restart=True)
+    return summary
+
+
+class _Bar:
+    """The driver's progress bar, refreshed from the server actor once a second."""
+
+    def __init__(self, cfg: Any) -> None:
+        from tqdm import tqdm
+
+        self.by_steps = cfg.run.total_env_steps is not None
+        total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
+        self.bar = tqdm(total=total, unit="step" if self.by_steps else "ep", unit_scale=True, dynamic_ncols=True,
+                        desc=f"{cfg.algorithm.name}/{cfg.scenario.name} (ray)", file=sys.stderr)
+
+    def show(self, env_steps: int, episodes: int, version: int) -> None:
+        self.bar.n = env_steps if self.by_steps else episodes
+        self.bar.set_postfix(v=version, refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()

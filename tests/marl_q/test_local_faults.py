@@ -1,0 +1,53 @@
+"""Fault injection on the local backend: kill schedules, duplicated messages, and their config checks."""
+from __future__ import annotations
+
+import pytest
+
+from marl_q.bench import ledger_audit
+from marl_q.config import build_config
+from marl_q.errors import ConfigError
+from marl_q.experiment import run_experiment
+
+
+def test_a_killed_worker_is_restarted_and_duplicates_apply_once(small_raw, tmp_path):
+    small_raw["backend"].update({"name": "local", "kill": [{"worker": 1, "at_s": 0.2}], "max_restarts": 2,
+                                 "faults": {"duplicate": 0.3}})
+    small_raw["server"]["aggregation"] = "sync"  # the barrier needs w1: the run cannot end without its restart
+    small_raw["run"]["total_env_steps"] = 3000
+    summary = run_experiment(build_config(small_raw), tmp_path / "r")
+    assert summary["status"] == "completed" and summary["env_steps"] >= 3000
+    assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]
+    assert "killed by backend.kill at 0.2 s (SIGKILL)" in summary["faults"][0]["detail"]
+    audit = ledger_audit(tmp_path / "r")
+    assert audit.faults == {"kill": 1, "duplicate": summary["faults_injected"]["duplicate"]}
+    assert audit.faults["duplicate"] > 0
+    # the killed worker came back: a second hello from w1, and accepted pushes after it
+    assert audit.lives["w1"] == 2 and audit.accepted_after_restart["w1"] > 0
+    # at most once: applied updates = distinct accepted (worker, incarnation, seq); duplicates refused
+    assert audit.repeated_keys == []
+    # sync: one update per round of 2 pushes, and perhaps half a round left when the budget ran out
+    assert audit.distinct_accepted - 2 * summary["updates"] in (0, 1)
+    assert audit.refused_duplicates > 0
+    for worker, row in audit.workers.items():  # no push lost or invented: what arrived = sent + duplicated
+        assert row["received"] == row["sent"] + row["duplicated"], worker
+        assert row["received"] == row["accepted"] + row["rejected"] + row["dropped_stale"], worker
+
+
+@pytest.mark.parametrize("backend, kill, match", [
+    ("sim", [{"worker": 0, "at_s": 1.0}], "backend.faults.crash"),
+    ("local", [{"worker": 2, "at_s": 1.0}], r"backend.kill\[0\].worker: index 2 out of range"),
+    ("local", [{"worker": 0, "at_s": -1.0}], r"backend.kill\[0\].at_s: must be >= 0"),
+    ("local", [{"worker": 0}], "at_s"),
+])
+def test_kill_schedule_is_validated(small_raw, backend, kill, match):
+    small_raw["backend"].update({"name": backend, "kill": kill})
+    with pytest.raises(ConfigError, match=match):
+        build_config(small_raw)
+
+
+def test_only_duplicates_are_injected_on_real_backends(small_raw):
+    small_raw["backend"].update({"name": "local", "faults": {"duplicate": 0.1, "spike_p": 0.1}})
+    with pytest.raises(ConfigError, match="spike_p need backend.name: sim"):
+        build_config(small_raw)
+    small_raw["backend"]["faults"] = {"duplicate": 0.1}
+    assert build_config(small_raw).backend.faults.duplicate == 0.1

@@ -1,0 +1,132 @@
+"""The ray backend on a local Ray instance: kills, duplicates, one config on three backends, bad input."""
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import ray
+
+from marl_q.backends.ray_backend import check_reachable, import_ray, parse_address
+from marl_q.bench import ledger_audit
+from marl_q.cli import main
+from marl_q.config import build_config
+from marl_q.errors import ConfigError
+from marl_q.experiment import run_experiment
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One small Ray instance for the module: 2 CPUs, no dashboard, bound to localhost."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             configure_logging=True, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+def _on_ray(raw: dict) -> dict:
+    raw["backend"].update({"name": "ray", "ray": {"num_cpus_per_worker": 0.5}})
+    return raw
+
+
+def test_a_killed_ray_worker_is_restarted_and_duplicates_apply_once(local_ray, small_raw, tmp_path):
+    _on_ray(small_raw)["backend"].update({"kill": [{"worker": 1, "at_s": 0.2}], "max_restarts": 2,
+                                          "faults": {"duplicate": 0.3}})
+    small_raw["server"]["aggregation"] = "sync"  # the barrier needs w1: the run cannot end without its restart
+    small_raw["run"]["total_env_steps"] = 3000
+    summary = run_experiment(build_config(small_raw), tmp_path / "r")
+    assert summary["status"] == "completed" and summary["backend"] == "ray" and summary["env_steps"] >= 3000
+    assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]
+    assert "killed by backend.kill at 0.2 s (ray.kill)" in summary["faults"][0]["detail"]
+    audit = ledger_audit(tmp_path / "r")
+    assert audit.faults["kill"] == 1 and audit.faults["duplicate"] == summary["faults_injected"]["duplicate"] > 0
+    assert audit.lives["w1"] == 2 and audit.accepted_after_restart["w1"] > 0
+    # at most once: applied updates = distinct accepted (worker, incarnation, seq); duplicates refused
+    assert audit.repeated_keys == [] and audit.refused_duplicates > 0
+    assert audit.distinct_accepted - 2 * summary["updates"] in (0, 1)  # sync: 2 pushes per update
+    assert (tmp_path / "r" / "summary.json").is_file() and (tmp_path / "r" / "checkpoints").is_dir()
+
+
+def _bytes_by_kind(run_dir) -> dict[str, set[int]]:
+    sizes: dict[str, set[int]] = {}
+    with open(run_dir / "comm.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            sizes.setdefault(r["kind"], set()).add(int(r["bytes"]))
+    return sizes
+
+
+def test_one_config_three_backends_same_bytes_per_message_kind(local_ray, small_raw, tmp_path):
+    small_raw["run"]["total_env_steps"] = 600
+    small_raw["backend"]["ray"] = {"num_cpus_per_worker": 0.5}
+    sizes = {}
+    for backend in ("sim", "local", "ray"):
+        small_raw["backend"]["name"] = backend
+        summary = run_experiment(build_config(small_raw), tmp_path / backend)
+        assert summary["status"] == "completed" and summary["backend"] == backend
+        sizes[backend] = _bytes_by_kind(tmp_path / backend)
+    assert set(sizes["sim"]) == {"hello", "grad", "params"}
+    assert sizes["local"] == sizes["sim"] and sizes["ray"] == sizes["sim"]
+    assert all(len(s) == 1 for s in sizes["sim"].values())  # one size per kind: the same arrays everywhere
+
+
+def test_unreachable_address_is_a_clear_error(small_raw, tmp_path, capsys):
+    import yaml
+
+    with socket.socket() as s:  # a port that was just free: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_raw))
+    code = main(["run", str(cfg), "--out", str(tmp_path / "r"), "--set", "backend.name=ray",
+                 "--set", f"backend.ray.address=127.0.0.1:{port}", "--set", "backend.ray.connect_timeout_s=2"])
+    assert code == 2
+    assert f"backend.ray.address: cannot reach 127.0.0.1:{port}" in capsys.readouterr().err
+    with socket.socket() as listener:  # something listens but never answers like a Ray head
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(ConfigError, match="did not answer within 0.5 s"):
+            check_reachable(address, 0.5)
+    with pytest.raises(ConfigError, match="expected host:port"):
+        parse_address("localhost")
+    assert parse_address("ray://10.0.0.2:10001") == ("10.0.0.2", 10001)
+
+
+def test_without_ray_installed_the_error_says_how_to_install(small_raw, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    _on_ray(small_raw)
+    with pytest.raises(ConfigError, match=r"pip install 'marl-q\[ray\]'"):
+        build_config(small_raw)
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets when it is not there
+    with pytest.raises(ConfigError, match=r"pip install 'marl-q\[ray\]'"):
+        import_ray()
+
+
+def test_marl_q_imports_and_lists_ray_without_ray():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "import marl_q.backends\n"
+            "from marl_q.registry import BACKENDS\n"
+            "assert 'ray' in BACKENDS, BACKENDS.names()\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_ray_config_is_validated(small_raw):
+    _on_ray(small_raw)["backend"]["ray"]["num_cpus_per_worker"] = -1
+    with pytest.raises(ConfigError, match="backend.ray: num_cpus_per_worker: must be >= 0"):
+        build_config(small_raw)
+    small_raw["backend"]["ray"] = {"adress": "x:1"}
+    with pytest.raises(ConfigError, match="did you mean 'backend.ray.address'"):
+        build_config(small_raw)
+    small_raw["backend"]["ray"] = {}
+    small_raw["backend"]["faults"] = {"loss": 0.1}
+    with pytest.raises(ConfigError, match="loss need backend.name: sim"):
+        build_config(small_raw)
