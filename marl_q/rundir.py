@@ -233,8 +233,12 @@ def save_snapshot(path: Path, obj: Any) -> str:
     """Pickle a sim backend's full in-memory state (workers, events in flight, RNGs) atomically;
     return its SHA-256, which the checkpoint's header records and `load_snapshot` checks before it
     unpickles anything."""
+    import torch  # its pickler stores each tensor storage once, so views stay views and stay small
+
     path = Path(path)
-    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    buf = io.BytesIO()
+    torch.save(obj, buf, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    blob = buf.getvalue()
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(blob)
@@ -253,8 +257,10 @@ def load_snapshot(path: Path, sha256: str) -> Any:
     blob = path.read_bytes()
     if hashlib.sha256(blob).hexdigest() != sha256:
         raise CheckpointError(f"{path}: sim snapshot does not match its checkpoint (truncated or corrupt)")
+    import torch
+
     try:
-        return pickle.loads(blob)
+        return torch.load(io.BytesIO(blob), weights_only=False)
     except Exception as exc:  # the hash matched, so this is a version mismatch of the code
         raise CheckpointError(f"{path}: sim snapshot cannot be read by this version of marl-q "
                               f"({type(exc).__name__}: {exc})") from None
