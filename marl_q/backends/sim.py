@@ -148,7 +148,10 @@ class _EventSim:
             now = self.now
             if kind == "to_server":
                 for reply in rt.deliver(item, now):
-                    self.push(now + self.delay(reply, now), "to_worker", reply)
+                    # addressed to the incarnation alive now: a worker that crashes before it arrives
+                    # never sees it, and neither does its successor (whose hello gets its own reply)
+                    j = self.index[reply.dst]
+                    self.push(now + self.delay(reply, now), "to_worker", (reply, self.life[j] if self.alive[j] else -1))
                 continue
             if kind == "resend":
                 self.send_up([item], now)
@@ -170,8 +173,9 @@ class _EventSim:
                 rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
                 self.send_up(workers[i].start(), now)
             elif kind == "to_worker":
+                item, addressee = item
                 i = self.index[item.dst]
-                if not self.alive[i]:
+                if not self.alive[i] or addressee != self.life[i]:
                     rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
                                            f"{item.kind} to a crashed worker")
                     continue

@@ -199,3 +199,41 @@ def test_faults_need_the_event_driven_sim(small_raw):
     small_raw["backend"].update({"name": "sim", "faults": {"loss": 1.5}})
     with pytest.raises(ConfigError, match="loss: a probability"):
         build_config(small_raw)
+
+
+@pytest.mark.parametrize("aggregation", ["hogwild", "sync"])
+def test_a_restarted_sim_worker_hears_first_the_reply_to_its_own_hello(small_raw, tmp_path, monkeypatch, aggregation):
+    """Replies in flight to a crashed worker are undeliverable; its successor is not confused by them."""
+    from agents.actor_critic import ActorCriticWorker
+    from marl_q.services import ParameterService
+
+    real_hello, real_deliver, real_start = ParameterService.hello, ActorCriticWorker.deliver, ActorCriticWorker.start
+    first_heard: list[bool] = []
+
+    def tagged_hello(self, worker, version):
+        msgs = real_hello(self, worker, version)
+        for m in msgs:
+            m.info["reply_to_hello"] = True
+        return msgs
+
+    def start(self):
+        self._heard = False
+        return real_start(self)
+
+    def deliver(self, msg):
+        if not self._heard:
+            self._heard = True
+            first_heard.append(bool(msg.info.get("reply_to_hello")))
+        return real_deliver(self, msg)
+
+    monkeypatch.setattr(ParameterService, "hello", tagged_hello)
+    monkeypatch.setattr(ActorCriticWorker, "start", start)
+    monkeypatch.setattr(ActorCriticWorker, "deliver", deliver)
+    small_raw["server"]["aggregation"] = aggregation
+    small_raw["backend"]["faults"] = {"crash": {0: 0.009, 1: 0.015}, "restart_s": 0.0005}
+    small_raw["backend"]["network"] = {"latency_s": 0.002}
+    summary = run_experiment(build_config(small_raw), tmp_path / "r")
+    assert summary["status"] == "completed"
+    assert [f["kind"] for f in summary["faults"]].count("worker_restarted") == 2
+    assert len(first_heard) == 4 and all(first_heard)  # two first lives, two successors
+    assert summary["faults_injected"].get("undeliverable", 0) >= 1  # the in-flight replies were dropped
