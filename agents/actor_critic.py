@@ -134,20 +134,29 @@ def sample_actions(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) 
     return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
 
 
+def sample_actions_with_logits(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, torch.Tensor]:
+    """``sample_actions`` (the same draws) that also returns the logits with their graph."""
+    logits = actor(torch.from_numpy(obs))
+    values = logits.detach().numpy()
+    return np.argmax(values - np.log(-np.log(rng.random(values.shape))), axis=1), logits
+
+
 def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
                         optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
-                        batch: dict[str, np.ndarray]) -> None:
+                        batch: dict[str, np.ndarray], logits: Optional[torch.Tensor] = None) -> None:
     """One A2C gradient (left in ``flat.flat.grad`` when there is no optimizer), or PPO's epochs x
     minibatches with the given optimizer.
 
     ``batch``: ``obs`` (T+1, N, ...) including the observation after the last step, ``actions``,
     ``rewards``, ``terminated``, ``dones``, ``valid`` (T, N); invalid steps are left out of the loss.
+    ``logits``: optionally actor(obs[:T]) (T N, A) with its graph, computed by the caller at the
+    current parameters (A2C only: the rollout's own forward, reused).
     """
     T, N = batch["actions"].shape
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
     single_pass = ac.epochs == 1 and ac.minibatches == 1
     if single_pass and ac.clip is None and ac.value_clip is None:
-        _a2c_step(ac, actor, critic, flat, optimizer, batch, obs_all, T, N)
+        _a2c_step(ac, actor, critic, flat, optimizer, batch, obs_all, T, N, logits)
         return
     if single_pass:  # A2C: one forward with grad serves both the targets and the loss
         values_grad = critic(obs_all).squeeze(-1)
@@ -202,13 +211,13 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
 
 def _a2c_step(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
               optimizer: Optional[torch.optim.Optimizer], batch: dict[str, np.ndarray], obs_all: torch.Tensor,
-              T: int, N: int) -> None:
+              T: int, N: int, logits: Optional[torch.Tensor] = None) -> None:
     """The single-pass update without clips (A2C, and Koelle's one-step TD with an update every env
     step): the general path's loss and gradient, bit for bit, with the work it does for PPO left out
     (old log-probabilities and values feed only the clips; the entropy term only when ent_coef != 0;
     no gather of the valid steps when every step is valid)."""
     values_grad = critic(obs_all).squeeze(-1)
-    logits_grad = actor(obs_all[: T * N])
+    logits_grad = actor(obs_all[: T * N]) if logits is None else logits
     values_all = values_grad.detach().numpy().reshape(T + 1, N).astype(np.float64)
     adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
               batch["dones"], ac.gamma, ac.gae_lambda)
@@ -270,6 +279,12 @@ class ActorCriticWorker(Worker):
         self.version = -1
         self.waiting = True
         self.seq = 0
+        # one-step A2C with gradients pushed: the rollout's actor forward (at the parameters the
+        # update differentiates) runs with its graph and the update reuses it instead of a second one
+        ac = self.ac
+        self._reuse_act_forward = (ac.n_steps == 1 and ac.update == "grad" and ac.epochs == 1
+                                   and ac.minibatches == 1 and ac.clip is None and ac.value_clip is None)
+        self._rollout_logits: Optional[torch.Tensor] = None
         self.reset_env()
 
     # -- the two hooks a worker for another kind of environment overrides (with rollout) ----------
@@ -326,9 +341,13 @@ class ActorCriticWorker(Worker):
         dones = np.zeros((T, N), dtype=bool)
         valid = np.zeros((T, N), dtype=bool)
         episodes: list[dict[str, Any]] = []
+        self._rollout_logits = None
         for t in range(T):
             obs[t] = self.obs
-            act = self._act(self.obs)
+            if self._reuse_act_forward:
+                act, self._rollout_logits = sample_actions_with_logits(self.actor, self.obs, self.rng)
+            else:
+                act = self._act(self.obs)
             next_obs, rew, term, trunc, _ = self.env.step(act)
             actions[t], rewards[t], terminated[t] = act, rew, term
             dones[t] = term | trunc
@@ -348,7 +367,8 @@ class ActorCriticWorker(Worker):
         return batch, episodes, int(valid.sum())
 
     def learn(self, batch: dict[str, np.ndarray]) -> None:
-        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch)
+        logits, self._rollout_logits = self._rollout_logits, None
+        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch, logits)
 
     def close(self) -> None:
         self.env.close()

@@ -82,37 +82,31 @@ class DenseAdjoint:
     """What the weight gradient of r @ [Re D | Im D] needs, from ``CompiledCircuit.dense_adjoint``.
 
     For an output gradient g = [g_re | g_im] (B, 2^(n+1)), the gradient in weight (l, i, k) is
-    Re sum_b u_l dK^T v_l with u_l = r prefix_l and v_l = suffix_l conj(g_re + i g_im) (B vectors
-    each). dK has wire i's factor replaced by dR; with K_{l,-i} = K_l with wire i's factor replaced
-    by the identity, it is sum over wire i's bits (b, a) of dR[b, a] E[b, a], where
-    E[b, a] = sum over the other bits of v[.. b ..] (K_{l,-i} u)[.. a ..].
+    Re sum_b v_l^T dK_l u_l with u_l = r prefix_l and v_l = suffix_l conj(g_re + i g_im). Since
+    dK_l = K_l G (G = R_i^dagger dR_i on wire i, the identity elsewhere), that is
+    sum over wire i's bits (b, a) of G[b, a] E[b, a], where E[b, a] = sum over the other bits of
+    y[.. b ..] u[.. a ..] and y = K_l^T v_l: one 2 x 2 contraction per wire, no Jacobian.
     """
 
-    def __init__(self, prefixes: np.ndarray, suffixes_transposed: np.ndarray, kron_without: np.ndarray,
-                 derivatives: np.ndarray, wire_first: np.ndarray, real_dtype: np.dtype) -> None:
+    def __init__(self, prefixes: np.ndarray, suffix_kron: np.ndarray, generators: np.ndarray,
+                 wire_first: np.ndarray, real_dtype: np.dtype) -> None:
         self.prefixes = prefixes  # (L, d, d): the state matrix entering each layer's K^T
-        self.suffixes_transposed = suffixes_transposed  # (L, d, d): (what follows K^T)^T
-        self.kron_without = kron_without  # (L, n, d, d): K_l with wire i's factor the identity
-        self.derivatives = derivatives  # (L, n, k, 2, 2): d R / d weight
+        self.suffix_kron = suffix_kron  # (L, d, d): suffix_l^T K_l, so y (rows) = conj(g) suffix_l^T K_l
+        self.generators = generators  # (L, n, k, 2, 2): R^dagger dR / d weight
         self.wire_first = wire_first  # (n, d)
         self.real_dtype = real_dtype
 
     def weight_grad(self, r: np.ndarray, grad: np.ndarray) -> np.ndarray:
         """d loss / d weights (L, n, k) from r (B, d) and d loss / d [Re | Im] amplitudes (B, 2d)."""
-        dim = r.shape[-1]
-        layers, n = self.kron_without.shape[:2]
-        g_conj = grad[:, :dim] - 1j * grad[:, dim:]
+        batch, dim = r.shape
+        layers, n = self.generators.shape[:2]
         u = r @ self.prefixes  # (L, B, d)
-        v = g_conj @ self.suffixes_transposed  # (L, B, d)
-        w = u[:, None] @ np.swapaxes(self.kron_without, -1, -2)  # (L, n, B, d): K_{-i} applied to u
-        order = self.wire_first
-        v_first = np.take(v, order, axis=-1)  # (L, B, n, d)
-        w_first = np.take_along_axis(w, order[None, :, None, :], axis=-1)  # (L, n, B, d)
-        batch = r.shape[0]
-        v_split = np.swapaxes(v_first, 1, 2).reshape(layers, n, batch, 2, dim // 2)  # (L, n, B, 2, d/2)
-        w_split = w_first.reshape(layers, n, batch, 2, dim // 2)
-        env = np.einsum("linbx,linax->liba", v_split, w_split)  # (L, n, 2, 2)
-        grad_w = np.einsum("liba,likba->lik", env, self.derivatives).real
+        y = (grad[:, :dim] - 1j * grad[:, dim:]) @ self.suffix_kron  # (L, B, d)
+        # wire i's bit first: (L, B, n, 2, d/2), then E[l, i] = Y (2, B d/2) @ U (B d/2, 2)
+        y_first = y[..., self.wire_first].reshape(layers, batch, n, 2, dim // 2).transpose(0, 2, 3, 1, 4)
+        u_first = u[..., self.wire_first].reshape(layers, batch, n, 2, dim // 2).transpose(0, 2, 1, 4, 3)
+        env = y_first.reshape(layers, n, 2, -1) @ u_first.reshape(layers, n, -1, 2)  # (L, n, 2, 2): E[b, a]
+        grad_w = (self.generators * env[:, :, None]).real.sum(axis=(-1, -2))
         return grad_w.astype(self.real_dtype)
 
 
@@ -230,18 +224,15 @@ class CompiledCircuit(nn.Module):
         """
         w = weights.detach().cpu().numpy().astype(np.float64)
         layers, n, k = w.shape
-        angles = w[:, :, None, :] + np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])  # (L, n, 1 + k, k)
+        angles = w[:, :, None, :] + self._shifts_np(k)  # (L, n, 1 + k, k): the weights, then each shifted by pi
         matrices = gates.layer_rotation_matrices_np(self.ansatz, self.rotation, angles)  # (L, n, 1 + k, 2, 2)
-        rotations, derivatives = matrices[:, :, 0], 0.5 * matrices[:, :, 1:]
-        # Kronecker factors: the layer's K_l, then K_l with wire i's factor replaced by the identity
-        own_wire = np.eye(n, dtype=bool)[None, :, :, None, None]
-        without = np.where(own_wire, np.eye(2), rotations[:, None])  # (L, n, n, 2, 2)
-        stacked = np.concatenate([rotations[:, None], without], axis=1)  # (L, 1 + n, n, 2, 2)
-        kron = stacked[..., 0, :, :]
+        rotations = matrices[:, :, 0]
+        generators = 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])  # R^dagger dR
+        kron = rotations[:, 0]
         for wire in range(1, n):
             size = kron.shape[-1] * 2
-            kron = (kron[..., :, None, :, None] * stacked[..., wire, None, :, None, :]).reshape(*kron.shape[:-2], size, size)
-        kron_transposed = np.swapaxes(kron[:, 0], -1, -2)  # (L, 2^n, 2^n)
+            kron = (kron[:, :, None, :, None] * rotations[:, wire, None, :, None, :]).reshape(layers, size, size)
+        kron_transposed = np.swapaxes(kron, -1, -2)  # (L, 2^n, 2^n)
         inverses, signs = self._permutations_np()
         psi = self._encoded_basis_np()
         prefixes = []
@@ -255,20 +246,23 @@ class CompiledCircuit(nn.Module):
                 psi = (psi @ kron_transposed[layer])[:, inverses[layer]] * signs[layer]
         dense = psi
         suffix = np.eye(dense.shape[-1], dtype=np.complex128)
-        suffixes: list[np.ndarray] = []
+        suffix_kron = [None] * layers
         for layer in reversed(range(layers)):
             # E_l(psi) = psi @ Pi_l with Pi_l[inverse[j], j] = sign[j]; Pi_l @ suffix permutes rows
             if not self.entangle_first:
                 suffix = _permute_rows(suffix, inverses[layer], signs[layer])
-            suffixes.insert(0, suffix)
+            suffix_kron[layer] = suffix.T @ kron[layer]
             suffix = kron_transposed[layer] @ suffix
             if self.entangle_first:
                 suffix = _permute_rows(suffix, inverses[layer], signs[layer])
         real = np.dtype(str(self.real_dtype).removeprefix("torch."))
         dense_real = torch.from_numpy(np.concatenate([dense.real, dense.imag], axis=-1).astype(real))
-        adjoint = DenseAdjoint(np.stack(prefixes), np.swapaxes(np.stack(suffixes), -1, -2), kron[:, 1:],
-                               derivatives, self._wire_first_orders(), real)
+        adjoint = DenseAdjoint(np.stack(prefixes), np.stack(suffix_kron), generators, self._wire_first_orders(), real)
         return dense_real, adjoint
+
+    @staticmethod
+    def _shifts_np(k: int) -> np.ndarray:
+        return np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
 
     def _permutations_np(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         if not hasattr(self, "_np_permutations"):

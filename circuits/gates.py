@@ -96,12 +96,15 @@ def layer_rotation_matrices_np(ansatz: str, rotation: str, layer_weights: np.nda
     """``layer_rotation_matrices`` in numpy complex128 (the analytic-gradient path builds small
     matrices, where numpy's per-call cost is a fraction of torch's): (..., n, k) -> (..., n, 2, 2)."""
     if ansatz in ("strongly_entangling", "rzryrz_ring"):
-        phi, theta, omega = np.moveaxis(layer_weights, -1, 0)
+        phi, theta, omega = layer_weights[..., 0], layer_weights[..., 1], layer_weights[..., 2]
         cos, sin = np.cos(theta * 0.5), np.sin(theta * 0.5)
-        plus, minus = (phi + omega) * 0.5, (phi - omega) * 0.5
-        magnitude = np.stack([cos, -sin, sin, cos], axis=-1)
-        phase = np.exp(1j * np.stack([-plus, minus, -minus, plus], axis=-1))
-        return (magnitude * phase).reshape(*layer_weights.shape[:-1], 2, 2)
+        plus, minus = np.exp(-0.5j * (phi + omega)), np.exp(0.5j * (phi - omega))  # e^{-ia}, e^{ib}
+        out = np.empty(layer_weights.shape[:-1] + (2, 2), dtype=np.complex128)
+        out[..., 0, 0] = cos * plus
+        out[..., 0, 1] = -sin * minus
+        out[..., 1, 0] = sin * minus.conj()
+        out[..., 1, 1] = cos * plus.conj()
+        return out
     if ansatz == "basic_entangler":
         half = layer_weights[..., 0] * 0.5
         identity = np.eye(2, dtype=np.complex128)

@@ -54,6 +54,9 @@ class VQC(nn.Module):
         blocks = cfg.layers if cfg.reupload else 1
         self.input_scale = nn.Parameter(torch.ones(blocks, self.n_features, dtype=real_dtype)) if cfg.scaling == "trainable" else None
         self.register_buffer("bound_factor", self._bound_factors(cfg).to(real_dtype), persistent=False)
+        # the same, split once here rather than on every call: which features are bounded, their factors
+        self.register_buffer("bounded", ~torch.isnan(self.bound_factor), persistent=False)
+        self.register_buffer("bound_scale", torch.nan_to_num(self.bound_factor), persistent=False)
         shape = gates.weight_shape(cfg.ansatz, cfg.layers, cfg.n_qubits)
         self.weights = nn.Parameter((torch.rand(shape, generator=generator, dtype=real_dtype) * 2.0 - 1.0) * cfg.init_scale)
         self.circuit = CompiledCircuit(cfg, complex_dtype)
@@ -110,9 +113,7 @@ class VQC(nn.Module):
         if scaling == "atan":
             features = 2.0 * torch.atan(features)
         elif scaling == "bound":
-            bounded = ~torch.isnan(self.bound_factor)
-            factor = torch.nan_to_num(self.bound_factor)
-            features = torch.where(bounded, features * factor, 2.0 * torch.atan(features))
+            features = torch.where(self.bounded, features * self.bound_scale, 2.0 * torch.atan(features))
         elif scaling == "trainable":
             features = features.unsqueeze(1) * self.input_scale
             if not self.cfg.reupload:
