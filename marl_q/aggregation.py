@@ -76,6 +76,9 @@ class Sync(Aggregator):
         self._round[worker] = update  # a worker pushing twice in a round replaces its update
         if len(self._round) < len(self.workers):
             return None, []
-        combined = np.mean([self._round[w] for w in self.workers], axis=0).astype(update.dtype, copy=False)
+        if len(self.workers) == 1:  # the mean of one update is that update (bit for bit); skip the copies
+            combined = update
+        else:
+            combined = np.mean([self._round[w] for w in self.workers], axis=0).astype(update.dtype, copy=False)
         self._round.clear()
         return combined, list(self.workers)
