@@ -14,7 +14,6 @@ import argparse
 import csv
 import json
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -120,7 +119,10 @@ PUSH, ACK, WELCOME = "push", "ack", "welcome"
 
 
 class PushFloodWorker(Worker):
-    """Pushes a fixed array with a sequence number; waits only when `window` pushes are unanswered."""
+    """Pushes a fixed array with a sequence number; waits only when `window` pushes are unanswered.
+
+    After `seconds` it stops pushing, waits until every push has been answered (so each one has
+    been through the server, on every backend), and then reports its counts as one episode."""
 
     def __init__(self, cfg: Any, index: int) -> None:
         self.p: PushFloodConfig = cfg.algorithm.params
@@ -129,8 +131,9 @@ class PushFloodWorker(Worker):
         self.bad = self.good.copy()
         self.bad[0] = np.nan
         self.version, self.seq, self.bad_sent, self.unanswered = 0, 0, 0, 0
-        self.welcomed, self.finished = False, False
+        self.welcomed, self.draining, self.finished = False, False, False
         self.t_start: Optional[float] = None
+        self.t_last = 0.0
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, "hello")]
@@ -143,23 +146,29 @@ class PushFloodWorker(Worker):
         self.version = max(self.version, msg.base_version)
 
     def ready(self) -> bool:
-        return self.welcomed and not self.finished and self.unanswered < self.p.window
+        if not self.welcomed or self.finished:
+            return False
+        if self.draining:  # the report waits for the last answer
+            return self.unanswered == 0
+        return self.unanswered < self.p.window
 
     def step(self) -> Work:
         now = time.perf_counter()
+        if self.draining:  # every push answered: report what was sent
+            self.finished = True
+            report = {"sent": self.seq, "bad_sent": self.bad_sent, "seconds": self.t_last - self.t_start}
+            return Work([], env_steps=0, episodes=[report])
         if self.t_start is None:
             self.t_start = now
         self.seq += 1
         bad = self.p.bad_every > 0 and self.seq % self.p.bad_every == 0
         self.bad_sent += bad
         self.unanswered += 1
+        self.t_last = now
+        self.draining = now - self.t_start >= self.p.seconds  # this push is the last
         msg = Message(self.name, SERVER, PUSH, {"x": self.bad if bad else self.good}, base_version=self.version,
                       seq=self.seq)
-        episodes = []
-        if now - self.t_start >= self.p.seconds:  # this push is the last: report what was sent
-            self.finished = True
-            episodes = [{"sent": self.seq, "bad_sent": self.bad_sent, "seconds": now - self.t_start}]
-        return Work([msg], env_steps=1, episodes=episodes)
+        return Work([msg], env_steps=1)
 
 
 class PushFloodService(Service):
@@ -365,31 +374,41 @@ def _run_in_tmp(raw: dict[str, Any], keep: Optional[Path] = None) -> tuple[dict[
 
 
 def _steady_rate(run_dir: Path, kind: str) -> tuple[int, float]:
-    """(accepted rows of ``kind``, their rate per wall second between the first and the last)."""
+    """(workers that pushed, accepted ``kind`` pushes per wall second once every one of them had pushed).
+
+    Worker start-up (process spawn, imports) takes seconds and overlaps the first workers' training,
+    so the rate is measured from the moment the last worker made its first push to the end."""
     walls: dict[str, float] = {}
     with open(run_dir / "comm_wall.csv", newline="") as fh:
         for r in csv.DictReader(fh):
             walls[r["id"]] = float(r["wall_s"])
-    times = []
+    pushes: list[tuple[float, str]] = []
     with open(run_dir / "comm.csv", newline="") as fh:
         for r in csv.DictReader(fh):
             if r["kind"] == kind and r["dst"] == SERVER and r["accepted"] == "1":
-                times.append(walls[r["id"]])
-    if len(times) < 2 or times[-1] <= times[0]:
-        return len(times), float("nan")
-    return len(times), (len(times) - 1) / (times[-1] - times[0])
+                pushes.append((walls[r["id"]], r["src"]))
+    first: dict[str, float] = {}
+    for t, src in pushes:
+        first.setdefault(src, t)
+    if not first:
+        return 0, float("nan")
+    t0 = max(first.values())
+    times = [t for t, _ in pushes if t >= t0]
+    if len(times) < 2 or times[-1] <= t0:
+        return len(first), float("nan")
+    return len(first), (len(times) - 1) / (times[-1] - t0)
 
 
 def bench_backend_a3c(backend: str, workers: int, steps: int) -> dict[str, Any]:
     """Updates/s and env-steps/s of CartPole A3C, in the steady phase (start-up excluded)."""
     summary, run_dir, tmp = _run_in_tmp(a3c_config(backend, workers, steps))
     try:
-        n, updates_per_s = _steady_rate(run_dir, "grad")
+        pushing, updates_per_s = _steady_rate(run_dir, "grad")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     per_update = summary["env_steps"] / max(1, summary["updates"])
-    return {"backend": backend, "workers": workers, "updates": summary["updates"],
+    return {"backend": backend, "workers": workers, "pushing": pushing, "updates": summary["updates"],
             "updates_per_s": updates_per_s, "env_steps_per_s": updates_per_s * per_update,
             "wall_s": summary["wall_s"]}
 
@@ -401,7 +420,7 @@ def bench_overhead(backend: str, seconds: float, size: int) -> dict[str, Any]:
         summary, _, tmp = _run_in_tmp(flood_config(backend, 1, seconds, window=window, size=size))
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-        out[key] = summary["sent"]["w0"] / summary["push_seconds"]["w0"]
+        out[key] = summary["sent"]["w0"] / max(summary["push_seconds"]["w0"], 1e-9)
     out["round_trip_us"] = 1e6 / out["round_trips_per_s"]
     return out
 
@@ -466,9 +485,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     backends = _backends(args.backend)
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     torch.set_num_threads(1)
-    rows: dict[str, Any] = {"threads": 1, "steps": args.steps}
+    rows: dict[str, Any] = {"threads": 1}
     sb3: list[Optional[float]] = [0.0]
     if "a2c" in parts:
+        rows["steps"] = args.steps
         rows["marlq_a2c_steps_per_s"] = max(bench_marlq_a2c(args.steps) for _ in range(args.repeats))
         sb3 = [bench_sb3_a2c(args.steps) for _ in range(args.repeats)]
         rows["sb3_a2c_steps_per_s"] = None if sb3[0] is None else max(sb3)
@@ -500,8 +520,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "a2c" in parts and sb3[0] is None:
         print("(stable-baselines3 not installed: pip install -e '.[bench]' for the peer measurement)")
     if table:
-        _print_table(f"CartPole A3C, {args.backend_steps} env steps, steady phase (start-up excluded)", table,
-                     ["backend", "workers", "updates_per_s", "env_steps_per_s", "wall_s"])
+        _print_table(f"CartPole A3C, {args.backend_steps} env steps; rates once every worker had pushed "
+                     "('pushing': workers that did)", table,
+                     ["backend", "workers", "pushing", "updates_per_s", "env_steps_per_s", "wall_s"])
     if overhead:
         _print_table(f"per-message overhead: one push_flood worker, {4 * args.payload} B pushes, "
                      f"{args.flood_seconds:g} s each", overhead,
@@ -567,7 +588,7 @@ def _load_result(backend: str, summary: dict[str, Any], audit: LedgerAudit) -> d
         total = row["accepted"] + row["rejected"] + row["dropped_stale"]
         per_worker.append({"worker": name, "sent": sent, "accepted": row["accepted"], "rejected": row["rejected"],
                            "dropped_stale": row["dropped_stale"], "ok": sent == total,
-                           "pushes_per_s": sent / summary["push_seconds"][name]})
+                           "pushes_per_s": sent / max(summary["push_seconds"][name], 1e-9)})
     series = summary["server_rss"]
     mid = series[len(series) // 2] if series else (None, None)
     return {
@@ -604,9 +625,9 @@ def plot_rss(results: list[dict[str, Any]], path: Path, args: argparse.Namespace
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in results:
         if r["rss_series"]:
-            t, kb = zip(*r["rss_series"])
-            ax.plot(t, np.asarray(kb) / 1024, label=f"{r['backend']} server process (one run)")
-    ax.set_xlabel("time since the server started (s)")
+            t, kb = (np.asarray(v, dtype=float) for v in zip(*r["rss_series"]))
+            ax.plot(t - t[0], kb / 1024, label=f"{r['backend']} server process (one run)")
+    ax.set_xlabel("time since the first worker said hello (s)")
     ax.set_ylabel("resident memory, VmRSS (MB)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Server memory under load: {args.workers} workers pushing {4 * args.payload} B "

@@ -68,8 +68,7 @@ def parse_address(address: str) -> tuple[str, int]:
     """(host, port) of ``host:port`` or ``ray://host:port``; a ConfigError otherwise."""
     text = address.strip()
     for prefix in ("ray://", "tcp://"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+        text = text.removeprefix(prefix)
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"backend.ray.address: expected host:port (e.g. 127.0.0.1:6379, what `ray start --head` "
@@ -91,7 +90,7 @@ def check_reachable(address: str, timeout_s: float) -> None:
             sock.settimeout(max(0.1, deadline - time.monotonic()))
             sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
             head = sock.recv(9)
-    except socket.timeout:
+    except TimeoutError:
         raise ConfigError(f"backend.ray.address: {host}:{port} did not answer within {timeout_s:g} s "
                           "(backend.ray.connect_timeout_s); is a Ray head running there (`ray start --head`)?") from None
     except OSError as exc:
@@ -146,6 +145,7 @@ def connect(ray: Any, cfg: Any) -> bool:
         check_reachable(rc.address, rc.connect_timeout_s)
         probe_cluster(rc.address, max(1.0, t_end - time.monotonic()))
     if ray.is_initialized():  # a caller (a test, a notebook) already chose the instance
+        check_resources(ray, cfg)
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine unless asked
     common = {"log_to_driver": False, "configure_logging": True, "logging_level": "WARNING"}
@@ -312,6 +312,8 @@ class ServerHost:
     async def finish(self, status: str) -> dict:
         self.closed = True
         self._wake_all()
+        if status == "interrupted":  # the state may be mid-update: keep the last periodic checkpoint
+            return self.rt.finish(self.now(), virtual=False, status=status, checkpoint=False)
         return self.rt.finish(self.now(), virtual=False, status=status)
 
 
@@ -375,13 +377,19 @@ class WorkerHost:
 
 
 # ----------------------------------------------------------------------------- the driver
-def _retire_driver_files(rt: Runtime) -> None:
-    """The server actor's Runtime owns the run files from here on: close the driver's handles first."""
+def _retire_driver_files(rt: Runtime) -> Optional[Path]:
+    """The server actor's Runtime owns the run directory from here on: close the driver's handles
+    first, and leave the driver's Runtime nothing to write (an interrupt handler calling its finish
+    must not overwrite the actor's summary). Returns the run directory."""
+    out = rt.out
     rt.ledger.close()
     rt.metrics.close()
     bar = getattr(rt, "_progress", None)
     if bar is not None:
         bar.close()
+        rt._progress = None
+    rt.out = None
+    return out
 
 
 def _drive(ray: Any, rt: Runtime) -> dict:
@@ -393,11 +401,11 @@ def _drive(ray: Any, rt: Runtime) -> dict:
     names = rt.worker_names
     actor_cfg = copy.deepcopy(cfg.to_dict())
     actor_cfg["run"]["progress"] = False  # the driver draws the bar; an actor's stderr goes to Ray's logs
-    _retire_driver_files(rt)
+    out = _retire_driver_files(rt)
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
     server = (ray.remote(ServerHost)
               .options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
-              .remote(actor_cfg, str(rt.out) if rt.out else None, type(rt), getattr(rt, "resume", None)))
+              .remote(actor_cfg, str(out) if out else None, type(rt), getattr(rt, "resume", None)))
     worker_cls = ray.remote(WorkerHost).options(num_cpus=rc.num_cpus_per_worker, resources=dict(rc.resources),
                                                 max_restarts=0)
     handles: dict[str, Any] = {}
@@ -477,8 +485,8 @@ def _drive(ray: Any, rt: Runtime) -> dict:
     except BaseException:
         try:  # flush what the server has; the caller decides what the run's status is
             ray.get(server.finish.remote("interrupted"), timeout=30)
-        except Exception:
-            pass
+        except Exception as exc:  # never mask what is being raised
+            print(f"marlq: the server actor could not flush the run files ({exc})", file=sys.stderr)
         raise
     finally:
         if bar is not None:
