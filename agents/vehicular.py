@@ -149,7 +149,8 @@ class VehicularA3CWorker(ActorCriticWorker):
     Each agent that acts during a rollout gets a column of the (T, N) batch; steps before it entered
     or after it left are masked out (``valid``), so the actor-critic core's ``learn`` (n-step
     returns, policy and value losses, entropy) applies unchanged. Leaving the road is a terminal
-    state; the episode's time limit truncates (bootstrapped from the final observation).
+    state (or, with the scenario's ``exit_terminal: false``, a cut bootstrapped from the vehicle's last
+    observation on the road); the episode's time limit truncates (bootstrapped from the final observation).
     """
 
     def check_scenario(self, spec: Any) -> None:
@@ -178,9 +179,13 @@ class VehicularA3CWorker(ActorCriticWorker):
             obs = np.stack([self.obs[a] for a in names]).astype(np.float32) if names else None
             acts = self._act(obs) if names else np.zeros(0, dtype=np.int64)
             next_obs, rew, term, trunc, _ = self.env.step(dict(zip(names, acts.tolist())))
+            exit_terminal = self.env.cfg.exit_terminal
             for k, a in enumerate(names):
-                records.append((t, (self.episode, a), obs[k], int(acts[k]), float(rew[a]), bool(term[a]),
-                                bool(term[a] or trunc[a]), np.asarray(next_obs[a], dtype=np.float32)))
+                # a vehicle that drove off: terminal, or (exit_terminal false) cut off and bootstrapped
+                # from its last observation on the road
+                left = bool(term[a]) and not exit_terminal
+                records.append((t, (self.episode, a), obs[k], int(acts[k]), float(rew[a]), bool(term[a]) and not left,
+                                bool(term[a] or trunc[a]), obs[k] if left else np.asarray(next_obs[a], dtype=np.float32)))
             self.ep_return += float(np.mean([rew[a] for a in names])) if names else 0.0
             self.ep_length += 1
             self.ep_coverage.append(self.env.metrics["coverage"])

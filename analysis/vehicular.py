@@ -64,6 +64,10 @@ def acceptance_figures(rows: list[dict], train_p: float = 0.2) -> dict:
         entry["coverage_ratio_learned_vs_no_control"] = (entry["coverage_learned"][0]
                                                          / entry["coverage_no_control"][0])
         entry["learned_not_below_no_control"] = entry["coverage_learned"][0] >= entry["coverage_no_control"][0]
+        for name in ("learned", "greedy"):
+            per_seed = paired_ratios(rows, name).get(p)
+            if per_seed:
+                entry[f"coverage_ratio_{name}_per_seed"] = mean_ci95(per_seed)
         out["per_p"][str(p)] = entry
     if train_p in cov.get("learned", {}):
         out["ratio_at_train_p"] = out["per_p"][str(train_p)]["coverage_ratio_learned_vs_no_control"]
@@ -95,6 +99,50 @@ def plot_against_p(rows: list[dict], metric: str, ylabel: str, title: str, path:
     ax.set_xlabel("mmWave penetration ratio p (fraction of uncontrolled vehicles)")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{title}\n(trained at p = 0.2; mean and 95% band over {seeds} seeds)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def paired_ratios(rows: list[dict], policy: str, metric: str = "coverage") -> dict[float, list[float]]:
+    """p -> per-seed ratios policy / no control of ``metric`` (same run seed, same traffic seeds)."""
+    by = {(r["policy"], r["penetration"], r["run_seed"]): r[metric] for r in rows}
+    out: dict[float, list[float]] = {}
+    for (name, p, seed), value in sorted(by.items()):
+        base = by.get(("no_control", p, seed))
+        if name == policy and base:
+            out.setdefault(p, []).append(value / base)
+    return out
+
+
+def plot_ratios(rows: list[dict], path: Path, target: float = 1.3) -> Path:
+    """Coverage of each policy over no control's (per-seed ratio, mean and 95% band) against p, with the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    seeds = 0
+    for name in ("learned", "greedy", "random"):
+        ratios = paired_ratios(rows, name)
+        if not ratios:
+            continue
+        ps = sorted(ratios)
+        stats = [mean_ci95(ratios[p]) for p in ps]
+        seeds = max(seeds, max(len(ratios[p]) for p in ps))
+        mean, half = np.array([s[0] for s in stats]), np.array([s[1] for s in stats])
+        ax.plot(ps, mean, marker="o", color=COLOURS[name], label=LABELS[name])
+        ax.fill_between(ps, mean - half, mean + half, color=COLOURS[name], alpha=0.2)
+    ax.axhline(1.0, color=COLOURS["no_control"], lw=1, label="no control (= 1)")
+    ax.axhline(target, color="black", ls="--", lw=1, label=f"target at p = 0.2 ({target}x)")
+    ax.set_xlabel("mmWave penetration ratio p (fraction of uncontrolled vehicles)")
+    ax.set_ylabel("coverage / coverage under no control (ratio)")
+    ax.set_title(f"Coverage relative to no control, per seed\n(trained at p = 0.2; mean and 95% band over "
+                 f"{seeds} seeds)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -139,6 +187,7 @@ def report(root: Path) -> dict:
                    "Coverage of a 3 km highway by RSU-connected relays", plots / "coverage_vs_p.png")
     plot_against_p(rows, "relay_length_m", "relay length (m, mean over RSUs)",
                    "Relay length from the RSUs", plots / "relay_length_vs_p.png")
+    plot_ratios(rows, plots / "coverage_ratio_vs_p.png")
     frames = sorted((root / "eval").glob("seed_*.frame.npy"))
     if frames:
         cfg_path = root / "train" / frames[0].name.split(".")[0] / "config.yaml"

@@ -61,6 +61,10 @@ class VehicularRelayConfig:
     reward_team: float = 0.0      # weight of a shared term every agent gets: the road's coverage, same scale
     penalty_slow: float = 0.0     # weight of (1 - speed/vmax) while the road ahead is free (speed-keeping)
     observation: Literal["grid", "grid_features"] = "grid"  # grid_features adds RSU / relay-end / gap features
+    # For the learner: a vehicle driving off the road is terminal (True: its future rewards are 0, so a
+    # positive per-step reward pays it to dawdle and stay on the road), or bootstrapped from its last
+    # observation (False: leaving is neither sought nor avoided, a new agent takes its place).
+    exit_terminal: bool = True
 
     @property
     def n_cells(self) -> int:

@@ -111,6 +111,24 @@ def test_a3c_worker_batch_masks_agents_before_entering_and_after_leaving():
     assert (dones[end, valid[end]]).all()
 
 
+@pytest.mark.parametrize("exit_terminal", [True, False])
+def test_a3c_worker_exit_is_terminal_or_bootstrapped_from_the_last_observation(exit_terminal):
+    raw = _raw()
+    raw["scenario"]["exit_terminal"] = exit_terminal
+    worker = VehicularA3CWorker(build_config(raw), 0)
+    worker.ac.n_steps = 11  # inside the first 12 s episode: every done is a vehicle driving off
+    batch, _, _ = worker.rollout()
+    exits = np.argwhere(batch["dones"])
+    assert len(exits) > 0  # on a 300 m road some vehicles leave within 11 s
+    for t, i in exits:
+        assert batch["terminated"][t, i] == exit_terminal
+        # terminal: the env's empty final observation; bootstrapped: the vehicle's last one on the road
+        if exit_terminal:
+            assert not batch["obs"][t + 1, i].any()
+        else:
+            assert np.array_equal(batch["obs"][t + 1, i], batch["obs"][t, i]) and batch["obs"][t, i].any()
+
+
 def test_a3c_worker_pushes_a_finite_gradient_of_the_parameter_size():
     cfg = build_config(_raw())
     worker = VehicularA3CWorker(cfg, 1)

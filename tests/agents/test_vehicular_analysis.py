@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.vehicular import acceptance_figures, mean_ci95, plot_against_p
+from analysis.vehicular import acceptance_figures, mean_ci95, paired_ratios, plot_against_p, plot_ratios
 
 
 def test_mean_ci95_by_hand():
@@ -36,4 +36,17 @@ def test_acceptance_ratio_is_ratio_of_seed_means():
 
 def test_plot_against_p_writes_a_png(tmp_path):
     path = plot_against_p(_rows(), "coverage", "coverage", "test", tmp_path / "c.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paired_ratios_divide_by_the_same_seeds_no_control():
+    ratios = paired_ratios(_rows(), "learned")
+    assert ratios[0.2] == pytest.approx([0.6 / 0.5, 0.8 / 0.5])
+    fig = acceptance_figures(_rows())
+    mean, half = fig["per_p"]["0.2"]["coverage_ratio_learned_per_seed"]
+    assert mean == pytest.approx(1.4) and half > 0
+
+
+def test_plot_ratios_writes_a_png(tmp_path):
+    path = plot_ratios(_rows(), tmp_path / "r.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
