@@ -16,6 +16,8 @@ Two paths compute the same function (tested against each other and against Penny
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import torch
 from torch import nn
@@ -69,13 +71,6 @@ def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
     """(..., n) angles -> (..., n, 2) real vectors (cos(t/2), sin(t/2))."""
     half = angles * 0.5
     return torch.stack([torch.cos(half), torch.sin(half)], dim=-1)
-
-
-def _permute_rows(matrix: np.ndarray, inverse: np.ndarray, sign: np.ndarray) -> np.ndarray:
-    """Pi @ matrix for Pi[inverse[j], j] = sign[j]: row inverse[j] of the result is sign[j] * row j."""
-    out = np.empty_like(matrix)
-    out[inverse] = matrix * sign[:, None]
-    return out
 
 
 class DenseAdjoint:
@@ -224,7 +219,8 @@ class CompiledCircuit(nn.Module):
         """
         w = weights.detach().cpu().numpy().astype(np.float64)
         layers, n, k = w.shape
-        angles = w[:, :, None, :] + self._shifts_np(k)  # (L, n, 1 + k, k): the weights, then each shifted by pi
+        angles = w[:, :, None, :] + self._np_constant(("shifts", k), lambda: np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)]))
+        # angles (L, n, 1 + k, k): the weights, then each weight shifted by pi
         matrices = gates.layer_rotation_matrices_np(self.ansatz, self.rotation, angles)  # (L, n, 1 + k, 2, 2)
         rotations = matrices[:, :, 0]
         generators = 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])  # R^dagger dR
@@ -233,60 +229,60 @@ class CompiledCircuit(nn.Module):
             size = kron.shape[-1] * 2
             kron = (kron[:, :, None, :, None] * rotations[:, wire, None, :, None, :]).reshape(layers, size, size)
         kron_transposed = np.swapaxes(kron, -1, -2)  # (L, 2^n, 2^n)
-        inverses, signs = self._permutations_np()
-        psi = self._encoded_basis_np()
-        prefixes = []
+        # E_l(psi) = psi @ Pi_l with Pi_l[inverse[j], j] = sign[j]: columns gathered by inverse, signed;
+        # Pi_l @ suffix: rows gathered by the forward permutation, signed by sign[forward]
+        inverses, signs, forwards, row_signs = self._np_constant("permutations", self._permutations_np)
+        psi = self._np_constant("encoded_basis", lambda: self.encoded_basis.cpu().numpy().astype(np.complex128))
+        dim = psi.shape[-1]
+        prefixes = np.empty((layers, dim, dim), dtype=np.complex128)
         for layer in range(layers):
             if self.entangle_first:
-                psi = psi[:, inverses[layer]] * signs[layer]
-                prefixes.append(psi)
+                psi = np.take(psi, inverses[layer], axis=1) * signs[layer]
+                prefixes[layer] = psi
                 psi = psi @ kron_transposed[layer]
             else:
-                prefixes.append(psi)
-                psi = (psi @ kron_transposed[layer])[:, inverses[layer]] * signs[layer]
+                prefixes[layer] = psi
+                psi = np.take(psi @ kron_transposed[layer], inverses[layer], axis=1) * signs[layer]
         dense = psi
-        suffix = np.eye(dense.shape[-1], dtype=np.complex128)
-        suffix_kron = [None] * layers
+        suffix = self._np_constant("identity", lambda: np.eye(dim, dtype=np.complex128))
+        suffix_kron = np.empty((layers, dim, dim), dtype=np.complex128)
         for layer in reversed(range(layers)):
-            # E_l(psi) = psi @ Pi_l with Pi_l[inverse[j], j] = sign[j]; Pi_l @ suffix permutes rows
             if not self.entangle_first:
-                suffix = _permute_rows(suffix, inverses[layer], signs[layer])
+                suffix = np.take(suffix, forwards[layer], axis=0) * row_signs[layer]
             suffix_kron[layer] = suffix.T @ kron[layer]
             suffix = kron_transposed[layer] @ suffix
             if self.entangle_first:
-                suffix = _permute_rows(suffix, inverses[layer], signs[layer])
-        real = np.dtype(str(self.real_dtype).removeprefix("torch."))
+                suffix = np.take(suffix, forwards[layer], axis=0) * row_signs[layer]
+        real = self._np_constant("real", lambda: np.dtype(str(self.real_dtype).removeprefix("torch.")))
         dense_real = torch.from_numpy(np.concatenate([dense.real, dense.imag], axis=-1).astype(real))
-        adjoint = DenseAdjoint(np.stack(prefixes), np.stack(suffix_kron), generators, self._wire_first_orders(), real)
+        adjoint = DenseAdjoint(prefixes, suffix_kron, generators, self._np_constant("wire_first", self._wire_first_orders), real)
         return dense_real, adjoint
 
-    @staticmethod
-    def _shifts_np(k: int) -> np.ndarray:
-        return np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
+    def _np_constant(self, key: object, make: Callable[[], object]) -> Any:
+        """Structure-only numpy arrays of the analytic path, made on first use and kept."""
+        cache = self.__dict__.setdefault("_np_constants", {})
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
 
-    def _permutations_np(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        if not hasattr(self, "_np_permutations"):
-            self._np_permutations = ([getattr(self, f"inverse_{l}").cpu().numpy() for l in range(self.layers)],
-                                     [getattr(self, f"sign_{l}").cpu().numpy().astype(np.float64) for l in range(self.layers)])
-        return self._np_permutations
-
-    def _encoded_basis_np(self) -> np.ndarray:
-        if not hasattr(self, "_np_encoded_basis"):
-            self._np_encoded_basis = self.encoded_basis.cpu().numpy().astype(np.complex128)
-        return self._np_encoded_basis
+    def _permutations_np(self) -> tuple[list[np.ndarray], ...]:
+        """Per layer: inverse permutation and sign (columns), forward permutation and its signs (rows)."""
+        inverses = [getattr(self, f"inverse_{l}").cpu().numpy() for l in range(self.layers)]
+        signs = [getattr(self, f"sign_{l}").cpu().numpy().astype(np.float64) for l in range(self.layers)]
+        forwards = [np.argsort(inverse) for inverse in inverses]
+        row_signs = [sign[forward][:, None] for sign, forward in zip(signs, forwards)]
+        return inverses, signs, forwards, row_signs
 
     def _wire_first_orders(self) -> np.ndarray:
         """(n, 2^n): basis indices reordered so that wire i's bit is the most significant."""
-        if not hasattr(self, "_np_wire_first"):
-            n = self.n_qubits
-            bits = gates.basis_bits(n)  # (2^n, n), wire 0 first
-            orders = []
-            for wire in range(n):
-                others = [m for m in range(n) if m != wire]
-                key = bits[:, [wire] + others] @ (2 ** np.arange(n - 1, -1, -1))
-                orders.append(np.argsort(key))
-            self._np_wire_first = np.stack(orders)
-        return self._np_wire_first
+        n = self.n_qubits
+        bits = gates.basis_bits(n)  # (2^n, n), wire 0 first
+        orders = []
+        for wire in range(n):
+            others = [m for m in range(n) if m != wire]
+            key = bits[:, [wire] + others] @ (2 ** np.arange(n - 1, -1, -1))
+            orders.append(np.argsort(key))
+        return np.stack(orders)
 
     def product_state(self, angles: torch.Tensor) -> torch.Tensor:
         """The real product vector r(x) (B, 2^n) with r_k = prod_i cos(t_i/2 - bit_i(k) pi/2)."""

@@ -96,9 +96,10 @@ def layer_rotation_matrices_np(ansatz: str, rotation: str, layer_weights: np.nda
     """``layer_rotation_matrices`` in numpy complex128 (the analytic-gradient path builds small
     matrices, where numpy's per-call cost is a fraction of torch's): (..., n, k) -> (..., n, 2, 2)."""
     if ansatz in ("strongly_entangling", "rzryrz_ring"):
-        phi, theta, omega = layer_weights[..., 0], layer_weights[..., 1], layer_weights[..., 2]
-        cos, sin = np.cos(theta * 0.5), np.sin(theta * 0.5)
-        plus, minus = np.exp(-0.5j * (phi + omega)), np.exp(0.5j * (phi - omega))  # e^{-ia}, e^{ib}
+        half = np.exp(-0.5j * layer_weights)  # e^{-i phi/2}, cos(theta/2) - i sin(theta/2), e^{-i omega/2}
+        phi, theta, omega = half[..., 0], half[..., 1], half[..., 2]
+        cos, sin = theta.real, -theta.imag
+        plus, minus = phi * omega, phi.conj() * omega  # e^{-ia}, e^{ib}: a = (phi + omega)/2, b = (phi - omega)/2
         out = np.empty(layer_weights.shape[:-1] + (2, 2), dtype=np.complex128)
         out[..., 0, 0] = cos * plus
         out[..., 0, 1] = -sin * minus
