@@ -114,6 +114,26 @@ class GreedyGapFilling:
         return {name: self.act_one(o) for name, o in obs.items()}
 
 
+class LanePreference:
+    """Drive in one lane: change towards ``lane`` when the cell beside is free, otherwise keep (a reachability probe)."""
+
+    def __init__(self, layout: ObservationLayout, lane: int) -> None:
+        self.layout = layout
+        self.lane = lane
+
+    def act_one(self, obs: np.ndarray) -> int:
+        grid, lane, _, _ = self.layout.split(obs)
+        if lane == self.lane:
+            return KEEP
+        step = 1 if self.lane > lane else -1
+        if grid[VEHICLE, lane + step, self.layout.view_cells] != 0:
+            return KEEP
+        return LANE_LEFT if step == 1 else LANE_RIGHT
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
+        return {name: self.act_one(o) for name, o in obs.items()}
+
+
 BASELINES: dict[str, Callable[[VehicularRelayConfig, int], RelayPolicy]] = {
     "no_control": lambda cfg, seed: no_control,
     "random": lambda cfg, seed: RandomMoves(seed),

@@ -176,6 +176,72 @@ def plot_frame(frame: np.ndarray, road_length_m: float, path: Path, title: str) 
     return path
 
 
+def placement_bound(road, step_cells: int = 3) -> tuple[float, float]:
+    """(coverage as the road is, coverage with its agents re-placed greedily) on one frozen snapshot.
+
+    The agents' vehicles are lifted off the road and put back one at a time, each on the free cell
+    (every ``step_cells``-th cell of every lane) that raises coverage most: a lower bound on what the
+    best static deployment of the same agents reaches, i.e. what the geometry allows when traffic
+    dynamics are ignored.
+    """
+    as_is = road.relay_state().coverage
+    saved = {name: getattr(road, name).copy() for name in ("lane", "cell", "speed", "mmwave", "agent_id")}
+    agents = int((road.agent_id >= 0).sum())
+    road._reorder(road.agent_id < 0)
+    try:
+        coverage = road.relay_state().coverage
+        for _ in range(agents):
+            taken = set(zip(road.lane.tolist(), road.cell.tolist()))
+            best, best_cov = None, -1.0
+            base = {name: getattr(road, name) for name in ("lane", "cell", "speed", "mmwave", "agent_id")}
+            for lane in range(road.cfg.lanes):
+                for cell in range(0, road.n_cells, step_cells):
+                    if (lane, cell) in taken:
+                        continue
+                    road.lane, road.cell = np.append(base["lane"], lane), np.append(base["cell"], cell)
+                    road.mmwave = np.append(base["mmwave"], True)
+                    cov = road.relay_state().coverage
+                    if cov > best_cov:
+                        best, best_cov = (lane, cell), cov
+            road.lane, road.cell = np.append(base["lane"], best[0]), np.append(base["cell"], best[1])
+            road.mmwave = np.append(base["mmwave"], True)
+            road.speed, road.agent_id = np.append(base["speed"], 0), np.append(base["agent_id"], 0)
+            coverage = best_cov
+    finally:
+        for name, value in saved.items():
+            setattr(road, name, value)
+    return as_is, coverage
+
+
+def reachability(config: str, p: float = 0.2, seeds: int = 4, snapshot_s: int = 50) -> dict:
+    """Is 1.3x no control reachable? Coverage of fixed local rules (no control, greedy, drive in lane k),
+    and the static placement bound on snapshots of uncontrolled traffic; same traffic seeds as evaluation."""
+    from agents.vehicular import BASELINES, LanePreference, ObservationLayout, evaluate_policy, make_relay_env
+    from marl_q.config import load_config
+
+    cfg = load_config(Path(config))
+    env = make_relay_env(cfg.scenario.params, penetration=p)
+    layout = ObservationLayout.of(env.cfg)
+    policies = {"no_control": BASELINES["no_control"](env.cfg, 0), "greedy": BASELINES["greedy"](env.cfg, 0),
+                **{f"lane_{k}": LanePreference(layout, k) for k in range(env.cfg.lanes)}}
+    out: dict = {"p": p, "seeds": seeds, "coverage": {}}
+    for name, policy in policies.items():
+        values = [evaluate_policy(env, policy, seed=100_000 + s)["coverage"] for s in range(seeds)]
+        out["coverage"][name] = mean_ci95(values)
+    base = out["coverage"]["no_control"][0]
+    out["ratio_vs_no_control"] = {name: v[0] / base for name, v in out["coverage"].items()}
+    snaps = []
+    for s in range(seeds):
+        env.reset(seed=100_000 + s)
+        for _ in range(snapshot_s):
+            env.step({})
+        snaps.append(placement_bound(env.road))
+    out["placement_snapshot_coverage"] = mean_ci95([a for a, _ in snaps])
+    out["placement_bound_coverage"] = mean_ci95([b for _, b in snaps])
+    out["placement_ratio"] = out["placement_bound_coverage"][0] / out["placement_snapshot_coverage"][0]
+    return out
+
+
 def report(root: Path) -> dict:
     """Plots and figures.json from the evaluations under ``root``."""
     rows = read_evaluations(root)
@@ -215,7 +281,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="how the learned policy acts at evaluation: sample its distribution or argmax")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for marlq run")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--reachability", action="store_true",
+                        help="only measure fixed local rules and the static placement bound at p = 0.2 (no training)")
     args = parser.parse_args(argv)
+    if args.reachability:
+        figures = reachability(args.config, seeds=args.seeds)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "reachability.json").write_text(json.dumps(figures, indent=2))
+        print(json.dumps(figures, indent=2))
+        return 0
     if args.seeds < 1:
         print(f"--seeds: {args.seeds} must be at least 1", file=sys.stderr)
         return 2

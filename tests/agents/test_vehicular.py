@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from agents.vehicular import (BASELINES, GreedyGapFilling, ObservationLayout, VehicularA3CWorker, evaluate_run,
+from agents.vehicular import (BASELINES, GreedyGapFilling, LanePreference, ObservationLayout, VehicularA3CWorker, evaluate_run,
                               no_control)
 from marl_q.config import build_config
 from marl_q.experiment import run_experiment
 from marl_q.services import PARAMS
 from marl_q.messages import Message, SERVER
 from scenarios.vehicular_relay import VehicularRelayEnv
-from scenarios.vehicular_road import CHANNELS, DECELERATE, KEEP, LANE_LEFT
+from scenarios.vehicular_road import CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT
 
 torch.set_num_threads(1)
 SMALL = dict(road_length_m=300.0, rsu_spacing_m=150.0, n_agents=4, max_steps=12, warmup_steps=5, view_cells=8)
@@ -72,6 +72,15 @@ def test_greedy_heuristic_on_hand_made_observations():
     assert greedy.act_one(_observation(layout, 0, 1.0, False, [(2, 6)], vehicles=[(1, 0)])) == KEEP
     # nothing connected in view -> keep
     assert greedy.act_one(_observation(layout, 0, 1.0, False, [])) == KEEP
+
+
+def test_lane_preference_moves_towards_its_lane_when_the_cell_beside_is_free():
+    layout = ObservationLayout(lanes=3, view_cells=20)
+    middle = LanePreference(layout, 1)
+    assert middle.act_one(_observation(layout, 0, 1.0, False, [])) == LANE_LEFT
+    assert middle.act_one(_observation(layout, 2, 1.0, False, [])) == LANE_RIGHT
+    assert middle.act_one(_observation(layout, 1, 1.0, False, [])) == KEEP
+    assert middle.act_one(_observation(layout, 0, 1.0, False, [], vehicles=[(1, 0)])) == KEEP  # cell beside taken
 
 
 def test_observation_layout_reads_what_the_environment_wrote():

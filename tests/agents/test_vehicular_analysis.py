@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.vehicular import acceptance_figures, mean_ci95, paired_ratios, plot_against_p, plot_ratios
+from analysis.vehicular import (acceptance_figures, mean_ci95, paired_ratios, placement_bound, plot_against_p,
+                                plot_ratios)
 
 
 def test_mean_ci95_by_hand():
@@ -50,3 +51,25 @@ def test_paired_ratios_divide_by_the_same_seeds_no_control():
 def test_plot_ratios_writes_a_png(tmp_path):
     path = plot_ratios(_rows(), tmp_path / "r.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_placement_bound_restores_the_road_and_never_loses_to_removing_the_agents():
+    from scenarios.vehicular_relay import VehicularRelayEnv
+
+    env = VehicularRelayEnv(road_length_m=400.0, rsu_spacing_m=400.0, radio_range_m=60.0, n_agents=3,
+                            max_steps=20, warmup_steps=5, penetration=0.2)
+    env.reset(seed=2)
+    road = env.road
+    before = {n: getattr(road, n).copy() for n in ("lane", "cell", "speed", "mmwave", "agent_id")}
+    as_is, bound = placement_bound(road, step_cells=1)
+    for name, value in before.items():
+        assert np.array_equal(getattr(road, name), value)
+    assert as_is == pytest.approx(road.relay_state().coverage)
+    # the bound places each agent where it helps most; with one RSU and 3 agents on a 400 m road it
+    # beats the traffic's own arrangement and the road without the agents
+    keep = road.agent_id < 0
+    road._reorder(keep)
+    without = road.relay_state().coverage
+    for name, value in before.items():
+        setattr(road, name, value)
+    assert bound >= max(as_is, without) and bound > without
