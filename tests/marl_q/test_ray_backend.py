@@ -61,7 +61,7 @@ def _bytes_by_kind(run_dir) -> dict[str, set[int]]:
 
 def test_one_config_three_backends_same_bytes_per_message_kind(local_ray, small_raw, tmp_path):
     small_raw["run"]["total_env_steps"] = 600
-    small_raw["backend"]["ray"] = {"num_cpus_per_worker": 0.5}
+    small_raw["backend"].update({"workers": 1, "ray": {"num_cpus_per_worker": 0.5}})  # one process to start
     sizes = {}
     for backend in ("sim", "local", "ray"):
         small_raw["backend"]["name"] = backend
