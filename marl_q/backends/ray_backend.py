@@ -312,7 +312,7 @@ class ServerHost:
     async def finish(self, status: str) -> dict:
         self.closed = True
         self._wake_all()
-        if status == "interrupted":  # the state may be mid-update: keep the last periodic checkpoint
+        if status in ("interrupted", "failed"):  # the state may be mid-update: keep the last periodic checkpoint
             return self.rt.finish(self.now(), virtual=False, status=status, checkpoint=False)
         return self.rt.finish(self.now(), virtual=False, status=status)
 
@@ -482,11 +482,12 @@ def _drive(ray: Any, rt: Runtime) -> dict:
                 next_bar = time.perf_counter() + 1.0
                 bar.show(*ray.get(server.stats.remote()))
         summary = ray.get(server.finish.remote(status))
-    except BaseException:
-        try:  # flush what the server has; the caller decides what the run's status is
-            ray.get(server.finish.remote("interrupted"), timeout=30)
-        except Exception as exc:  # never mask what is being raised
-            print(f"marlq: the server actor could not flush the run files ({exc})", file=sys.stderr)
+    except BaseException as exc:
+        ending = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        try:  # flush what the server has; what is raised decides the exit code
+            ray.get(server.finish.remote(ending), timeout=30)
+        except Exception as flush_exc:  # never mask what is being raised
+            print(f"marlq: the server actor could not flush the run files ({flush_exc})", file=sys.stderr)
         raise
     finally:
         if bar is not None:
