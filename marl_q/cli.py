@@ -90,6 +90,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("marlq: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `marlq ... | head`: the reader left; the run itself is saved
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception:  # a bug or a failure of the run itself
         traceback.print_exc()
         return EXIT_FAIL
