@@ -115,18 +115,21 @@ class GreedyGapFilling:
 
 
 class LanePreference:
-    """Drive in one lane: change towards ``lane`` when the cell beside is free, otherwise keep (a reachability probe)."""
+    """Drive in one lane (a reachability probe): change towards ``lane`` when the cell beside is free,
+    otherwise keep; with ``insist`` ask for the change anyway (the road refuses it, the vehicle holds
+    its speed that second instead of following the traffic model)."""
 
-    def __init__(self, layout: ObservationLayout, lane: int) -> None:
+    def __init__(self, layout: ObservationLayout, lane: int, insist: bool = False) -> None:
         self.layout = layout
         self.lane = lane
+        self.insist = insist
 
     def act_one(self, obs: np.ndarray) -> int:
         grid, lane, _, _ = self.layout.split(obs)
         if lane == self.lane:
             return KEEP
         step = 1 if self.lane > lane else -1
-        if grid[VEHICLE, lane + step, self.layout.view_cells] != 0:
+        if grid[VEHICLE, lane + step, self.layout.view_cells] != 0 and not self.insist:
             return KEEP
         return LANE_LEFT if step == 1 else LANE_RIGHT
 
@@ -323,7 +326,8 @@ def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int,
         policies = {"learned": learned, **{name: mk(env.cfg, seed) for name, mk in BASELINES.items()}}
         for name, policy in policies.items():
             result = evaluate_policy(env, policy, seed=seed, episodes=episodes)
-            rows.append({"run_seed": cfg.run.seed, "policy": name, "penetration": float(p), **result})
+            rows.append({"run_seed": cfg.run.seed, "policy": name, "penetration": float(p), **result,
+                         "act": act})  # how the learned policy picked its moves in this evaluation
     env = make_relay_env(cfg.scenario.params)
     obs, _ = env.reset(seed=seed)
     for _ in range(min(150, env.cfg.max_steps - 1)):

@@ -24,6 +24,7 @@ from analysis.stats import mean_ci
 POLICIES = ("learned", "no_control", "greedy", "random")
 LABELS = {"learned": "A3C (shared policy)", "no_control": "no control (traffic model)",
           "greedy": "greedy gap-filling", "random": "random moves"}
+TEXT_COLUMNS = ("policy", "act")
 COLOURS = {"learned": "tab:red", "no_control": "tab:blue", "greedy": "tab:green", "random": "tab:gray"}
 
 
@@ -39,7 +40,7 @@ def read_evaluations(root: Path) -> list[dict]:
     for path in sorted((root / "eval").glob("seed_*.csv")):
         with open(path) as fh:
             for row in csv.DictReader(fh):
-                rows.append({k: (v if k == "policy" else float(v)) for k, v in row.items()})
+                rows.append({k: (v if k in TEXT_COLUMNS else float(v)) for k, v in row.items()})
     return rows
 
 
@@ -76,6 +77,12 @@ def acceptance_figures(rows: list[dict], train_p: float = 0.2) -> dict:
     return out
 
 
+def label(name: str, rows: list[dict]) -> str:
+    """A policy's legend label; the learned one says how it picked moves (sampled or argmax) when known."""
+    acts = sorted({r["act"] for r in rows if r.get("policy") == name and r.get("act")})
+    return LABELS[name] + (f", {'/'.join(acts)} moves" if name == "learned" and acts else "")
+
+
 def plot_against_p(rows: list[dict], metric: str, ylabel: str, title: str, path: Path) -> Path:
     """One line per policy: the seed mean of ``metric`` against p with a 95% band."""
     import matplotlib
@@ -94,7 +101,7 @@ def plot_against_p(rows: list[dict], metric: str, ylabel: str, title: str, path:
         seeds = max(seeds, max(len(data[name][p]) for p in ps))
         mean = np.array([s[0] for s in stats])
         half = np.array([s[1] for s in stats])
-        ax.plot(ps, mean, marker="o", color=COLOURS[name], label=LABELS[name])
+        ax.plot(ps, mean, marker="o", color=COLOURS[name], label=label(name, rows))
         ax.fill_between(ps, mean - half, mean + half, color=COLOURS[name], alpha=0.2)
     ax.set_xlabel("mmWave penetration ratio p (fraction of uncontrolled vehicles)")
     ax.set_ylabel(ylabel)
@@ -135,7 +142,7 @@ def plot_ratios(rows: list[dict], path: Path, target: float = 1.3) -> Path:
         stats = [mean_ci95(ratios[p]) for p in ps]
         seeds = max(seeds, max(len(ratios[p]) for p in ps))
         mean, half = np.array([s[0] for s in stats]), np.array([s[1] for s in stats])
-        ax.plot(ps, mean, marker="o", color=COLOURS[name], label=LABELS[name])
+        ax.plot(ps, mean, marker="o", color=COLOURS[name], label=label(name, rows))
         ax.fill_between(ps, mean - half, mean + half, color=COLOURS[name], alpha=0.2)
     ax.axhline(1.0, color=COLOURS["no_control"], lw=1, label="no control (= 1)")
     ax.axhline(target, color="black", ls="--", lw=1, label=f"target at p = 0.2 ({target}x)")
@@ -223,7 +230,8 @@ def reachability(config: str, p: float = 0.2, seeds: int = 4, snapshot_s: int = 
     env = make_relay_env(cfg.scenario.params, penetration=p)
     layout = ObservationLayout.of(env.cfg)
     policies = {"no_control": BASELINES["no_control"](env.cfg, 0), "greedy": BASELINES["greedy"](env.cfg, 0),
-                **{f"lane_{k}": LanePreference(layout, k) for k in range(env.cfg.lanes)}}
+                **{f"lane_{k}": LanePreference(layout, k) for k in range(env.cfg.lanes)},
+                **{f"lane_{k}_insist": LanePreference(layout, k, insist=True) for k in range(env.cfg.lanes)}}
     out: dict = {"p": p, "seeds": seeds, "coverage": {}}
     for name, policy in policies.items():
         values = [evaluate_policy(env, policy, seed=100_000 + s)["coverage"] for s in range(seeds)]
@@ -249,21 +257,26 @@ def report(root: Path) -> dict:
         raise SystemExit(f"error: {root}/eval holds no seed_*.csv evaluations")
     plots = root / "plots"
     plots.mkdir(parents=True, exist_ok=True)
+    scenario = {}
+    configs = sorted((root / "train").glob("seed_*/config.yaml"))
+    if configs:
+        import yaml
+
+        scenario = yaml.safe_load(configs[0].read_text())["scenario"]
+    length = float(scenario.get("road_length_m", 3000.0))
+    trained = f"A3C reward: {scenario['reward']}; " if "reward" in scenario else ""
     plot_against_p(rows, "coverage", "coverage (fraction of road cells within range)",
-                   "Coverage of a 3 km highway by RSU-connected relays", plots / "coverage_vs_p.png")
+                   f"Coverage of a {length / 1000:g} km highway by RSU-connected relays ({trained.rstrip('; ')})",
+                   plots / "coverage_vs_p.png")
     plot_against_p(rows, "relay_length_m", "relay length (m, mean over RSUs)",
-                   "Relay length from the RSUs", plots / "relay_length_vs_p.png")
+                   f"Relay length from the RSUs ({trained.rstrip('; ')})", plots / "relay_length_vs_p.png")
     plot_ratios(rows, plots / "coverage_ratio_vs_p.png")
     frames = sorted((root / "eval").glob("seed_*.frame.npy"))
     if frames:
-        cfg_path = root / "train" / frames[0].name.split(".")[0] / "config.yaml"
-        length = 3000.0
-        if cfg_path.exists():
-            import yaml
-
-            length = float(yaml.safe_load(cfg_path.read_text())["scenario"]["road_length_m"])
+        acts = sorted({r["act"] for r in rows if r.get("act")})
+        how = f", {'/'.join(acts)} moves" if acts else ""
         plot_frame(np.load(frames[0]), length, plots / "learned_relay_frame.png",
-                   f"Learned policy at p = 0.2 after 150 s ({frames[0].name.split('.')[0]})")
+                   f"Learned policy{how} at p = 0.2 after 150 s ({frames[0].name.split('.')[0]})")
     figures = acceptance_figures(rows)
     (root / "figures.json").write_text(json.dumps(figures, indent=2))
     return figures

@@ -81,6 +81,8 @@ def test_lane_preference_moves_towards_its_lane_when_the_cell_beside_is_free():
     assert middle.act_one(_observation(layout, 2, 1.0, False, [])) == LANE_RIGHT
     assert middle.act_one(_observation(layout, 1, 1.0, False, [])) == KEEP
     assert middle.act_one(_observation(layout, 0, 1.0, False, [], vehicles=[(1, 0)])) == KEEP  # cell beside taken
+    insist = LanePreference(layout, 1, insist=True)
+    assert insist.act_one(_observation(layout, 0, 1.0, False, [], vehicles=[(1, 0)])) == LANE_LEFT
 
 
 def test_observation_layout_reads_what_the_environment_wrote():
