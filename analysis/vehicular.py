@@ -220,6 +220,36 @@ def placement_bound(road, step_cells: int = 3) -> tuple[float, float]:
     return as_is, coverage
 
 
+class EdgeHold:
+    """Oracle probe with full knowledge of the road: an agent that is the outermost RSU-connected
+    vehicle on its side of its nearest RSU (nothing connected within ``outward_cells`` farther out),
+    with the next connected vehicle inwards at least ``inward_cells`` back, slows to ``min_speed``
+    to hold the relay's edge; every other agent drives with the traffic."""
+
+    def __init__(self, env, min_speed: int, inward_cells: int = 14, outward_cells: int = 20) -> None:
+        self.env, self.min_speed = env, min_speed
+        self.inward_cells, self.outward_cells = inward_cells, outward_cells
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
+        from scenarios.vehicular_road import DECELERATE as SLOW
+
+        road = self.env.road
+        connected = self.env._connected_vehicles()
+        cx = road.cell[connected]
+        rsu_cells = road.rsu_x / road.cfg.cell_m
+        acts = {}
+        for name in obs:
+            k = int(np.nonzero(road.agent_id == int(name.split("_")[1]))[0][0])
+            if not connected[k] or road.speed[k] <= self.min_speed:
+                continue
+            outward = 1 if road.cell[k] > rsu_cells[np.argmin(np.abs(rsu_cells - road.cell[k]))] else -1
+            rel = (cx - road.cell[k]) * outward
+            inward = -rel[rel < 0]
+            if not ((rel > 0) & (rel <= self.outward_cells)).any() and (inward.min() if len(inward) else 10 ** 6) >= self.inward_cells:
+                acts[name] = SLOW
+        return acts
+
+
 def reachability(config: str, p: float = 0.2, seeds: int = 4, snapshot_s: int = 50) -> dict:
     """Is 1.3x no control reachable? Coverage of fixed local rules (no control, greedy, drive in lane k),
     and the static placement bound on snapshots of uncontrolled traffic; same traffic seeds as evaluation."""
@@ -231,7 +261,8 @@ def reachability(config: str, p: float = 0.2, seeds: int = 4, snapshot_s: int = 
     layout = ObservationLayout.of(env.cfg)
     policies = {"no_control": BASELINES["no_control"](env.cfg, 0), "greedy": BASELINES["greedy"](env.cfg, 0),
                 **{f"lane_{k}": LanePreference(layout, k) for k in range(env.cfg.lanes)},
-                **{f"lane_{k}_insist": LanePreference(layout, k, insist=True) for k in range(env.cfg.lanes)}}
+                **{f"lane_{k}_insist": LanePreference(layout, k, insist=True) for k in range(env.cfg.lanes)},
+                **{f"oracle_edge_hold_speed_{v}": EdgeHold(env, v) for v in (0, 1, 2)}}
     out: dict = {"p": p, "seeds": seeds, "coverage": {}}
     for name, policy in policies.items():
         values = [evaluate_policy(env, policy, seed=100_000 + s)["coverage"] for s in range(seeds)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.vehicular import (acceptance_figures, mean_ci95, paired_ratios, placement_bound, plot_against_p,
+from analysis.vehicular import (EdgeHold, acceptance_figures, mean_ci95, paired_ratios, placement_bound, plot_against_p,
                                 plot_ratios)
 
 
@@ -73,3 +73,26 @@ def test_placement_bound_restores_the_road_and_never_loses_to_removing_the_agent
     for name, value in before.items():
         setattr(road, name, value)
     assert bound >= max(as_is, without) and bound > without
+
+
+def test_edge_hold_slows_only_connected_agents_at_the_outer_edge_of_a_relay():
+    from scenarios.vehicular_relay import VehicularRelayEnv
+    from scenarios.vehicular_road import DECELERATE
+
+    env = VehicularRelayEnv(road_length_m=600.0, rsu_spacing_m=300.0, n_agents=5, max_steps=40, warmup_steps=10)
+    obs, _ = env.reset(seed=0)
+    policy = EdgeHold(env, min_speed=0, inward_cells=1)
+    slowed = 0
+    while env.agents:
+        acts = policy({a: obs[a] for a in env.agents})
+        road, connected = env.road, env._connected_vehicles()
+        for name, act in acts.items():
+            assert act == DECELERATE
+            k = int(np.nonzero(road.agent_id == int(name.split("_")[1]))[0][0])
+            rsu = road.rsu_x[np.argmin(np.abs(road.rsu_x - road.cell_centres[road.cell[k]]))] / road.cfg.cell_m
+            out = 1 if road.cell[k] > rsu else -1
+            farther = [j for j in np.nonzero(connected)[0] if 0 < (road.cell[j] - road.cell[k]) * out <= 20]
+            assert connected[k] and road.speed[k] > 0 and not farther
+            slowed += 1
+        obs, *_ = env.step(acts)
+    assert slowed > 0
