@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.coma_learner import ComaLearner, Dims, actor_inputs, critic_in_dim, critic_out_dim, stack_episodes
+from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, critic_in_dim, critic_out_dim,
+                                 stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params
 from marl_q.errors import ConfigError
@@ -45,11 +46,19 @@ class ComaConfig:
     gamma: float = 0.99
     td_lambda: float = 0.8
     n_step: int = 0  # > 0: n-step critic targets (EPyMARL uses 10) instead of TD(lambda)
+    # what COMA's critic targets bootstrap from: "sampled" Q'(s', u') at the joint action taken next (the
+    # paper, PyMARL), or "expected" E_{u'~pi}[Q'(s', u')] (Expected SARSA): the agent's own next action
+    # summed out exactly, the other agents' drawn ``bootstrap_samples`` times from the current actor. The
+    # V critics (iac, central_v) bootstrap from a value already, so this only changes coma.
+    bootstrap: Literal["sampled", "expected"] = "sampled"
+    bootstrap_samples: int = 16
+    critic_dueling: bool = False  # coma: Q = v + centred per-action differences (agents/coma_learner.DuelingQ)
     actor_lr: float = 5e-4
     critic_lr: float = 5e-4
     grad_clip: float = 10.0
     critic_steps_per_update: int = 1
     target_update_every: int = 20  # critic steps between copies into the target network
+    critic_warmup_updates: int = 0  # learning updates at the start that train the critic only (actor frozen)
     epsilon_start: float = 0.5
     epsilon_end: float = 0.02
     epsilon_anneal_steps: int = 100_000  # env steps received by the server
@@ -64,10 +73,10 @@ class ComaConfig:
             raise ValueError(f"gamma and td_lambda must lie in [0, 1], got {self.gamma}, {self.td_lambda}")
         if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
             raise ValueError("epsilon_start and epsilon_end must lie in [0, 1]")
-        for key in ("critic_steps_per_update", "target_update_every"):
+        for key in ("critic_steps_per_update", "target_update_every", "bootstrap_samples"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
-        for key in ("n_step", "epsilon_anneal_steps", "eval_episodes"):
+        for key in ("n_step", "epsilon_anneal_steps", "eval_episodes", "critic_warmup_updates"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)}")
         for key in ("actor_lr", "critic_lr", "grad_clip", "importance_clip"):
@@ -422,8 +431,9 @@ class CentralizedCriticAlgorithm(Algorithm):
         finally:
             env.close()
         kind = cfg.algorithm.name
+        dueling = cfg.algorithm.critic_dueling
         for section, in_dim, out_dim in (("actor", dims.obs_dim + dims.n_agents, dims.n_actions),
-                                         ("critic", critic_in_dim(kind, dims), critic_out_dim(kind, dims))):
+                                         ("critic", critic_in_dim(kind, dims), critic_out_dim(kind, dims, dueling))):
             try:
                 build_head(getattr(cfg, section), in_dim, out_dim)
             except ValueError as exc:  # a head that cannot take this input/output size
@@ -440,7 +450,10 @@ class CentralizedCriticAlgorithm(Algorithm):
         dims = self.desc.dims
         kind = self.cfg.algorithm.name
         actor = build_actor(self.cfg, dims)
-        critic = build_head(self.cfg.critic, critic_in_dim(kind, dims), critic_out_dim(kind, dims))
+        dueling = kind == "coma" and self.cfg.algorithm.critic_dueling
+        critic = build_head(self.cfg.critic, critic_in_dim(kind, dims), critic_out_dim(kind, dims, dueling))
+        if dueling:
+            critic = DuelingQ(critic)
         self.service = TrajectoryService(self.cfg, self.desc, actor, critic)
         return self.service
 

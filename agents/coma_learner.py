@@ -24,6 +24,7 @@ from torch import nn
 from agents.coma_estimators import counterfactual_advantage, epsilon_floored_policy, n_step_targets, td_lambda_targets
 
 CRITIC_KINDS = ("coma", "central_v", "iac")
+BOOTSTRAP_SEED = 7_919  # base seed of the joint actions drawn for expected bootstrap values
 
 
 class Dims(NamedTuple):
@@ -90,9 +91,32 @@ def critic_in_dim(kind: str, dims: Dims) -> int:
     raise ValueError(f"unknown critic kind {kind!r} (choices: {', '.join(CRITIC_KINDS)})")
 
 
-def critic_out_dim(kind: str, dims: Dims) -> int:
-    """|U| values for COMA's Q critic, one value for the V critics."""
-    return dims.n_actions if kind == "coma" else 1
+def critic_out_dim(kind: str, dims: Dims, dueling: bool = False) -> int:
+    """|U| values for COMA's Q critic (|U| + 1 from the network under ``DuelingQ``), one for the V critics."""
+    if kind != "coma":
+        return 1
+    return dims.n_actions + 1 if dueling else dims.n_actions
+
+
+class DuelingQ(nn.Module):
+    """COMA's Q critic as value + centred advantages: Q(s, (u^-a, u')) = v + d_u' - mean_u'' d_u''.
+
+    The same |U| values as a plain head, another parametrization (Wang et al., ICML 2016): the wrapped
+    network outputs [v, d_1..d_U]. The critic is trained on the taken action only, so in a plain head
+    each action's output follows the level of the returns on its own, as often as that action is taken;
+    when returns rise (gamma > 0 while the policy improves) the rarely taken actions lag, and the lag
+    enters the counterfactual advantage. Here v is trained on every sample and the d's only carry
+    the differences between actions, which is all the advantage uses (v cancels in it).
+    """
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.net(x)
+        d = out[..., 1:]
+        return out[..., :1] + d - d.mean(dim=-1, keepdim=True)
 
 
 def critic_forward(kind: str, critic: nn.Module, state: torch.Tensor, obs: torch.Tensor, actions: torch.Tensor,
@@ -133,12 +157,32 @@ class ComaLearner:
         self.critic_steps = 0
         self.updates = 0
 
-    def _targets(self, batch: Batch) -> torch.Tensor:
+    def expected_target_values(self, batch: Batch, epsilon: float) -> torch.Tensor:
+        """E_{u~pi}[Q'(s_t, u)] per agent for every step, (B, T+1, A): the target critic's counterfactual
+        baseline (agent a's own action summed out under pi^a) averaged over ``bootstrap_samples`` draws
+        of the other agents' joint action from the current actor. Draws are seeded by the update count,
+        so a run (and a resumed one) is reproducible."""
+        gen = torch.Generator().manual_seed(BOOTSTRAP_SEED + self.updates)
+        with torch.no_grad():
+            pi = policy(self.actor, batch.obs, batch.avail, epsilon)  # (B, T+1, A, U)
+            flat = pi.reshape(-1, pi.shape[-1])
+            total = torch.zeros(pi.shape[:-1])
+            for _ in range(self.hp.bootstrap_samples):
+                drawn = torch.multinomial(flat, 1, generator=gen).reshape(pi.shape[:-1])
+                q = critic_forward("coma", self.target_critic, batch.state, batch.obs, drawn, self.dims.n_actions)
+                total += (pi * q).sum(-1)  # agent a's own slot is masked in q: its own action summed exactly
+        return total / self.hp.bootstrap_samples
+
+    def _targets(self, batch: Batch, epsilon: float = 0.0) -> torch.Tensor:
         """TD(lambda) or n-step targets per agent from the target critic, (B, T, A)."""
         with torch.no_grad():
-            out = critic_forward(self.kind, self.target_critic, batch.state, batch.obs, batch.actions, self.dims.n_actions)
-            if self.kind == "coma":
-                out = out.gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+            if self.kind == "coma" and self.hp.bootstrap == "expected":
+                out = self.expected_target_values(batch, epsilon)
+            else:
+                out = critic_forward(self.kind, self.target_critic, batch.state, batch.obs, batch.actions,
+                                     self.dims.n_actions)
+                if self.kind == "coma":
+                    out = out.gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
         n_agents = self.dims.n_agents
         rewards = batch.rewards.unsqueeze(-1).expand(-1, -1, n_agents)
         terminated = batch.terminated.unsqueeze(-1).expand(-1, -1, n_agents)
@@ -148,9 +192,10 @@ class ComaLearner:
         return td_lambda_targets(rewards, terminated, mask, out, self.hp.gamma, self.hp.td_lambda)
 
     def learn(self, batch: Batch, epsilon: float = 0.0) -> dict[str, float]:
-        """One critic step (or ``critic_steps_per_update``) then one actor step; returns diagnostics."""
+        """One critic step (or ``critic_steps_per_update``) then one actor step (none during the first
+        ``critic_warmup_updates`` updates); returns diagnostics."""
         steps = batch.rewards.shape[1]
-        targets = self._targets(batch)
+        targets = self._targets(batch, epsilon)
         critic_loss = torch.zeros(())
         for _ in range(self.hp.critic_steps_per_update):
             out = critic_forward(self.kind, self.critic, batch.state[:, :steps], batch.obs[:, :steps],
@@ -166,6 +211,7 @@ class ComaLearner:
                 self.target_critic.load_state_dict(self.critic.state_dict())
 
         obs, avail, actions = batch.obs[:, :steps], batch.avail[:, :steps], batch.actions[:, :steps].long()
+        actor_frozen = self.updates < self.hp.critic_warmup_updates
         with torch.no_grad():
             out = critic_forward(self.kind, self.critic, batch.state[:, :steps], obs, actions, self.dims.n_actions)
         pi = policy(self.actor, obs, avail, epsilon)
@@ -184,10 +230,11 @@ class ComaLearner:
             weight = weight * ratio
         entropy = -(pi * pi.clamp_min(1e-10).log()).sum(-1)
         actor_loss = -(weight * advantage * log_pi).mean() - self.hp.entropy_coef * entropy.mean()
-        self.actor_opt.zero_grad()
-        actor_loss.backward()
-        nn.utils.clip_grad_norm_(self.actor.parameters(), self.hp.grad_clip)
-        self.actor_opt.step()
+        if not actor_frozen:  # during the critic warm-up the actor keeps its initial parameters
+            self.actor_opt.zero_grad()
+            actor_loss.backward()
+            nn.utils.clip_grad_norm_(self.actor.parameters(), self.hp.grad_clip)
+            self.actor_opt.step()
         self.updates += 1
         return {
             "critic_loss": float(critic_loss.detach()),

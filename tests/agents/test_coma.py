@@ -205,3 +205,25 @@ def test_scenario_files_load_and_run_a_few_episodes(name: str, tmp_path: Path) -
     summary = run_experiment(cfg, out=tmp_path / "run")
     assert (tmp_path / "run" / "summary.json").is_file()
     assert summary["trajectories_accepted"] >= 1
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("bootstrap", "mean", r"algorithm.bootstrap: unknown value 'mean' \(choices: sampled, expected\)"),
+    ("bootstrap_samples", 0, r"bootstrap_samples: must be at least 1, got 0"),
+    ("critic_warmup_updates", -1, r"critic_warmup_updates: must be >= 0, got -1"),
+])
+def test_bad_gamma_remedy_settings_are_named_config_errors(key: str, value: object, message: str) -> None:
+    raw = _raw("coma")
+    raw["algorithm"][key] = value
+    with pytest.raises(ConfigError, match=message):
+        build_config(raw)
+
+
+def test_the_gamma_remedies_run_end_to_end_and_the_dueling_critic_has_one_more_output() -> None:
+    raw = _raw("coma", steps=100)
+    raw["algorithm"].update({"bootstrap": "expected", "bootstrap_samples": 2, "critic_warmup_updates": 3,
+                             "critic_dueling": True, "gamma": 0.99, "td_lambda": 0.0})
+    summary = run_experiment(build_config(raw), out=None)
+    assert summary["learning_updates"] > 3 and summary["trajectories_rejected"] == 0
+    # same critic as the plain one (in 24 -> 16 -> out) with out = |U| + 1 = 4: the value and 3 differences
+    assert summary["critic_params"] == 24 * 16 + 16 + 16 * 4 + 4

@@ -14,6 +14,7 @@ from torch import nn
 from agents.coma_learner import (
     ComaLearner,
     Dims,
+    DuelingQ,
     actor_inputs,
     coma_critic_inputs,
     critic_forward,
@@ -35,7 +36,7 @@ def _mlp(i: int, o: int, seed: int = 0) -> nn.Module:
 def _hp(**kw) -> SimpleNamespace:
     base = dict(actor_lr=1e-2, critic_lr=1e-2, gamma=0.9, td_lambda=0.8, n_step=0, critic_steps_per_update=1,
                 target_update_every=5, grad_clip=10.0, off_policy_correction=False, importance_clip=2.0,
-                entropy_coef=0.0)
+                entropy_coef=0.0, critic_warmup_updates=0, bootstrap="sampled", bootstrap_samples=4)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -195,3 +196,99 @@ def test_off_policy_correction_is_neutral_when_behaviour_equals_the_server_polic
 def test_unknown_critic_kind_is_named() -> None:
     with pytest.raises(ValueError, match="unknown critic kind 'qmix'"):
         ComaLearner("qmix", _mlp(5, 3), _mlp(5, 3), Dims(2, 3, 4, 3), _hp())
+
+
+# ----------------------------------------------------------------------------- gamma 0.99 remedies
+def test_critic_warmup_freezes_the_actor_for_its_updates_then_releases_it() -> None:
+    dims = Dims(2, 3, 4, 3)
+    learner = ComaLearner("coma", _mlp(5, 3), _mlp(critic_in_dim("coma", dims), 3), dims, _hp(critic_warmup_updates=2))
+    batch = stack_episodes(_random_episodes(dims, 2, 4, seed=5))
+    actor0 = [p.detach().clone() for p in learner.actor.parameters()]
+    critic0 = [p.detach().clone() for p in learner.critic.parameters()]
+    for _ in range(2):
+        learner.learn(batch)
+    assert all(torch.equal(a, p) for a, p in zip(actor0, learner.actor.parameters()))
+    assert any(not torch.equal(c, p) for c, p in zip(critic0, learner.critic.parameters()))
+    learner.learn(batch)  # the third update trains the actor
+    assert any(not torch.equal(a, p) for a, p in zip(actor0, learner.actor.parameters()))
+
+
+def _exact_expected_values(learner: ComaLearner, batch, epsilon: float) -> torch.Tensor:
+    """E_{u~pi}[Q'^a(s, u)] by enumerating every joint action with its probability."""
+    dims = learner.dims
+    with torch.no_grad():
+        pi = policy(learner.actor, batch.obs, batch.avail, epsilon)  # (B, T+1, A, U)
+        out = torch.zeros(pi.shape[:-1], dtype=torch.float64)
+        for joint in itertools.product(range(dims.n_actions), repeat=dims.n_agents):
+            u = torch.tensor(joint).expand(*pi.shape[:-2], dims.n_agents)
+            prob = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).prod(-1, keepdim=True)  # (B, T+1, 1)
+            q = critic_forward("coma", learner.target_critic, batch.state, batch.obs, u, dims.n_actions)
+            out += (prob * q.gather(-1, u.unsqueeze(-1)).squeeze(-1)).double()
+    return out
+
+
+def test_expected_bootstrap_values_match_the_enumerated_expectation_over_joint_actions() -> None:
+    dims = Dims(3, 2, 3, 3)
+    learner = ComaLearner("coma", _mlp(dims.obs_dim + 3, 3, seed=6), _mlp(critic_in_dim("coma", dims), 3, seed=7), dims,
+                          _hp(bootstrap="expected", bootstrap_samples=3000))
+    batch = stack_episodes(_random_episodes(dims, 1, 2, seed=8))
+    got = learner.expected_target_values(batch, epsilon=0.3).double()
+    exact = _exact_expected_values(learner, batch, epsilon=0.3)
+    spread = exact.std()  # the values vary across agents and steps by this much
+    assert got.shape == exact.shape == (1, 3, 3)
+    assert torch.allclose(got, exact, atol=0.05 * float(spread) + 1e-3)
+    # reproducible: draws are seeded by the update count
+    assert torch.equal(learner.expected_target_values(batch, epsilon=0.3), learner.expected_target_values(batch, 0.3))
+
+
+def test_expected_bootstrap_is_exact_when_the_other_agents_act_deterministically() -> None:
+    """With every other agent's policy one-hot, sampling them is exact: the value is pi^a-weighted Q'."""
+    dims = Dims(2, 2, 3, 3)
+
+    class Fixed(nn.Module):  # logits that make agent 0 and 1 pick actions 2 and 0 (obs carries the id)
+        def __init__(self):
+            super().__init__()
+            self.unused = nn.Parameter(torch.zeros(1))  # the learner's optimizer needs one
+
+        def forward(self, x):
+            ids = x[..., dims.obs_dim:]
+            return 50.0 * (ids[..., :1] * torch.tensor([0.0, 0.0, 1.0]) + ids[..., 1:2] * torch.tensor([1.0, 0.0, 0.0]))
+
+    critic = _mlp(critic_in_dim("coma", dims), 3, seed=9)
+    learner = ComaLearner("coma", Fixed(), critic, dims, _hp(bootstrap="expected", bootstrap_samples=2))
+    batch = stack_episodes(_random_episodes(dims, 2, 3, seed=10))
+    joint = torch.tensor([2, 0]).expand(2, 4, 2)
+    with torch.no_grad():
+        q = critic_forward("coma", learner.target_critic, batch.state, batch.obs, joint, 3)
+        pi = policy(learner.actor, batch.obs, batch.avail, 0.0)
+    assert torch.allclose(learner.expected_target_values(batch, 0.0), (pi * q).sum(-1), atol=1e-6)
+
+
+def test_expected_bootstrap_changes_only_the_coma_targets() -> None:
+    dims = Dims(2, 3, 4, 3)
+    batch = stack_episodes(_random_episodes(dims, 2, 4, seed=11))
+    for kind in ("coma", "iac", "central_v"):
+        critic = _mlp(critic_in_dim(kind, dims), critic_out_dim(kind, dims), seed=12)
+        sampled = ComaLearner(kind, _mlp(5, 3), copy.deepcopy(critic), dims, _hp())._targets(batch, 0.1)
+        expected = ComaLearner(kind, _mlp(5, 3), copy.deepcopy(critic), dims, _hp(bootstrap="expected"))._targets(batch, 0.1)
+        assert torch.equal(sampled, expected) == (kind != "coma")
+
+
+def test_dueling_q_is_value_plus_centred_differences_and_leaves_the_advantage_to_the_differences() -> None:
+    dims = Dims(3, 2, 4, 4)
+    net = _mlp(critic_in_dim("coma", dims), critic_out_dim("coma", dims, dueling=True), seed=13)
+    assert critic_out_dim("coma", dims, dueling=True) == 5 and critic_out_dim("iac", dims, dueling=True) == 1
+    critic = DuelingQ(net)
+    gen = torch.Generator().manual_seed(14)
+    state, obs = torch.randn(2, 4, generator=gen), torch.randn(2, 3, 2, generator=gen)
+    actions = torch.randint(0, 4, (2, 3), generator=gen)
+    q = critic_forward("coma", critic, state, obs, actions, 4)
+    raw = net(coma_critic_inputs(state, obs, actions, 4))
+    assert torch.allclose(q.mean(-1), raw[..., 0], atol=1e-6)  # the mean over actions is v
+    assert torch.allclose(q[..., 1] - q[..., 0], raw[..., 2] - raw[..., 1], atol=1e-6)
+    pi = torch.softmax(torch.randn(2, 3, 4, generator=gen), -1)
+    adv, _ = counterfactual_advantage(q, pi, actions)
+    with torch.no_grad():
+        net[-1].bias[0] += 7.0  # shift v only
+    adv_shifted, _ = counterfactual_advantage(critic_forward("coma", critic, state, obs, actions, 4), pi, actions)
+    assert torch.allclose(adv, adv_shifted, atol=1e-5)
