@@ -127,3 +127,61 @@ def test_diffqas_heads_report_their_selected_architecture(small_raw):
     arch = summary["actor_architecture"]
     assert arch["pool_size"] >= 2 and len(arch["selected"]) == 2
     assert "critic_architecture" not in summary  # an mlp critic chooses nothing
+
+
+def test_a2c_fast_path_matches_the_general_path_with_masked_steps():
+    """The clip-free single pass (_a2c_step) against the general path (forced by a value clip too
+    wide to bind), with invalid steps masked out, with and without the entropy term."""
+    from agents.actor_critic import ActorCriticConfig, actor_critic_update
+
+    for ent_coef in (0.0, 0.01):
+        torch.manual_seed(2)
+        rng = np.random.default_rng(3)
+        T, N = 4, 3
+        batch = {"obs": rng.normal(size=(T + 1, N, 4)).astype(np.float32),
+                 "actions": rng.integers(0, 2, size=(T, N)), "rewards": rng.normal(size=(T, N)),
+                 "terminated": rng.random((T, N)) < 0.2, "valid": rng.random((T, N)) < 0.7}
+        batch["dones"] = batch["terminated"] | (rng.random((T, N)) < 0.1)
+        assert not batch["valid"].all() and batch["valid"].any()
+        grads = []
+        for value_clip in (None, 1e9):
+            torch.manual_seed(2)
+            actor, critic = build_mlp(MLPConfig(hidden=[8]), 4, 2), build_mlp(MLPConfig(hidden=[8]), 4, 1)
+            flat = FlatParameters(actor, critic)
+            ac = ActorCriticConfig(ent_coef=ent_coef, max_grad_norm=0.5, value_clip=value_clip)
+            actor_critic_update(ac, actor, critic, flat, None, np.random.default_rng(0), batch)
+            grads.append(flat.flat.grad.clone())
+        assert float(grads[0].abs().max()) > 0
+        torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-7)
+
+
+def _one_step_workers(raw):
+    from marl_q.messages import SERVER, Message
+
+    raw["algorithm"]["n_steps"] = 1
+    cfg = build_config(raw)
+    workers = [ActorCriticWorker(cfg, 0), ActorCriticWorker(cfg, 0)]
+    assert workers[0]._reuse_act_forward
+    workers[1]._reuse_act_forward = False  # the rollout's forward without graph, a second one in the update
+    params = workers[0].flat.numpy()
+    pushed = [[], []]
+    for step in range(30):
+        for i, w in enumerate(workers):
+            w.deliver(Message(SERVER, "w0", "params", {"params": params}, base_version=step))
+            pushed[i].append(w.step().messages[0].payload["grad"])
+        params = params - 0.05 * pushed[0][-1]  # move the parameters so every step differentiates afresh
+    return pushed
+
+
+def test_one_step_a2c_reuses_the_rollout_forward_bit_for_bit(small_raw):
+    pushed = _one_step_workers(small_raw)
+    assert all(np.array_equal(a, b) for a, b in zip(*pushed))
+    assert any(np.abs(g).max() > 0 for g in pushed[0])
+
+
+def test_one_step_a2c_reuse_with_a_quantum_actor_bit_for_bit(small_raw):
+    small_raw["actor"] = {"head": "hybrid", "n_qubits": 4, "layers": 2, "scaling": "bound",
+                          "bounds": [4.8, None, 0.418, None]}
+    pushed = _one_step_workers(small_raw)
+    assert all(np.array_equal(a, b) for a, b in zip(*pushed))
+    assert any(np.abs(g).max() > 0 for g in pushed[0])
