@@ -370,7 +370,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def bench_env_speed(argv: list[str]) -> int:
-    """Env steps per second of vehicular_relay (default road, 20 agents) under no control, random and A3C-sized policies."""
+    """Env steps per second of vehicular_relay (default road, 20 agents) under no control, random and A3C-sized
+    policies, for the old reward/observation (marginal_coverage, grid) and the trained one (difference,
+    grid_features, speed-keeping)."""
     import argparse
     import time
 
@@ -381,28 +383,31 @@ def bench_env_speed(argv: list[str]) -> int:
     torch.set_num_threads(1)
     from scenarios.vehicular_relay import VehicularRelayEnv
 
-    env = VehicularRelayEnv(n_agents=args.agents, max_steps=args.steps + 1)
-    actor = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                                torch.nn.Tanh(), torch.nn.Linear(64, 5))
+    settings = {"marginal_coverage/grid": {},
+                "difference/grid_features": dict(reward="difference", observation="grid_features", penalty_slow=0.1)}
+    for label, overrides in settings.items():
+        env = VehicularRelayEnv(n_agents=args.agents, max_steps=args.steps + 1, **overrides)
+        actor = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                    torch.nn.Tanh(), torch.nn.Linear(64, 5))
 
-    @torch.no_grad()
-    def mlp_policy(obs: dict[str, np.ndarray]) -> dict[str, int]:
-        names = sorted(obs)
-        logits = actor(torch.from_numpy(np.stack([obs[n] for n in names])))
-        return dict(zip(names, logits.argmax(1).tolist()))
+        @torch.no_grad()
+        def mlp_policy(obs: dict[str, np.ndarray]) -> dict[str, int]:
+            names = sorted(obs)
+            logits = actor(torch.from_numpy(np.stack([obs[n] for n in names])))
+            return dict(zip(names, logits.argmax(1).tolist()))
 
-    print(f"vehicular_relay: {env.cfg.lanes} lanes x {env.cfg.road_length_m:.0f} m, {args.agents} agents, "
-          f"{args.steps} steps per policy")
-    for name, policy in (("no_control", no_control), ("random", RandomMoves(0)), ("mlp_64x64", mlp_policy)):
-        obs, _ = env.reset(seed=0)
-        agent_steps = 0
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            agent_steps += len(env.agents)
-            obs, *_ = env.step(policy({a: obs[a] for a in env.agents}))
-        elapsed = time.perf_counter() - start
-        print(f"  {name:<11} {args.steps / elapsed:8.0f} env steps/s  {agent_steps / elapsed:9.0f} agent steps/s  "
-              f"(mean {agent_steps / args.steps:.1f} agents, {len(env.road.lane)} vehicles at the end)")
+        print(f"vehicular_relay ({label}): {env.cfg.lanes} lanes x {env.cfg.road_length_m:.0f} m, {args.agents} "
+              f"agents, {args.steps} steps per policy")
+        for name, policy in (("no_control", no_control), ("random", RandomMoves(0)), ("mlp_64x64", mlp_policy)):
+            obs, _ = env.reset(seed=0)
+            agent_steps = 0
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                agent_steps += len(env.agents)
+                obs, *_ = env.step(policy({a: obs[a] for a in env.agents}))
+            elapsed = time.perf_counter() - start
+            print(f"  {name:<11} {args.steps / elapsed:8.0f} env steps/s  {agent_steps / elapsed:9.0f} agent steps/s  "
+                  f"(mean {agent_steps / args.steps:.1f} agents, {len(env.road.lane)} vehicles at the end)")
     return 0
 
 

@@ -159,3 +159,13 @@ def test_tiny_run_then_evaluation_of_learned_policy_and_baselines(tmp_path):
     assert {r["penetration"] for r in rows} == {0.1, 0.5}
     assert all(0.0 <= r["coverage"] <= 1.0 for r in rows)
     assert frame.ndim == 3 and frame.dtype == np.uint8
+
+
+def test_bench_reports_both_reward_settings(capsys):
+    from agents.vehicular import bench_env_speed
+
+    assert bench_env_speed(["--steps", "3", "--agents", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "marginal_coverage/grid" in out and "difference/grid_features" in out
+    rates = [float(line.split()[1]) for line in out.splitlines() if "env steps/s" in line]
+    assert len(rates) == 6 and all(r > 0 for r in rates)
