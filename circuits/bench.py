@@ -90,10 +90,20 @@ def make_call(function: Callable[[torch.Tensor], torch.Tensor], module: torch.nn
             with torch.no_grad():
                 return function(x)
         return act
+    def fresh() -> None:
+        # training differentiates at new weights every call: no cached circuit matrix (or its
+        # analytic-gradient pieces) may carry over from the previous call
+        if hasattr(module, "_dense_cache"):
+            module._dense_cache = None
+
     if mode == "fwd":
-        return lambda: function(x)
+        def fwd() -> Any:
+            fresh()
+            return function(x)
+        return fwd
 
     def fwd_bwd() -> Any:
+        fresh()
         return torch.autograd.grad(function(x).sum(), params)
     return fwd_bwd
 

@@ -79,10 +79,11 @@ class VQCConfig:
     ``output``: raw = the first out_dim readouts; sum = readout i added into output i mod out_dim;
     scaled = raw times a trainable per-output scale; linear / relu_linear = a classical Linear
     post-layer (on ReLU of the readouts for relu_linear, Koelle et al.'s hybrid head).
-    ``dense_grad``: on the dense CPU path (n <= 8), analytic = the weight gradient contracted from
-    prefix and suffix products of the layer matrices, built once per weight update with the cached
-    matrix (the same gradient as autograd up to float rounding, and cheaper at RL batch sizes);
-    autograd = backpropagate through every gate (the earlier path; CUDA and larger n always use it).
+    ``dense_grad``: on the dense CPU path (n <= 8, batches <= 64), analytic = the weight gradient
+    contracted from prefix and suffix products of the layer matrices, built once per weight update
+    with the cached matrix (the same gradient as autograd up to float rounding, and cheaper at RL
+    batch sizes); autograd = backpropagate through every gate (the earlier path; CUDA, larger n and
+    larger batches always use it).
     """
 
     n_qubits: int = 4

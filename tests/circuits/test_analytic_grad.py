@@ -114,3 +114,19 @@ def test_adjoint_contraction_equals_the_explicit_jacobian():
         minus = circuit.dense_matrix(weights - step.view_as(weights)).numpy()
         want[p] = float(np.sum((r @ (plus - minus) / (2 * eps)) * g))
     np.testing.assert_allclose(got.reshape(-1), want, atol=1e-7)
+
+
+def test_large_batches_take_autograd_and_agree():
+    from circuits.vqc import ANALYTIC_MAX_BATCH
+
+    torch.manual_seed(5)
+    module = VQC(4, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0", output="relu_linear")
+    calls = []
+    build = module.circuit.dense_adjoint
+    module.circuit.dense_adjoint = lambda w: calls.append(1) or build(w)
+    x = torch.randn(ANALYTIC_MAX_BATCH + 1, 4)
+    big = torch.autograd.grad(module(x).sum(), module.weights)[0]
+    assert calls == []  # the large batch never built the analytic pieces
+    small = sum(torch.autograd.grad(module(part).sum(), module.weights)[0] for part in x.split(ANALYTIC_MAX_BATCH))
+    assert calls == [1]
+    torch.testing.assert_close(big, small, atol=1e-5, rtol=1e-5)
