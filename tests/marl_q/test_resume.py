@@ -205,6 +205,7 @@ def test_an_interrupted_run_keeps_its_rows_and_resumes_from_the_last_periodic_ch
     resumed = resume_experiment(run)
     whole = run_experiment(build_config(small_raw), tmp_path / "whole")
     assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"]
+    assert resumed["env_steps"] == whole["env_steps"] and resumed["updates"] == whole["updates"]
     assert (run / "metrics.csv").read_bytes() == (tmp_path / "whole" / "metrics.csv").read_bytes()
     assert (run / "resume_backup_1" / "metrics.csv").read_bytes().count(b"\n") == summary["episodes"] + 1
 
