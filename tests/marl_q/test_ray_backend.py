@@ -51,6 +51,21 @@ def test_a_killed_ray_worker_is_restarted_and_duplicates_apply_once(local_ray, s
     assert (tmp_path / "r" / "summary.json").is_file() and (tmp_path / "r" / "checkpoints").is_dir()
 
 
+def test_a_stopped_ray_run_resumes_from_the_servers_checkpoint(local_ray, small_raw, tmp_path):
+    from marl_q.experiment import resume_experiment
+
+    _on_ray(small_raw)["backend"]["workers"] = 1
+    small_raw["run"].update({"total_env_steps": 600, "stop_after_updates": 8})
+    part = run_experiment(build_config(small_raw), tmp_path / "r")
+    assert part["status"] == "stopped" and part["updates"] >= 8
+    resumed = resume_experiment(tmp_path / "r")
+    assert resumed["status"] == "completed" and resumed["backend"] == "ray" and resumed["env_steps"] >= 600
+    assert resumed["resumes"][0]["exact"] is False and resumed["resumes"][0]["updates"] == part["updates"]
+    assert resumed["updates"] > part["updates"]  # the server went on from its checkpointed state
+    rows = (tmp_path / "r" / "comm.csv").read_bytes().count(b"\n") - 1
+    assert resumed["messages"] + sum(resumed["faults_injected"].values()) == rows
+
+
 def _bytes_by_kind(run_dir) -> dict[str, set[int]]:
     sizes: dict[str, set[int]] = {}
     with open(run_dir / "comm.csv", newline="") as fh:
