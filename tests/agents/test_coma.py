@@ -13,7 +13,6 @@ from marl_q.config import build_config, load_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment
 from marl_q.ledger import Ledger
-from marl_q.messages import SERVER, Message
 from marl_q.registry import ALGORITHMS
 from marl_q.server import Server
 
