@@ -34,20 +34,22 @@ def _on_ray(raw: dict) -> dict:
 
 
 def test_a_killed_ray_worker_is_restarted_and_duplicates_apply_once(local_ray, small_raw, tmp_path):
-    _on_ray(small_raw)["backend"].update({"kill": [{"worker": 1, "at_s": 0.2}], "max_restarts": 2,
+    _on_ray(small_raw)["backend"].update({"kill": [{"worker": 1, "at_s": 0.02}], "max_restarts": 2,
                                           "faults": {"duplicate": 0.3}})
     small_raw["server"]["aggregation"] = "sync"  # the barrier needs w1: the run cannot end without its restart
-    small_raw["run"]["total_env_steps"] = 3000
+    # a budget the run cannot finish within 0.02 s of every worker's hello, so the kill always lands
+    small_raw["run"]["total_env_steps"] = 8000
     summary = run_experiment(build_config(small_raw), tmp_path / "r")
-    assert summary["status"] == "completed" and summary["backend"] == "ray" and summary["env_steps"] >= 3000
+    assert summary["status"] == "completed" and summary["backend"] == "ray" and summary["env_steps"] >= 8000
     assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]
-    assert "killed by backend.kill at 0.2 s (ray.kill)" in summary["faults"][0]["detail"]
+    assert "killed by backend.kill at 0.02 s (ray.kill)" in summary["faults"][0]["detail"]
     audit = ledger_audit(tmp_path / "r")
     assert audit.faults["kill"] == 1 and audit.faults["duplicate"] == summary["faults_injected"]["duplicate"] > 0
     assert audit.lives["w1"] == 2 and audit.accepted_after_restart["w1"] > 0
     # at most once: applied updates = distinct accepted (worker, incarnation, seq); duplicates refused
     assert audit.repeated_keys == [] and audit.refused_duplicates > 0
-    assert audit.distinct_accepted - 2 * summary["updates"] in (0, 1)  # sync: 2 pushes per update
+    # sync: 2 pushes per update, plus perhaps half a round at the end and a killed worker's replaced push
+    assert 0 <= audit.distinct_accepted - 2 * summary["updates"] <= 1 + audit.faults["kill"]
     assert (tmp_path / "r" / "summary.json").is_file() and (tmp_path / "r" / "checkpoints").is_dir()
 
 
