@@ -67,6 +67,14 @@ class _Timing:
         return (n.latency_s + msg.nbytes / n.bandwidth_bytes_per_s) * self._jitter(n.jitter)
 
 
+def _restore(sim, snap: dict) -> None:
+    """Take a sim's state back from a checkpoint's snapshot (the attributes its STATE names)."""
+    for key in sim.STATE:
+        setattr(sim, key, snap[key])
+    sim.timing.rng = sim.timing_rng
+    sim.started = True
+
+
 class _EventSim:
     """Events ordered by (virtual time, sequence number): steps finishing, messages arriving, faults.
 
@@ -80,10 +88,7 @@ class _EventSim:
         self.timing = _Timing(rt)
         self.faults = rt.cfg.backend.faults
         if snap is not None:
-            for key in self.STATE:
-                setattr(self, key, snap[key])
-            self.timing.rng = self.timing_rng
-            self.started = True
+            _restore(self, snap)
         else:
             n = rt.cfg.backend.workers
             self.workers: list[Worker] = [rt.algorithm.make_worker(i) for i in range(n)]
@@ -213,10 +218,7 @@ class _ScheduleSim:
         if b.schedule not in ("uniform", "round_robin", "zipf"):
             raise ConfigError(f"backend.schedule: unknown schedule {b.schedule!r}")
         if snap is not None:
-            for key in self.STATE:
-                setattr(self, key, snap[key])
-            self.timing.rng = self.timing_rng
-            self.started = True
+            _restore(self, snap)
         else:
             self.workers: list[Worker] = [rt.algorithm.make_worker(i) for i in range(b.workers)]
             self.k = 0
