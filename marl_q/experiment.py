@@ -13,7 +13,7 @@ import torch
 from marl_q.config import ExperimentConfig, apply_override, build_config, read_yaml
 from marl_q.errors import CheckpointError, ConfigError, RunDirError
 from marl_q.registry import BACKENDS
-from marl_q.rundir import checkpoints, is_run_dir, load_checkpoint, load_snapshot, make_run_dir
+from marl_q.rundir import checkpoints, is_run_dir, load_checkpoint, load_snapshot, lock_run_dir, make_run_dir
 from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
@@ -34,6 +34,16 @@ def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[b
 def _execute(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],
              plots: Optional[bool]) -> dict[str, Any]:
     torch.set_num_threads(cfg.backend.threads_per_worker)
+    lock = lock_run_dir(out) if out is not None and resume is None else None  # resume took it already
+    try:
+        return _execute_locked(cfg, out, backend, resume, plots)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _execute_locked(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],
+                    plots: Optional[bool]) -> dict[str, Any]:
     rt = Runtime(cfg, out, resume=resume)
     try:
         summary = backend(rt)
@@ -83,13 +93,17 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
         apply_override(raw, item)
     cfg = build_config(raw, source=str(run_dir / "config.yaml"))
     backend = BACKENDS.get(cfg.backend.name, key="backend.name").obj
-    point = _resume_point(run_dir, checkpoint, cfg)
-    if _budget_reached(cfg, point.meta):
-        raise ConfigError(f"{run_dir}: the run already reached its budget ({point.meta['env_steps']} env steps, "
-                          f"{point.meta['episodes']} episodes); raise it to continue, e.g. "
-                          "--set run.total_env_steps=N")
-    _set_aside(run_dir, point)
-    return _execute(cfg, run_dir, backend, point, plots)
+    lock = lock_run_dir(run_dir)  # before anything is read for the resume, let alone cut or moved
+    try:
+        point = _resume_point(run_dir, checkpoint, cfg)
+        if _budget_reached(cfg, point.meta):
+            raise ConfigError(f"{run_dir}: the run already reached its budget ({point.meta['env_steps']} env "
+                              f"steps, {point.meta['episodes']} episodes); raise it to continue, e.g. "
+                              "--set run.total_env_steps=N")
+        _set_aside(run_dir, point)
+        return _execute(cfg, run_dir, backend, point, plots)
+    finally:
+        lock.close()
 
 
 def _resume_point(run_dir: Path, checkpoint: Optional[Path], cfg: ExperimentConfig) -> ResumePoint:

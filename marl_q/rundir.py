@@ -161,6 +161,27 @@ def make_run_dir(path: Path) -> Path:
     return path
 
 
+def lock_run_dir(path: Path) -> IO[str]:
+    """Hold an exclusive lock on the run directory for as long as the returned file stays open (the
+    kernel drops it when the process ends, however it ends): a second `marlq resume` of a run that is
+    still going is refused instead of writing the same files."""
+    import fcntl
+
+    fh = open(Path(path) / ".lock", "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise RunDirError(f"{path}: in use by a running marlq ({holder}); wait for it or stop it first") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    return fh
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.yaml").is_file() and (Path(path) / "metrics.csv").is_file()
 

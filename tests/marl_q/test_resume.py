@@ -227,3 +227,17 @@ def test_a_local_run_resumes_from_the_servers_state_with_fresh_workers(small_raw
     # the continued ledger counts on from the checkpoint: totals equal the rows of the cut-and-appended file
     rows = (tmp_path / "r" / "comm.csv").read_bytes().count(b"\n") - 1
     assert resumed["messages"] + sum(resumed["faults_injected"].values()) == rows
+
+
+def test_a_run_directory_in_use_is_not_resumed_a_second_time(small_raw, tmp_path):
+    from marl_q.rundir import lock_run_dir
+
+    run = _stopped_run(tmp_path, small_raw)
+    held = lock_run_dir(run)  # as a marlq process still running on it would
+    try:
+        with pytest.raises(RunDirError, match=r"in use by a running marlq \(pid \d+\)"):
+            resume_experiment(run)
+        assert not (run / "resume_backup_1").exists()  # nothing was cut or moved
+    finally:
+        held.close()
+    assert resume_experiment(run)["status"] == "completed"  # once it is free, resume goes on
