@@ -90,6 +90,8 @@ def plot_against_p(rows: list[dict], metric: str, ylabel: str, title: str, path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from analysis.plots import save_figure
+
     data = table(rows, metric)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     seeds = 0
@@ -106,12 +108,7 @@ def plot_against_p(rows: list[dict], metric: str, ylabel: str, title: str, path:
     ax.set_xlabel("mmWave penetration ratio p (fraction of uncontrolled vehicles)")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{title}\n(trained at p = 0.2; mean and 95% band over {seeds} seeds)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path)
 
 
 def paired_ratios(rows: list[dict], policy: str, metric: str = "coverage") -> dict[float, list[float]]:
@@ -132,6 +129,8 @@ def plot_ratios(rows: list[dict], path: Path, target: float = 1.3) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from analysis.plots import save_figure
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     seeds = 0
     for name in ("learned", "greedy", "random"):
@@ -150,12 +149,7 @@ def plot_ratios(rows: list[dict], path: Path, target: float = 1.3) -> Path:
     ax.set_ylabel("coverage / coverage under no control (ratio)")
     ax.set_title(f"Coverage relative to no control, per seed\n(trained at p = 0.2; mean and 95% band over "
                  f"{seeds} seeds)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path)
 
 
 def plot_frame(frame: np.ndarray, road_length_m: float, path: Path, title: str) -> Path:
