@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from agents.heads import FlatParameters, build_head, count_params
+from agents.numpy_heads import a2c_gradient, gumbel_max, numpy_head
 from agents.returns import gae
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
@@ -55,6 +56,9 @@ class ActorCriticConfig:
     rms_alpha: float = 0.99
     eps: float = 1e-5
     update: Literal["grad", "delta"] = "grad"
+    # one-step updates with heads that have a numpy pass (mlp, dense analytic vqc/hybrid) run forward
+    # and backward in numpy (agents.numpy_heads), where torch's per-call overhead would dominate
+    fast_path: Literal["auto", "off"] = "auto"
     lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
     reward_scale: float = 1.0  # rewards are multiplied by this in the loss (episode returns are not)
 
@@ -285,7 +289,23 @@ class ActorCriticWorker(Worker):
         self._reuse_act_forward = (ac.n_steps == 1 and ac.update == "grad" and ac.epochs == 1
                                    and ac.minibatches == 1 and ac.clip is None and ac.value_clip is None)
         self._rollout_logits: Optional[torch.Tensor] = None
+        self._init_numpy_path()
         self.reset_env()
+
+    def _init_numpy_path(self) -> None:
+        """Numpy twins of the heads for the one-step update (agents.numpy_heads), when both have one."""
+        self._np_heads = None
+        if self._reuse_act_forward and getattr(self.ac, "fast_path", "auto") == "auto":
+            actor, critic = numpy_head(self.actor), numpy_head(self.critic)
+            if actor is not None and critic is not None:
+                self._np_heads = (actor, critic)
+        self._rollout_np = None
+
+    def __setstate__(self, state: dict) -> None:
+        # a snapshot from before the numpy path: take it up on resume
+        self.__dict__.update(state)
+        if "_np_heads" not in state:
+            self._init_numpy_path()
 
     # -- the two hooks a worker for another kind of environment overrides (with rollout) ----------
     def check_scenario(self, spec: Any) -> None:
@@ -342,9 +362,14 @@ class ActorCriticWorker(Worker):
         valid = np.zeros((T, N), dtype=bool)
         episodes: list[dict[str, Any]] = []
         self._rollout_logits = None
+        self._rollout_np = None
         for t in range(T):
             obs[t] = self.obs
-            if self._reuse_act_forward:
+            if self._np_heads is not None:
+                logits, cache = self._np_heads[0].forward(self.obs.astype(np.float64))
+                act = gumbel_max(logits, self.rng)
+                self._rollout_np = (logits, cache)
+            elif self._reuse_act_forward:
                 act, self._rollout_logits = sample_actions_with_logits(self.actor, self.obs, self.rng)
             else:
                 act = self._act(self.obs)
@@ -367,6 +392,12 @@ class ActorCriticWorker(Worker):
         return batch, episodes, int(valid.sum())
 
     def learn(self, batch: dict[str, np.ndarray]) -> None:
+        if self._rollout_np is not None:
+            (logits, cache), self._rollout_np = self._rollout_np, None
+            self.flat.zero_grad()
+            a2c_gradient(self.ac, self._np_heads[0], self._np_heads[1], batch, logits, cache,
+                          self.ac.max_grad_norm, self.flat.grad_view())
+            return
         logits, self._rollout_logits = self._rollout_logits, None
         actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch, logits)
 

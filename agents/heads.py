@@ -117,6 +117,10 @@ class FlatParameters:
     def numpy(self) -> np.ndarray:
         return self.flat.data.numpy().copy()
 
+    def grad_view(self) -> np.ndarray:
+        """The flat gradient as a numpy view (writes land in every parameter's .grad)."""
+        return self.flat.grad.numpy()
+
     def grad_numpy(self) -> np.ndarray:
         return self.flat.grad.numpy().copy()
 

@@ -1,0 +1,199 @@
+"""Numpy forward and backward passes for small heads, and the one-step A2C update built on them.
+
+Koelle's quantum A2C updates after every env step, on one observation, with heads of about 30
+parameters. At that size torch spends most of a step in per-call dispatch and in the autograd engine,
+not in arithmetic: a 4-5-2 MLP and a 16 x 32 circuit matrix take microseconds in numpy. So for the
+heads whose gradients are simple to write down (``mlp``, and ``vqc``/``hybrid`` on the dense analytic
+path), the worker runs forward and backward here, in float64, reading the parameters from (and
+writing the gradients into) the same flat buffer the torch modules view. Everything else keeps the
+torch path. ``algorithm.fast_path: off`` turns this off; the two paths agree to float rounding
+(tests/agents/test_numpy_heads.py checks them against torch autograd).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+from torch import nn
+
+from agents.returns import gae
+
+# a head's cache from forward, handed back to backward
+Cache = tuple
+
+
+class NumpyMLP:
+    """``nn.Sequential`` of Linear / Tanh / ReLU layers (the ``mlp`` head)."""
+
+    def __init__(self, net: nn.Sequential) -> None:
+        self.layers: list[tuple[str, Any]] = []
+        for module in net:
+            if isinstance(module, nn.Linear):
+                self.layers.append(("linear", module))
+            elif isinstance(module, nn.Tanh):
+                self.layers.append(("tanh", None))
+            elif isinstance(module, nn.ReLU):
+                self.layers.append(("relu", None))
+            else:  # pragma: no cover - numpy_head checks first
+                raise TypeError(f"no numpy pass for {type(module).__name__}")
+
+    @staticmethod
+    def supports(net: nn.Module) -> bool:
+        return isinstance(net, nn.Sequential) and all(isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU)) for m in net)
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        saved = []
+        h = x
+        for kind, module in self.layers:
+            saved.append(h)
+            if kind == "linear":
+                h = h @ module.weight.detach().numpy().T.astype(np.float64) + module.bias.detach().numpy()
+            elif kind == "tanh":
+                h = np.tanh(h)
+            else:
+                h = np.maximum(h, 0.0)
+        return h, (saved, h)
+
+    def backward(self, cache: Cache, grad: np.ndarray) -> None:
+        """Write d loss / d parameters into the parameters' .grad (views of the flat gradient)."""
+        saved, out = cache
+        outputs = saved[1:] + [out]
+        for (kind, module), h_in, h_out in zip(reversed(self.layers), reversed(saved), reversed(outputs)):
+            if kind == "linear":
+                module.weight.grad.numpy()[...] = grad.T @ h_in
+                module.bias.grad.numpy()[...] = grad.sum(axis=0)
+                grad = grad @ module.weight.detach().numpy().astype(np.float64)
+            elif kind == "tanh":
+                grad = grad * (1.0 - h_out * h_out)
+            else:
+                grad = grad * (h_out > 0.0)
+
+
+class NumpyVQC:
+    """A ``VQC`` on the dense path with the analytic weight gradient (circuits.engine.DenseAdjoint):
+    fixed feature scaling (none | atan | bound), no pre-layer, any output but a trainable scale."""
+
+    OUTPUTS = ("raw", "sum", "linear", "relu_linear")
+
+    def __init__(self, vqc: Any) -> None:
+        self.vqc = vqc
+        circuit = vqc.circuit
+        self.shifts = circuit.bit_shifts.numpy().astype(np.float64)[None]  # (1, n, 2^n)
+        self.readout = circuit.readout_stacked.numpy().astype(np.float64)  # (2^(n+1), m)
+        self.missing = vqc.cfg.n_qubits - vqc.n_features
+        self.bounded = vqc.bounded.numpy() if vqc.cfg.scaling == "bound" else None
+        self.bound_scale = vqc.bound_scale.numpy().astype(np.float64) if vqc.cfg.scaling == "bound" else None
+        self.sum_groups = vqc.sum_groups.numpy().astype(np.float64) if vqc.cfg.output == "sum" else None
+
+    @staticmethod
+    def supports(module: nn.Module) -> bool:
+        from circuits.vqc import VQC
+
+        if not isinstance(module, VQC):
+            return False
+        cfg = module.cfg
+        return (module.analytic_grad and module.pre is None and module.input_scale is None
+                and cfg.scaling in ("none", "atan", "bound") and cfg.output in NumpyVQC.OUTPUTS)
+
+    def _angles(self, x: np.ndarray) -> np.ndarray:
+        scaling = self.vqc.cfg.scaling
+        if scaling == "atan":
+            x = 2.0 * np.arctan(x)
+        elif scaling == "bound":
+            x = np.where(self.bounded, x * self.bound_scale, 2.0 * np.arctan(x))
+        if self.missing:
+            x = np.pad(x, ((0, 0), (0, self.missing)))
+        return x
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
+        r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
+        amplitudes = r @ dense.numpy().astype(np.float64)  # (B, 2^(n+1)): [Re | Im] of the final state
+        readouts = (amplitudes * amplitudes) @ self.readout
+        kind = self.vqc.cfg.output
+        if kind == "raw":
+            out, hidden = readouts[:, : self.vqc.out_dim], None
+        elif kind == "sum":
+            out, hidden = readouts @ self.sum_groups, None
+        else:
+            hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
+            post = self.vqc.post
+            out = hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy()
+        return out, (r, amplitudes, readouts, hidden, adjoint)
+
+    def backward(self, cache: Cache, grad: np.ndarray) -> None:
+        r, amplitudes, readouts, hidden, adjoint = cache
+        kind = self.vqc.cfg.output
+        if kind == "raw":
+            grad_readouts = np.zeros_like(readouts)
+            grad_readouts[:, : grad.shape[1]] = grad
+        elif kind == "sum":
+            grad_readouts = grad @ self.sum_groups.T
+        else:
+            post = self.vqc.post
+            post.weight.grad.numpy()[...] = grad.T @ hidden
+            post.bias.grad.numpy()[...] = grad.sum(axis=0)
+            grad_readouts = grad @ post.weight.detach().numpy().astype(np.float64)
+            if kind == "relu_linear":
+                grad_readouts = grad_readouts * (readouts > 0.0)
+        grad_amplitudes = 2.0 * amplitudes * (grad_readouts @ self.readout.T)
+        self.vqc.weights.grad.numpy()[...] = adjoint.weight_grad(r, grad_amplitudes)
+
+
+def numpy_head(module: nn.Module) -> Optional[Any]:
+    """The numpy twin of a head, or None when it has no numpy pass (the torch path is used)."""
+    if NumpyMLP.supports(module):
+        return NumpyMLP(module)
+    if NumpyVQC.supports(module):
+        return NumpyVQC(module)
+    return None
+
+
+def gumbel_max(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample from softmax(logits) per row with the worker's generator (the torch path's draws)."""
+    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
+
+
+def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
+                 logits: np.ndarray, actor_cache: Cache, max_grad_norm: Optional[float],
+                 flat_grad: np.ndarray) -> None:
+    """The A2C gradient of ``agents.actor_critic._a2c_step`` in numpy, written into ``flat_grad``
+    (the zeroed flat gradient the parameters' .grad view): -E[A log pi(a)] - c_ent E[H] +
+    c_v E[(V - R)^2] over the valid steps, GAE targets, optionally normalised advantages and a
+    global-norm clip. ``logits``/``actor_cache``: the actor's forward on obs[:T] from the rollout."""
+    T, N = batch["actions"].shape
+    obs_all = batch["obs"].reshape((T + 1) * N, -1).astype(np.float64)
+    values_col, critic_cache = critic.forward(obs_all)
+    values_all = values_col[:, 0].reshape(T + 1, N)
+    adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
+              batch["dones"], ac.gamma, ac.gae_lambda).reshape(-1)
+    returns = adv + values_all[:T].reshape(-1)
+    valid = batch["valid"].reshape(-1)
+    actions = batch["actions"].reshape(-1)
+    count = int(valid.sum())
+    grad_logits = np.zeros_like(logits)
+    grad_values = np.zeros((len(obs_all), 1))
+    if count:
+        a = adv[valid]
+        if ac.adv_norm and count > 1:
+            a = (a - a.mean()) / (a.std(ddof=1) + 1e-8)
+        z = logits[valid]
+        z = z - z.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        p = np.exp(logp)
+        onehot = np.zeros_like(p)
+        onehot[np.arange(count), actions[valid]] = 1.0
+        g = (a / count)[:, None] * (p - onehot)
+        if ac.ent_coef != 0.0:
+            entropy = -(p * logp).sum(axis=1, keepdims=True)
+            g += (ac.ent_coef / count) * p * (logp + entropy)
+        grad_logits[valid] = g
+        values = values_col[: T * N, 0]
+        grad_values[: T * N, 0][valid] = (2.0 * ac.vf_coef / count) * (values[valid] - returns[valid])
+    critic.backward(critic_cache, grad_values)
+    actor.backward(actor_cache, grad_logits)
+    if max_grad_norm is not None:
+        norm = float(np.sqrt(np.dot(flat_grad.astype(np.float64), flat_grad.astype(np.float64))))
+        coef = max_grad_norm / (norm + 1e-6)
+        if coef < 1.0:
+            flat_grad *= np.float32(coef)

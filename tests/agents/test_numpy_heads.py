@@ -1,0 +1,122 @@
+"""The numpy forward/backward of small heads and the numpy one-step A2C gradient, against torch autograd
+(for circuits: through the gate-by-gate engine, which shares no code with the dense analytic path)."""
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from agents.actor_critic import ActorCriticConfig, actor_critic_update
+from agents.heads import FlatParameters, MLPConfig, build_mlp
+from agents.numpy_heads import NumpyMLP, NumpyVQC, a2c_gradient, numpy_head
+from circuits.vqc import VQC
+
+
+def _autograd_grads(module, x: np.ndarray, grad_out: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    out = module(torch.from_numpy(x).to(next(module.parameters()).dtype))
+    (out * torch.from_numpy(grad_out).to(out.dtype)).sum().backward()
+    return out.detach().numpy(), [p.grad.numpy().copy() for p in module.parameters()]
+
+
+def _numpy_grads(module, x: np.ndarray, grad_out: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    for p in module.parameters():  # the worker's are views of its float32 flat gradient; here float64
+        p.grad = torch.zeros_like(p)
+    head = numpy_head(module)
+    assert head is not None
+    out, cache = head.forward(x)
+    head.backward(cache, grad_out)
+    return out, [p.grad.numpy().copy() for p in module.parameters()]
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_mlp_forward_and_parameter_gradients_equal_autograd(activation):
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    net = build_mlp(MLPConfig(hidden=[7, 5], activation=activation), 4, 3).double()
+    x, g = rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    ref_out, ref_grads = _autograd_grads(copy.deepcopy(net), x, g)
+    out, grads = _numpy_grads(net, x, g)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-12)
+    assert len(grads) == 6
+    for a, b in zip(grads, ref_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+VQC_CASES = list(itertools.product(["none", "atan", "bound"], ["raw", "sum", "linear", "relu_linear"],
+                                   ["z", "p0", "zz"], ["rzryrz_ring", "strongly_entangling"]))
+
+
+@pytest.mark.parametrize("scaling,output,observable,ansatz", VQC_CASES)
+def test_vqc_forward_and_gradients_equal_gate_engine_autograd(scaling, output, observable, ansatz):
+    """complex128 so that float rounding is far below the tolerance; 3 qubits, 3 features, 2 outputs."""
+    rng = np.random.default_rng(len(scaling) * 7 + len(output) + len(observable))
+    spec = dict(n_qubits=3, layers=2, scaling=scaling, ansatz=ansatz, observable=observable, output=output,
+                dtype="complex128", seed=3, bounds=[2.0, None, 0.5] if scaling == "bound" else [])
+    module = VQC(3, 2, **spec)
+    ref = VQC(3, 2, engine="gates", **spec)
+    ref.load_state_dict(module.state_dict())
+    assert isinstance(numpy_head(module), NumpyVQC)
+    x, g = rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+    ref_out, ref_grads = _autograd_grads(ref, x, g)
+    out, grads = _numpy_grads(module, x, g)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
+    assert any(np.abs(gr).max() > 1e-6 for gr in grads)
+    for a, b in zip(grads, ref_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_heads_without_a_numpy_pass_keep_the_torch_path():
+    assert numpy_head(VQC(4, 2, n_qubits=4, scaling="trainable")) is None  # trainable input scale
+    assert numpy_head(VQC(4, 2, n_qubits=4, output="scaled")) is None
+    assert numpy_head(VQC(4, 2, n_qubits=4, preprocess="linear")) is None
+    assert numpy_head(VQC(4, 2, n_qubits=4, dense_grad="autograd")) is None
+    assert numpy_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # gate path
+    assert numpy_head(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Sigmoid())) is None
+    assert isinstance(numpy_head(build_mlp(MLPConfig(hidden=[5]), 4, 2)), NumpyMLP)
+
+
+def _batch(rng, T, N, all_valid):
+    batch = {"obs": rng.normal(size=(T + 1, N, 4)).astype(np.float32),
+             "actions": rng.integers(0, 3, size=(T, N)), "rewards": rng.normal(size=(T, N)),
+             "terminated": rng.random((T, N)) < 0.2,
+             "valid": np.ones((T, N), dtype=bool) if all_valid else rng.random((T, N)) < 0.7}
+    batch["dones"] = batch["terminated"] | (rng.random((T, N)) < 0.1)
+    return batch
+
+
+@pytest.mark.parametrize("T,N,all_valid,ent_coef,adv_norm,max_grad_norm", [
+    (1, 1, True, 0.0, False, None),  # Koelle's one-step update
+    (4, 3, False, 0.01, False, 0.5),  # masked autoreset steps, entropy, a global-norm clip that binds
+    (5, 2, True, 0.02, True, None),  # normalised advantages
+])
+def test_numpy_a2c_gradient_equals_the_torch_update(T, N, all_valid, ent_coef, adv_norm, max_grad_norm):
+    """The whole flat gradient (a hybrid quantum actor, an MLP critic) against actor_critic_update."""
+    rng = np.random.default_rng(T * 10 + N)
+    batch = _batch(rng, T, N, all_valid)
+    ac = ActorCriticConfig(n_steps=T, ent_coef=ent_coef, adv_norm=adv_norm, max_grad_norm=max_grad_norm,
+                           vf_coef=0.7, reward_scale=0.5, gae_lambda=0.9)
+    grads = []
+    for path in ("torch", "numpy"):
+        torch.manual_seed(4)
+        actor = VQC(4, 3, n_qubits=4, layers=2, scaling="bound", bounds=[4.8, None, 0.418, None],
+                    ansatz="rzryrz_ring", observable="p0", output="relu_linear", seed=1)
+        critic = build_mlp(MLPConfig(hidden=[5], activation="relu"), 4, 1)
+        flat = FlatParameters(actor, critic)
+        if path == "torch":
+            actor_critic_update(ac, actor, critic, flat, None, np.random.default_rng(0), batch)
+        else:
+            np_actor, np_critic = numpy_head(actor), numpy_head(critic)
+            obs = batch["obs"][:T].reshape(T * N, -1).astype(np.float64)
+            logits, cache = np_actor.forward(obs)
+            flat.zero_grad()
+            a2c_gradient(ac, np_actor, np_critic, batch, logits, cache, max_grad_norm, flat.grad_view())
+        grads.append(flat.flat.grad.numpy().copy())
+    torch_grad, numpy_grad = grads
+    assert np.abs(torch_grad).max() > 1e-4
+    # the worker's heads are float32 (complex64 circuits): the torch path computes in it, numpy in float64
+    np.testing.assert_allclose(numpy_grad, torch_grad, rtol=1e-4, atol=1e-6)
+    if max_grad_norm is not None:
+        assert np.linalg.norm(numpy_grad) == pytest.approx(max_grad_norm, rel=1e-5)
