@@ -58,7 +58,7 @@ class ActorCriticConfig:
     update: Literal["grad", "delta"] = "grad"
     # one-step updates with heads that have a numpy pass (mlp, dense analytic vqc/hybrid) run forward
     # and backward in numpy (agents.numpy_heads), where torch's per-call overhead would dominate
-    fast_path: Literal["auto", "off"] = "auto"
+    fast_path: bool = True
     lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
     reward_scale: float = 1.0  # rewards are multiplied by this in the loss (episode returns are not)
 
@@ -295,7 +295,7 @@ class ActorCriticWorker(Worker):
     def _init_numpy_path(self) -> None:
         """Numpy twins of the heads for the one-step update (agents.numpy_heads), when both have one."""
         self._np_heads = None
-        if self._reuse_act_forward and getattr(self.ac, "fast_path", "auto") == "auto":
+        if self._reuse_act_forward and getattr(self.ac, "fast_path", True):
             actor, critic = numpy_head(self.actor), numpy_head(self.critic)
             if actor is not None and critic is not None:
                 self._np_heads = (actor, critic)

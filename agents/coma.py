@@ -26,6 +26,7 @@ from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, crit
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params
+from agents.numpy_heads import numpy_head
 from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
@@ -64,6 +65,9 @@ class ComaConfig:
     epsilon_anneal_steps: int = 100_000  # env steps received by the server
     entropy_coef: float = 0.0
     team_reward: Literal["sum", "mean"] = "sum"  # how the agents' rewards make the team reward
+    # actors whose head has a numpy pass (mlp) act in numpy (agents.numpy_heads): three rows through a
+    # small MLP cost more in torch dispatch than in arithmetic; false: act through torch
+    fast_path: bool = True
     off_policy_correction: bool = False  # weight by pi_prox / pi_behav (decoupled objective, AReaL)
     importance_clip: float = 2.0  # truncation of that weight
     eval_episodes: int = 100  # greedy episodes at the end, for summary.json's eval_return
@@ -167,9 +171,20 @@ def _stack_avail(infos: dict[str, Any], agents: list[str], n_actions: int) -> np
     return out
 
 
+def floored_policy_np(np_actor: Any, obs: np.ndarray, avail: np.ndarray, epsilon: float) -> np.ndarray:
+    """``epsilon_floored_policy(actor(actor_inputs(obs)))`` through the actor's numpy twin, in float64."""
+    logits, _ = np_actor.forward(np.concatenate([obs.astype(np.float64), np.eye(len(obs))], axis=1))
+    masked = np.where(avail > 0, logits, -np.inf)
+    soft = np.exp(masked - masked.max(axis=1, keepdims=True))
+    soft /= soft.sum(axis=1, keepdims=True)
+    return (1.0 - epsilon) * soft + epsilon * avail / avail.sum(axis=1, keepdims=True)
+
+
 def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: float, rng: np.random.Generator,
-                 how: str, greedy: bool = False, seed: Optional[int] = None) -> dict[str, np.ndarray]:
-    """One episode with the shared actor; arrays as the trajectory message carries them.
+                 how: str, greedy: bool = False, seed: Optional[int] = None,
+                 np_actor: Optional[Any] = None) -> dict[str, np.ndarray]:
+    """One episode with the shared actor (through ``np_actor``, its numpy twin, when given); arrays as
+    the trajectory message carries them.
 
     obs/state/actions/avail have T+1 rows: the last row is the observation after the final transition
     with an action sampled there (never executed), so the critic can bootstrap a truncated episode.
@@ -181,9 +196,12 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
     while True:
         obs = _stack_obs(obs_d, agents, dims.obs_dim)
         avail = _stack_avail(infos, agents, dims.n_actions)
-        with torch.no_grad():
-            logits = actor(actor_inputs(torch.from_numpy(obs)))
-            pi = epsilon_floored_policy(logits, 0.0 if greedy else epsilon, torch.from_numpy(avail)).numpy()
+        if np_actor is not None:
+            pi = floored_policy_np(np_actor, obs, avail, 0.0 if greedy else epsilon)
+        else:
+            with torch.no_grad():
+                logits = actor(actor_inputs(torch.from_numpy(obs)))
+                pi = epsilon_floored_policy(logits, 0.0 if greedy else epsilon, torch.from_numpy(avail)).numpy()
         if greedy:
             actions = np.argmax(np.where(avail > 0, pi, -1.0), axis=1)
         else:  # inverse-CDF sampling from the seeded numpy generator
@@ -229,11 +247,21 @@ class ComaWorker(Worker):
         self.desc = describe_env(cfg, self.env)
         self.actor = build_actor(cfg, self.desc.dims)
         self.flat = FlatParameters(self.actor)
+        self._init_numpy_actor()
         self.version = -1
         self.epsilon = self.hp.epsilon_start
         self.waiting = True
         self.seq = 0
         self.episodes_played = 0
+
+    def _init_numpy_actor(self) -> None:
+        self._np_actor = numpy_head(self.actor) if getattr(self.hp, "fast_path", True) else None
+
+    def __setstate__(self, state: dict) -> None:
+        # a snapshot from before the numpy actor: take it up on resume
+        self.__dict__.update(state)
+        if "_np_actor" not in state:
+            self._init_numpy_actor()
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, "hello")]
@@ -250,7 +278,8 @@ class ComaWorker(Worker):
 
     def step(self) -> Work:
         seed = self.seed if self.episodes_played == 0 else None  # later episodes continue the env's RNG
-        episode = play_episode(self.env, self.actor, self.desc, self.epsilon, self.rng, self.hp.team_reward, seed=seed)
+        episode = play_episode(self.env, self.actor, self.desc, self.epsilon, self.rng, self.hp.team_reward, seed=seed,
+                               np_actor=self._np_actor)
         self.episodes_played += 1
         self.seq += 1
         self.waiting = True

@@ -6,7 +6,7 @@ not in arithmetic: a 4-5-2 MLP and a 16 x 32 circuit matrix take microseconds in
 heads whose gradients are simple to write down (``mlp``, and ``vqc``/``hybrid`` on the dense analytic
 path), the worker runs forward and backward here, in float64, reading the parameters from (and
 writing the gradients into) the same flat buffer the torch modules view. Everything else keeps the
-torch path. ``algorithm.fast_path: off`` turns this off; the two paths agree to float rounding
+torch path. ``algorithm.fast_path: false`` turns this off; the two paths agree to float rounding
 (tests/agents/test_numpy_heads.py checks them against torch autograd).
 """
 from __future__ import annotations

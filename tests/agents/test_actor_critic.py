@@ -155,7 +155,7 @@ def test_a2c_fast_path_matches_the_general_path_with_masked_steps():
         torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-7)
 
 
-def _one_step_workers(raw, fast_path="off"):
+def _one_step_workers(raw, fast_path=False):
     """Two one-step workers fed the same parameters for 30 steps: the first as configured, the second
     on the torch path without reuse (a second forward in the update); their pushed gradients."""
     from marl_q.messages import SERVER, Message
@@ -165,7 +165,7 @@ def _one_step_workers(raw, fast_path="off"):
     cfg = build_config(raw)
     workers = [ActorCriticWorker(cfg, 0), ActorCriticWorker(cfg, 0)]
     assert workers[0]._reuse_act_forward
-    assert (workers[0]._np_heads is not None) == (fast_path == "auto")
+    assert (workers[0]._np_heads is not None) == fast_path
     workers[1]._reuse_act_forward = False  # the rollout's forward without graph, a second one in the update
     workers[1]._np_heads = None
     params = workers[0].flat.numpy()
@@ -195,13 +195,13 @@ def test_one_step_a2c_reuse_with_a_quantum_actor_bit_for_bit(small_raw):
 
 
 def test_one_step_numpy_path_pushes_the_torch_gradient(small_raw):
-    """fast_path auto (numpy forward and backward, float64) against the torch path (float32 autograd):
+    """fast_path true (numpy forward and backward, float64) against the torch path (float32 autograd):
     the same actions are drawn and the pushed gradients agree to float32 rounding, MLP and hybrid."""
     for actor in (None, dict(HYBRID_ACTOR)):
         raw = copy.deepcopy(small_raw)
         if actor is not None:
             raw["actor"] = actor
-        pushed = _one_step_workers(raw, fast_path="auto")
+        pushed = _one_step_workers(raw, fast_path=True)
         for fast, ref in zip(*pushed):
             np.testing.assert_allclose(fast, ref, rtol=1e-4, atol=1e-6 * max(1.0, np.abs(ref).max()))
         assert any(np.abs(g).max() > 0 for g in pushed[0])

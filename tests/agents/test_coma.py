@@ -187,6 +187,33 @@ def test_padded_actions_are_never_taken_under_the_mask() -> None:
         assert ep["actions"][:, speaker].max() <= 2
 
 
+@pytest.mark.parametrize("scenario", [{"name": "spread", "max_cycles": 10},
+                                      {"name": "speaker_listener", "max_cycles": 10, "common_spaces": True}])
+def test_numpy_acting_draws_the_torch_actions(scenario: dict) -> None:
+    """The numpy twin of the shared actor (fast_path) against the torch forward: the same episodes
+    (same actions from the same generator) and behaviour log-probabilities to float32 rounding,
+    with masked actions (speaker_listener) and greedy play."""
+    raw = _raw("coma")
+    raw["scenario"] = scenario
+    algo = ALGORITHMS.get("coma").obj(build_config(raw))
+    worker = algo.make_worker(0)
+    assert worker._np_actor is not None
+    with torch.no_grad():
+        for p in worker.actor.parameters():  # away from the near-uniform start, so actions depend on obs
+            p.mul_(30.0)
+    for greedy in (False, True):
+        episodes = []
+        for np_actor in (None, worker._np_actor):
+            rng = np.random.default_rng(5)
+            episodes.append([play_episode(worker.env, worker.actor, worker.desc, 0.2, rng, "sum", greedy=greedy,
+                                          seed=11 + i, np_actor=np_actor) for i in range(4)])
+        for ref, fast in zip(*episodes):
+            np.testing.assert_array_equal(fast["actions"], ref["actions"])
+            np.testing.assert_allclose(fast["behaviour_logp"], ref["behaviour_logp"], rtol=1e-4, atol=1e-5)
+            np.testing.assert_array_equal(fast["rewards"], ref["rewards"])
+        assert len({tuple(ep["actions"].reshape(-1)) for ep in episodes[0]}) > 1
+
+
 def test_checkpoint_state_round_trips(tmp_path: Path) -> None:
     service, server, worker = _service_and_server(tmp_path / "a.csv")
     server.receive(worker.step().messages[0], 1.0)
