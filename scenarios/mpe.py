@@ -8,6 +8,12 @@ the larger one, each step's ``infos[agent]["action_mask"]`` marks the agent's re
 action outside an agent's real range is played as its action 0 (documented, never chosen by a
 learner that honours the mask). Rewards are mpe2's own (negative distances; see each task's docs).
 
+``scenario.engine`` (spread only): ``native`` (default) runs ``scenarios.spread_native.SpreadNative``,
+a numpy re-implementation of simple_spread_v3 that equals mpe2 step by step on the same seeds and
+actions (observations, rewards, state, terminations/truncations, agents list; compared in
+tests/scenarios/test_spread_native.py) without mpe2's per-entity Python objects and AEC->parallel
+wrappers; ``mpe2`` runs mpe2's own ``parallel_env``.
+
 Registered as ``marlq/spread-v0`` and ``marlq/speaker_listener-v0``.
 """
 from __future__ import annotations
@@ -23,15 +29,25 @@ from mpe2 import simple_speaker_listener_v4, simple_spread_v3
 from pettingzoo import ParallelEnv
 
 from scenarios.spec import ScenarioSpec
+from scenarios.spread_native import SpreadNative
+
+SPREAD_ENGINES = ("native", "mpe2")
 
 
 @dataclass
 class SpreadConfig:
-    """simple_spread_v3: N agents cover N landmarks; local_ratio weighs the collision penalty."""
+    """simple_spread_v3: N agents cover N landmarks; local_ratio weighs the collision penalty.
+
+    ``engine``: ``native`` (numpy, same episodes as mpe2) or ``mpe2`` (mpe2's own environment).
+    """
 
     n_agents: int = 3
     max_cycles: int = 25
     local_ratio: float = 0.5
+    engine: str = "native"
+
+    def validate(self) -> None:
+        _check_engine(self.engine)
 
 
 @dataclass
@@ -48,12 +64,21 @@ def _positive_int(key: str, value: Any) -> int:
     return int(value)
 
 
-def spread_env(n_agents: int = 3, max_cycles: int = 25, local_ratio: float = 0.5) -> ParallelEnv:
-    """mpe2's simple_spread_v3 with discrete actions, its arguments checked with clear messages."""
+def _check_engine(engine: Any) -> str:
+    if engine not in SPREAD_ENGINES:
+        raise ValueError(f"scenario.engine must be one of {', '.join(SPREAD_ENGINES)}, got {engine!r}")
+    return engine
+
+
+def spread_env(n_agents: int = 3, max_cycles: int = 25, local_ratio: float = 0.5,
+               engine: str = "native") -> ParallelEnv:
+    """simple_spread_v3 with discrete actions (native numpy or mpe2's), arguments checked with clear messages."""
     n_agents = _positive_int("n_agents", n_agents)
     max_cycles = _positive_int("max_cycles", max_cycles)
     if not 0.0 <= float(local_ratio) <= 1.0:
         raise ValueError(f"scenario.local_ratio must lie in [0, 1], got {local_ratio!r}")
+    if _check_engine(engine) == "native":
+        return SpreadNative(N=n_agents, local_ratio=float(local_ratio), max_cycles=max_cycles)
     return simple_spread_v3.parallel_env(
         N=n_agents, local_ratio=float(local_ratio), max_cycles=max_cycles, continuous_actions=False
     )
@@ -128,7 +153,7 @@ def speaker_listener_env(max_cycles: int = 25, common_spaces: bool = False) -> P
 
 
 def _make_spread(cfg: Any, seed: int) -> ParallelEnv:
-    env = spread_env(cfg.n_agents, cfg.max_cycles, cfg.local_ratio)
+    env = spread_env(cfg.n_agents, cfg.max_cycles, cfg.local_ratio, cfg.engine)
     env.reset(seed=seed)
     return env
 
@@ -144,7 +169,7 @@ SCENARIOS = {
         config=SpreadConfig,
         make=_make_spread,
         kind="parallel",
-        help="mpe2 simple_spread_v3: N agents cover N landmarks (discrete actions)",
+        help="simple_spread_v3: N agents cover N landmarks (discrete actions; engine native | mpe2)",
     ),
     "speaker_listener": ScenarioSpec(
         config=SpeakerListenerConfig,

@@ -1,0 +1,229 @@
+"""simple_spread_v3 (discrete actions) in numpy over arrays: mpe2's task without its per-entity objects.
+
+``SpreadNative(N, local_ratio, max_cycles)`` is a PettingZoo ``ParallelEnv`` that reproduces
+``mpe2.simple_spread_v3.parallel_env(N=N, local_ratio=local_ratio, max_cycles=max_cycles,
+continuous_actions=False)`` step for step: the same agent names, spaces, ``state()``, reset RNG
+draws (same seed -> same episode), physics, rewards, truncation and the agents list emptying when
+the episode ends. mpe2 runs a pure-python particle world behind AEC->parallel wrappers; here one
+step is a handful of numpy operations on (N, 2) position/velocity arrays.
+
+What it copies from mpe2 (mpe2/simple_spread, _mpe_utils/core.py, _mpe_utils/simple_env.py):
+
+- reset: one ``np.random.Generator`` (gymnasium's ``seeding.np_random``), reseeded only when a seed
+  is given; positions drawn ``uniform(-1, 1)`` agents first, then landmarks (2 draws each);
+  velocities zero. The constructor draws once from an unseeded generator, as mpe2 does.
+- actions: 0 none, 1 left, 2 right, 3 down, 4 up; force = 5.0 (sensitivity) x unit direction.
+- physics (dt 0.1, damping 0.25, mass 1): agent-agent soft contact force
+  ``100 * d / |d| * 1e-3 * logaddexp(0, -(|d| - 0.3) / 1e-3)`` (agent size 0.15, landmarks do not
+  collide), summed per agent in mpe2's order (action force, then partners by index); then
+  ``pos += vel*dt; vel = vel*(1-damping) + force*dt``.
+- rewards: global = -sum over landmarks of the nearest agent's distance; local = -(number of other
+  agents closer than 0.3); reward = global*(1-local_ratio) + local*local_ratio.
+- observation (float32, 6N): own velocity, own position, landmark offsets, other agents' offsets,
+  other agents' (always zero) communication; ``state()`` concatenates all agents' observations.
+- after ``max_cycles`` steps every agent is truncated (never terminated) and ``agents`` empties.
+
+The floating-point operations follow mpe2's order, so results are equal bit for bit in practice
+(tests/scenarios/test_spread_native.py compares both step by step). Not supported: continuous
+actions, rendering, curriculum, partial observability, ``terminate_on_success``.
+
+``bench(steps)`` times mpe2 against this env with random actions in one run
+(``python -m scenarios.spread_native --steps 20000``).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from pettingzoo import ParallelEnv
+
+# mpe2's constants (World, Agent and SimpleEnv._set_action defaults; simple_spread's sizes)
+DIM_P = 2
+DIM_C = 2
+DT = 0.1
+DAMPING = 0.25
+CONTACT_FORCE = 1e2
+CONTACT_MARGIN = 1e-3
+AGENT_SIZE = 0.15
+MASS = 1.0
+SENSITIVITY = 5.0
+N_ACTIONS = 5
+# discrete action -> unit direction, scaled by the sensitivity as mpe2 does (u *= sensitivity)
+_DIRECTIONS = np.array([[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]) * SENSITIVITY
+
+
+class SpreadNative(ParallelEnv):
+    """mpe2's simple_spread_v3 (discrete actions) as numpy arrays; see the module docstring."""
+
+    metadata = {"name": "simple_spread_v3", "render_modes": [], "is_parallelizable": True, "render_fps": 10}
+
+    def __init__(self, N: int = 3, local_ratio: float = 0.5, max_cycles: int = 25,
+                 continuous_actions: bool = False) -> None:
+        if continuous_actions:
+            raise ValueError("SpreadNative: continuous_actions is not supported (use engine mpe2)")
+        if not 0.0 <= local_ratio <= 1.0:
+            raise ValueError(f"local_ratio must lie in [0, 1], got {local_ratio!r}")
+        self.n = int(N)
+        self.local_ratio = local_ratio
+        self.max_cycles = max_cycles
+        self.render_mode = None
+        self.possible_agents = [f"agent_{i}" for i in range(self.n)]
+        self.agents: list[str] = []
+        obs_dim = 6 * self.n  # vel 2 + pos 2 + landmarks 2N + others 2(N-1) + comm 2(N-1)
+        self._obs_space = spaces.Box(low=-np.float32(np.inf), high=+np.float32(np.inf), shape=(obs_dim,),
+                                     dtype=np.float32)
+        self._act_space = spaces.Discrete(N_ACTIONS)
+        self.state_space = spaces.Box(low=-np.float32(np.inf), high=+np.float32(np.inf),
+                                      shape=(obs_dim * self.n,), dtype=np.float32)
+        off = ~np.eye(self.n, dtype=bool)
+        self._others = np.nonzero(off)  # (i, j) with j != i, row-major: partners of i by index
+        self._dist_min = AGENT_SIZE + AGENT_SIZE
+        self.steps = 0
+        self._started = False
+        self.np_random, _ = seeding.np_random(None)  # mpe2's constructor resets from an unseeded RNG
+        self._reset_world()
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs_space
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act_space
+
+    def _reset_world(self) -> None:
+        # mpe2 draws uniform(-1, 1, 2) per agent, then per landmark; one draw of (2N, 2) is the same stream
+        pos = self.np_random.uniform(-1, +1, (2 * self.n, DIM_P))
+        self.pos = pos[: self.n].copy()
+        self.landmarks = pos[self.n:].copy()
+        self.vel = np.zeros((self.n, DIM_P))
+
+    def _observations(self) -> np.ndarray:
+        """(N, 6N) float32: row i is agent i's observation."""
+        n = self.n
+        obs = np.zeros((n, 6 * n))
+        obs[:, 0:2] = self.vel
+        obs[:, 2:4] = self.pos
+        obs[:, 4:4 + 2 * n] = (self.landmarks[None, :, :] - self.pos[:, None, :]).reshape(n, 2 * n)
+        rel = self.pos[None, :, :] - self.pos[:, None, :]  # rel[i, j] = pos_j - pos_i
+        obs[:, 4 + 2 * n:2 + 4 * n] = rel[self._others].reshape(n, 2 * (n - 1))
+        # the last 2(N-1) entries are the other agents' communication: silent agents, always zero
+        return obs.astype(np.float32)
+
+    def state(self) -> np.ndarray:
+        return self._observations().reshape(-1)
+
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.np_random, _ = seeding.np_random(seed)
+        self._reset_world()
+        self.agents = self.possible_agents[:]
+        self.steps = 0
+        self._started = True
+        obs = self._observations()
+        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if not self._started:
+            raise RuntimeError("SpreadNative: reset() must be called before step()")
+        if not self.agents:  # mpe2's parallel wrapper answers a step after the end with empty dicts
+            return {}, {}, {}, {}, {}
+        idx = np.empty(self.n, dtype=np.intp)
+        for i, agent in enumerate(self.possible_agents):
+            u = actions[agent]
+            if not self._act_space.contains(u):
+                raise ValueError(f"SpreadNative: action {u!r} for {agent} is not in {self._act_space}")
+            idx[i] = int(u)
+        self._physics(_DIRECTIONS[idx])
+        rewards = self._rewards()
+        self.steps += 1
+        truncated = self.steps >= self.max_cycles
+        obs = self._observations()
+        agents = self.agents
+        observations = {a: obs[i] for i, a in enumerate(agents)}
+        reward_d = {a: float(rewards[i]) for i, a in enumerate(agents)}
+        terminations = {a: False for a in agents}
+        truncations = {a: truncated for a in agents}
+        infos: dict[str, dict] = {a: {} for a in agents}
+        if truncated:
+            self.agents = []
+        return observations, reward_d, terminations, truncations, infos
+
+    def _pair_distances(self) -> tuple[np.ndarray, np.ndarray]:
+        delta = self.pos[:, None, :] - self.pos[None, :, :]  # delta[i, j] = pos_i - pos_j
+        dist = np.sqrt(np.square(delta[..., 0]) + np.square(delta[..., 1]))
+        return delta, dist
+
+    def _physics(self, u: np.ndarray) -> None:
+        delta, dist = self._pair_distances()
+        np.fill_diagonal(dist, 1.0)  # no self-contact; keeps the division finite
+        k = CONTACT_MARGIN
+        penetration = np.logaddexp(0, -(dist - self._dist_min) / k) * k
+        contact = CONTACT_FORCE * delta / dist[..., None] * penetration[..., None]  # on i from j
+        force = u + 0.0
+        for j in range(self.n):  # mpe2 adds the pair forces in partner order; the diagonal adds zero
+            col = contact[:, j]
+            col[j] = 0.0
+            force = col + force
+        self.pos += self.vel * DT
+        self.vel = self.vel * (1 - DAMPING)
+        self.vel += (force / MASS) * DT
+
+    def _rewards(self) -> np.ndarray:
+        d_lm = self.pos[None, :, :] - self.landmarks[:, None, :]  # (L, N, 2): agent - landmark
+        nearest = np.sqrt(np.square(d_lm[..., 0]) + np.square(d_lm[..., 1])).min(axis=1)
+        global_reward = 0.0
+        for m in nearest.tolist():  # sequential, as mpe2 accumulates it
+            global_reward -= m
+        _, dist = self._pair_distances()
+        collisions = (dist < self._dist_min).sum(axis=1) - 1  # minus the agent itself
+        local = -collisions.astype(np.float64)
+        return global_reward * (1 - self.local_ratio) + local * self.local_ratio
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _time_env(env: ParallelEnv, steps: int, seed: int) -> float:
+    """Seconds for ``steps`` env steps with uniform random actions, resetting at each episode end."""
+    rng = np.random.default_rng(seed)
+    agents = list(env.possible_agents)
+    actions = rng.integers(0, N_ACTIONS, size=(steps, len(agents)))
+    env.reset(seed=seed)
+    t0 = time.perf_counter()
+    for t in range(steps):
+        env.step({a: int(actions[t, i]) for i, a in enumerate(agents)})
+        if not env.agents:
+            env.reset()
+    return time.perf_counter() - t0
+
+
+def bench(steps: int = 20000, n_agents: int = 3, max_cycles: int = 25, seed: int = 0) -> dict[str, float]:
+    """Env steps per second of mpe2's simple_spread_v3 and of SpreadNative, measured in the same run."""
+    from mpe2 import simple_spread_v3
+
+    mpe2_env = simple_spread_v3.parallel_env(N=n_agents, local_ratio=0.5, max_cycles=max_cycles,
+                                             continuous_actions=False)
+    native = SpreadNative(N=n_agents, local_ratio=0.5, max_cycles=max_cycles)
+    t_mpe2 = _time_env(mpe2_env, steps, seed)
+    t_native = _time_env(native, steps, seed)
+    return {"steps": steps, "mpe2_steps_per_s": steps / t_mpe2, "native_steps_per_s": steps / t_native,
+            "speedup": t_mpe2 / t_native}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="env steps/s: mpe2 simple_spread_v3 vs SpreadNative")
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--n-agents", type=int, default=3)
+    args = parser.parse_args()
+    r = bench(args.steps, args.n_agents)
+    print(f"{r['steps']} steps, N={args.n_agents}: mpe2 {r['mpe2_steps_per_s']:.0f} steps/s, "
+          f"native {r['native_steps_per_s']:.0f} steps/s, speedup x{r['speedup']:.1f}")
