@@ -81,10 +81,12 @@ class SpreadNative(ParallelEnv):
         self.state_space = spaces.Box(low=-np.float32(np.inf), high=+np.float32(np.inf),
                                       shape=(obs_dim * self.n,), dtype=np.float32)
         off = ~np.eye(self.n, dtype=bool)
+        self._eye = np.eye(self.n)
         self._others = np.nonzero(off)  # (i, j) with j != i, row-major: partners of i by index
         self._dist_min = AGENT_SIZE + AGENT_SIZE
         self.steps = 0
         self._started = False
+        self._pairs: Optional[tuple[np.ndarray, np.ndarray]] = None  # (delta, dist) at the current positions
         self.np_random, _ = seeding.np_random(None)  # mpe2's constructor resets from an unseeded RNG
         self._reset_world()
 
@@ -102,6 +104,7 @@ class SpreadNative(ParallelEnv):
         self.pos = pos[: self.n].copy()
         self.landmarks = pos[self.n:].copy()
         self.vel = np.zeros((self.n, DIM_P))
+        self._pairs = None
 
     def _observations(self) -> np.ndarray:
         """(N, 6N) float32: row i is agent i's observation."""
@@ -136,6 +139,9 @@ class SpreadNative(ParallelEnv):
         idx = np.empty(self.n, dtype=np.intp)
         for i, agent in enumerate(self.possible_agents):
             u = actions[agent]
+            if type(u) is int and 0 <= u < N_ACTIONS:  # the common case, without Discrete.contains' cost
+                idx[i] = u
+                continue
             if not self._act_space.contains(u):
                 raise ValueError(f"SpreadNative: action {u!r} for {agent} is not in {self._act_space}")
             idx[i] = int(u)
@@ -155,22 +161,24 @@ class SpreadNative(ParallelEnv):
         return observations, reward_d, terminations, truncations, infos
 
     def _pair_distances(self) -> tuple[np.ndarray, np.ndarray]:
-        delta = self.pos[:, None, :] - self.pos[None, :, :]  # delta[i, j] = pos_i - pos_j
-        dist = np.sqrt(np.square(delta[..., 0]) + np.square(delta[..., 1]))
-        return delta, dist
+        """(delta, dist) between agents at the current positions, computed once per position update."""
+        if self._pairs is None:
+            delta = self.pos[:, None, :] - self.pos[None, :, :]  # delta[i, j] = pos_i - pos_j
+            dist = np.sqrt(np.square(delta[..., 0]) + np.square(delta[..., 1]))
+            self._pairs = (delta, dist)
+        return self._pairs
 
     def _physics(self, u: np.ndarray) -> None:
         delta, dist = self._pair_distances()
-        np.fill_diagonal(dist, 1.0)  # no self-contact; keeps the division finite
+        dist = dist + self._eye  # no self-contact (distance 0 -> 1); keeps the division finite
         k = CONTACT_MARGIN
         penetration = np.logaddexp(0, -(dist - self._dist_min) / k) * k
         contact = CONTACT_FORCE * delta / dist[..., None] * penetration[..., None]  # on i from j
         force = u + 0.0
         for j in range(self.n):  # mpe2 adds the pair forces in partner order; the diagonal adds zero
-            col = contact[:, j]
-            col[j] = 0.0
-            force = col + force
+            force = contact[:, j] + force
         self.pos += self.vel * DT
+        self._pairs = None
         self.vel = self.vel * (1 - DAMPING)
         self.vel += (force / MASS) * DT
 
