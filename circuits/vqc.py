@@ -194,6 +194,13 @@ class VQC(nn.Module):
         out = self.head_output(self.readouts(x.to(device=weights.device, dtype=weights.dtype)))
         return out.to(device=x.device, dtype=x.dtype if x.is_floating_point() else out.dtype)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the QNode closure of ``backend: pennylane`` does not pickle (a sim snapshot, a deepcopy): it is
+        # rebuilt on the next call
+        state = dict(self.__dict__)
+        state["_qnode_function"] = None
+        return state
+
     def to_qnode(self, device: str = "default.qubit", diff_method: str = "best", **device_kwargs: Any) -> Callable[[torch.Tensor], torch.Tensor]:
         """The same function with this module's parameters, the circuit run by a PennyLane QNode on ``device``."""
         qnode = build_qnode(self.cfg, device, diff_method, **device_kwargs)

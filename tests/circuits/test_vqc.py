@@ -148,6 +148,13 @@ def test_pennylane_backend_computes_the_same_function():
     x = torch.randn(3, 4)
     torch.testing.assert_close(through_qnode(x), native(x), atol=1e-5, rtol=0)
     assert hasattr(native.to_qnode(), "qnode")
+    # a module that has run through its QNode still pickles (sim snapshots, deepcopy): the closure is
+    # dropped and rebuilt on the next call
+    import copy
+    import pickle
+
+    for clone in (pickle.loads(pickle.dumps(through_qnode)), copy.deepcopy(through_qnode)):
+        torch.testing.assert_close(clone(x), native(x), atol=1e-5, rtol=0)
 
 
 def test_config_loader_lists_choices_for_an_unknown_encoding(tmp_path):
