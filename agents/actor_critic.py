@@ -285,9 +285,7 @@ class ActorCriticWorker(Worker):
         self.seq = 0
         # one-step A2C with gradients pushed: the rollout's actor forward (at the parameters the
         # update differentiates) runs with its graph and the update reuses it instead of a second one
-        ac = self.ac
-        self._reuse_act_forward = (ac.n_steps == 1 and ac.update == "grad" and ac.epochs == 1
-                                   and ac.minibatches == 1 and ac.clip is None and ac.value_clip is None)
+        self._reuse_act_forward = self._one_step_reuse(self.ac)
         self._rollout_logits: Optional[torch.Tensor] = None
         self._init_numpy_path()
         self.reset_env()
@@ -301,9 +299,17 @@ class ActorCriticWorker(Worker):
                 self._np_heads = (actor, critic)
         self._rollout_np = None
 
+    @staticmethod
+    def _one_step_reuse(ac: ActorCriticConfig) -> bool:
+        return (ac.n_steps == 1 and ac.update == "grad" and ac.epochs == 1 and ac.minibatches == 1
+                and ac.clip is None and ac.value_clip is None)
+
     def __setstate__(self, state: dict) -> None:
-        # a snapshot from before the numpy path: take it up on resume
+        # a snapshot from before the forward reuse or the numpy path: take them up on resume
         self.__dict__.update(state)
+        if "_reuse_act_forward" not in state:
+            self._reuse_act_forward = self._one_step_reuse(self.ac)
+            self._rollout_logits = None
         if "_np_heads" not in state:
             self._init_numpy_path()
 

@@ -281,7 +281,9 @@ def load_snapshot(path: Path, sha256: str) -> Any:
     import torch
 
     try:
-        return torch.load(io.BytesIO(blob), weights_only=False)
+        if blob[:2] == b"PK":  # torch.save's zip container
+            return torch.load(io.BytesIO(blob), weights_only=False)
+        return pickle.loads(blob)  # snapshots written before torch's pickler: plain pickle (hash checked above)
     except Exception as exc:  # the hash matched, so this is a version mismatch of the code
         raise CheckpointError(f"{path}: sim snapshot cannot be read by this version of marl-q "
                               f"({type(exc).__name__}: {exc})") from None
