@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     horizon = min(curve.env_steps[-1] for curves in groups.values() for curve in curves)
     grid = np.linspace(0, horizon, 200)
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    print(f"{'variant':<24}{'seeds':>6}{'steps to ' + str(int(args.solve)):>16}{'final mean':>12}")
+    print(f"{'variant':<24}{'seeds':>6}  {'steps to ' + str(int(args.solve)) + ' (per seed)':<44}"
+          f"mean at {horizon:.0f} steps (95% t)")
     for name in [v for v in ORDER if v in groups]:
         curves = groups[name]
         values = np.stack([np.interp(grid, c.env_steps, c.trailing) for c in curves])
@@ -94,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
         solved = [steps_to_solve(c, args.solve, args.window) for c in curves]
         solved_text = ", ".join("-" if s is None else f"{s:.0f}" for s in solved)
-        finals = [float(np.interp(horizon, c.env_steps, c.trailing)) for c in curves]
-        print(f"{name:<24}{len(curves):>6}{solved_text:>16}{np.mean(finals):>12.1f}")
+        final, final_half = band(np.array([[float(np.interp(horizon, c.env_steps, c.trailing))] for c in curves]))
+        print(f"{name:<24}{len(curves):>6}  {solved_text:<44}{final[0]:.1f} +- {final_half[0]:.1f}")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(f"return (mean of last {args.window} episodes)")
     title = args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads"
