@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 import numpy as np
 from analysis.stats import mean_ci
 import yaml
@@ -92,18 +93,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         values = np.stack([np.interp(grid, c.env_steps, c.trailing) for c in curves])
         mean, half = band(values)
         line, = ax.plot(grid, mean, label=f"{name} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
-        ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
+        # the t-interval of 5 seeds can reach past what any seed scored (e.g. above CartPole's 500):
+        # the band is clipped to the seeds' range at each step
+        low, high = np.maximum(mean - half, values.min(axis=0)), np.minimum(mean + half, values.max(axis=0))
+        ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
         solved = [steps_to_solve(c, args.solve, args.window) for c in curves]
         solved_text = ", ".join("-" if s is None else f"{s:.0f}" for s in solved)
         final, final_half = band(np.array([[float(np.interp(horizon, c.env_steps, c.trailing))] for c in curves]))
         print(f"{name:<24}{len(curves):>6}  {solved_text:<44}{final[0]:.1f} +- {final_half[0]:.1f}")
     ax.set_xlabel("environment steps")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}M" if x >= 1e6 else f"{x / 1e3:g}k" if x else "0"))
     ax.set_ylabel(f"return (mean of last {args.window} episodes)")
     title = args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads"
     ax.set_title(textwrap.fill(title, 80), fontsize=10)
     ax.grid(alpha=0.3)
     several = any(len(curves) > 1 for curves in groups.values())
-    ax.legend(title="mean over seeds, 95% t-band" if several else "one seed per variant", fontsize=8)
+    ax.legend(title="mean over seeds, 95% t-band (clipped to the seeds' range)" if several else "one seed per variant", fontsize=8)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=120)
