@@ -134,15 +134,13 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 def sample_actions(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Sample from softmax(actor(obs)) by Gumbel-max with a seeded numpy generator (cheaper than
     torch.distributions, and reproducible)."""
-    logits = actor(torch.from_numpy(obs)).numpy()
-    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
+    return gumbel_max(actor(torch.from_numpy(obs)).numpy(), rng)
 
 
 def sample_actions_with_logits(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, torch.Tensor]:
     """``sample_actions`` (the same draws) that also returns the logits with their graph."""
     logits = actor(torch.from_numpy(obs))
-    values = logits.detach().numpy()
-    return np.argmax(values - np.log(-np.log(rng.random(values.shape))), axis=1), logits
+    return gumbel_max(logits.detach().numpy(), rng), logits
 
 
 def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
