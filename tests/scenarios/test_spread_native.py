@@ -119,8 +119,12 @@ def test_end_of_episode_and_misuse() -> None:
 
 
 def test_bench_reports_both_engines() -> None:
+    """The benchmark's report is complete and self-consistent (no bound on the rates: tests never time)."""
     r = bench(steps=50)
-    assert r["steps"] == 50 and r["mpe2_steps_per_s"] > 0 and r["native_steps_per_s"] > 0
+    mpe2_rate, native_rate = r["mpe2_steps_per_s"], r["native_steps_per_s"]
+    assert set(r) == {"steps", "mpe2_steps_per_s", "native_steps_per_s", "speedup"} and r["steps"] == 50
+    assert np.isfinite([mpe2_rate, native_rate, r["speedup"]]).all()
+    assert r["speedup"] == pytest.approx(native_rate / mpe2_rate)
 
 
 def test_engine_config_key_dispatches_and_rejects_bad_values() -> None:
