@@ -399,8 +399,7 @@ class ActorCriticWorker(Worker):
         if self._rollout_np is not None:
             (logits, cache), self._rollout_np = self._rollout_np, None
             self.flat.zero_grad()
-            a2c_gradient(self.ac, self._np_heads[0], self._np_heads[1], batch, logits, cache,
-                          self.ac.max_grad_norm, self.flat.grad_view())
+            a2c_gradient(self.ac, self._np_heads[0], self._np_heads[1], batch, logits, cache, self.flat.grad_view())
             return
         logits, self._rollout_logits = self._rollout_logits, None
         actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch, logits)

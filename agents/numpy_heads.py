@@ -155,8 +155,7 @@ def gumbel_max(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
-                 logits: np.ndarray, actor_cache: Cache, max_grad_norm: Optional[float],
-                 flat_grad: np.ndarray) -> None:
+                 logits: np.ndarray, actor_cache: Cache, flat_grad: np.ndarray) -> None:
     """The A2C gradient of ``agents.actor_critic._a2c_step`` in numpy, written into ``flat_grad``
     (the zeroed flat gradient the parameters' .grad view): -E[A log pi(a)] - c_ent E[H] +
     c_v E[(V - R)^2] over the valid steps, GAE targets, optionally normalised advantages and a
@@ -192,8 +191,8 @@ def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
         grad_values[: T * N, 0][valid] = (2.0 * ac.vf_coef / count) * (values[valid] - returns[valid])
     critic.backward(critic_cache, grad_values)
     actor.backward(actor_cache, grad_logits)
-    if max_grad_norm is not None:
+    if ac.max_grad_norm is not None:
         norm = float(np.sqrt(np.dot(flat_grad.astype(np.float64), flat_grad.astype(np.float64))))
-        coef = max_grad_norm / (norm + 1e-6)
+        coef = ac.max_grad_norm / (norm + 1e-6)
         if coef < 1.0:
             flat_grad *= np.float32(coef)

@@ -112,7 +112,7 @@ def test_numpy_a2c_gradient_equals_the_torch_update(T, N, all_valid, ent_coef, a
             obs = batch["obs"][:T].reshape(T * N, -1).astype(np.float64)
             logits, cache = np_actor.forward(obs)
             flat.zero_grad()
-            a2c_gradient(ac, np_actor, np_critic, batch, logits, cache, max_grad_norm, flat.grad_view())
+            a2c_gradient(ac, np_actor, np_critic, batch, logits, cache, flat.grad_view())
         grads.append(flat.flat.grad.numpy().copy())
     torch_grad, numpy_grad = grads
     assert np.abs(torch_grad).max() > 1e-4
