@@ -64,6 +64,15 @@ class ComaConfig:
     epsilon_end: float = 0.02
     epsilon_anneal_steps: int = 100_000  # env steps received by the server
     entropy_coef: float = 0.0
+    # standardise the actor's advantages over each learning batch ((A - mean) / std): the policy step
+    # then no longer scales with the return (Q on spread is ~ -80 while the differences between actions
+    # are ~1), so lr and entropy_coef mean the same thing on every task and for every critic
+    advantage_norm: bool = False
+    # what COMA's counterfactual baseline is subtracted from: "q", the critic's Q(s, u) (the paper), or
+    # "return", the TD(lambda) return G_t the critic is trained on. The baseline sum_u' pi(u') Q(s,(u^-a,u'))
+    # does not depend on agent a's own action, so either is a valid policy gradient; "return" keeps the
+    # rewards actually collected in the advantage, so an inaccurate Q biases it less (more variance)
+    coma_advantage: Literal["q", "return"] = "q"
     team_reward: Literal["sum", "mean"] = "sum"  # how the agents' rewards make the team reward
     # actors whose head has a numpy pass (mlp) act in numpy (agents.numpy_heads): three rows through a
     # small MLP cost more in torch dispatch than in arithmetic; false: act through torch

@@ -218,10 +218,14 @@ class ComaLearner:
         pi_taken = pi.gather(-1, actions.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10)
         log_pi = pi_taken.log()
         if self.kind == "coma":
-            advantage, _ = counterfactual_advantage(out, pi.detach(), actions)
+            advantage, baseline = counterfactual_advantage(out, pi.detach(), actions)
+            if self.hp.coma_advantage == "return":
+                advantage = targets - baseline
         else:
             advantage = targets - out
         advantage = advantage.detach()
+        if self.hp.advantage_norm:
+            advantage = standardise(advantage)
         weight = batch.weight.view(-1, 1, 1).expand_as(advantage)
         if self.hp.off_policy_correction:
             # decoupled objective (AReaL): importance weight pi_prox / pi_behav, pi_prox = the server's
@@ -242,6 +246,12 @@ class ComaLearner:
             "advantage_std": float(advantage.std()) if advantage.numel() > 1 else 0.0,
             "entropy": float(entropy.mean().detach()),
         }
+
+
+def standardise(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over every element (population std); a constant tensor maps to zeros."""
+    centred = x - x.mean()
+    return centred / (centred.pow(2).mean().sqrt() + eps)
 
 
 def stack_episodes(episodes: list[dict[str, Any]], weights: Optional[list[float]] = None) -> Batch:

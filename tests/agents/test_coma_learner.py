@@ -22,6 +22,7 @@ from agents.coma_learner import (
     critic_out_dim,
     policy,
     stack_episodes,
+    standardise,
 )
 from agents.coma_estimators import counterfactual_advantage
 
@@ -36,7 +37,8 @@ def _mlp(i: int, o: int, seed: int = 0) -> nn.Module:
 def _hp(**kw) -> SimpleNamespace:
     base = dict(actor_lr=1e-2, critic_lr=1e-2, gamma=0.9, td_lambda=0.8, n_step=0, critic_steps_per_update=1,
                 target_update_every=5, grad_clip=10.0, off_policy_correction=False, importance_clip=2.0,
-                entropy_coef=0.0, critic_warmup_updates=0, bootstrap="sampled", bootstrap_samples=4)
+                entropy_coef=0.0, critic_warmup_updates=0, bootstrap="sampled", bootstrap_samples=4,
+                advantage_norm=False, coma_advantage="q")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -191,6 +193,58 @@ def test_off_policy_correction_is_neutral_when_behaviour_equals_the_server_polic
     other = ComaLearner("coma", copy.deepcopy(actor), copy.deepcopy(critic), dims, _hp(off_policy_correction=True))
     other.learn(batch)
     assert any(not torch.allclose(p, q, atol=1e-6) for p, q in zip(plain.actor.parameters(), other.actor.parameters()))
+
+
+def test_standardise_matches_numpy_and_maps_a_constant_to_zeros() -> None:
+    x = torch.randn(3, 5, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ref = (x.numpy() - x.numpy().mean()) / x.numpy().std()
+    assert torch.allclose(standardise(x), torch.from_numpy(ref), atol=1e-12)
+    assert torch.equal(standardise(torch.full((4,), -80.0)), torch.zeros(4))
+
+
+def _actor_after_one_update(kind: str, scale: float, advantage_norm: bool) -> list[torch.Tensor]:
+    """The actor after one update on a fixed batch whose rewards and critic outputs are scaled by ``scale``."""
+    dims = Dims(2, 3, 4, 3)
+    batch = stack_episodes(_random_episodes(dims, 3, 4, seed=5))
+    batch.rewards = batch.rewards * scale
+    critic = _mlp(critic_in_dim(kind, dims), critic_out_dim(kind, dims), seed=6)
+    with torch.no_grad():
+        critic[-1].weight.mul_(scale)
+        critic[-1].bias.mul_(scale)
+    learner = ComaLearner(kind, _mlp(5, 3, seed=7), critic, dims,
+                          _hp(advantage_norm=advantage_norm, critic_lr=1e-12, actor_lr=1e-3))
+    learner.learn(batch)
+    return [p.detach().clone() for p in learner.actor.parameters()]
+
+
+@pytest.mark.parametrize("kind", ["coma", "central_v", "iac"])
+def test_normalised_advantages_make_the_actor_step_independent_of_the_reward_scale(kind: str) -> None:
+    # rewards and critic scaled by 40 scale every advantage by 40 (critic_lr ~ 0 keeps the critic as built);
+    # standardised, the actor takes the same step at either scale
+    for p, q in zip(_actor_after_one_update(kind, 1.0, True), _actor_after_one_update(kind, 40.0, True)):
+        assert torch.allclose(p, q, atol=1e-6)
+    # and the option is live: centring the advantages changes the step taken from the raw ones
+    raw, normed = _actor_after_one_update(kind, 1.0, False), _actor_after_one_update(kind, 1.0, True)
+    assert any(not torch.allclose(p, q, atol=1e-6) for p, q in zip(raw, normed))
+
+
+def test_return_advantage_subtracts_the_counterfactual_baseline_from_the_lambda_return() -> None:
+    dims = Dims(2, 3, 4, 3)
+    batch = stack_episodes(_random_episodes(dims, 3, 4, seed=8))
+    actor, critic = _mlp(5, 3, seed=9), _mlp(critic_in_dim("coma", dims), 3, seed=10)
+    reference = ComaLearner("coma", copy.deepcopy(actor), copy.deepcopy(critic), dims, _hp())
+    targets = reference._targets(batch)  # G^lambda_t per agent, checked against the direct sum elsewhere
+    with torch.no_grad():
+        obs, avail, actions = batch.obs[:, :4], batch.avail[:, :4], batch.actions[:, :4]
+        pi = policy(actor, obs, avail, 0.0)
+        _, baseline = counterfactual_advantage(critic_forward("coma", critic, batch.state[:, :4], obs, actions, 3),
+                                               pi, actions)
+        log_pi = pi.gather(-1, actions.unsqueeze(-1)).squeeze(-1).log()
+    expected = -((targets - baseline) * log_pi).mean()
+    learner = ComaLearner("coma", actor, critic, dims, _hp(coma_advantage="return", critic_lr=1e-12))
+    assert learner.learn(batch)["actor_loss"] == pytest.approx(float(expected), abs=1e-5)
+    q_based = ComaLearner("coma", copy.deepcopy(actor), copy.deepcopy(critic), dims, _hp(critic_lr=1e-12))
+    assert q_based.learn(batch)["actor_loss"] != pytest.approx(float(expected), abs=1e-3)
 
 
 def test_unknown_critic_kind_is_named() -> None:
