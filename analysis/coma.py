@@ -19,7 +19,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 from analysis.stats import mean_ci
@@ -98,8 +98,20 @@ def first_reach(x: np.ndarray, curve: np.ndarray, threshold: float) -> Optional[
     return float(x[hit[0]]) if len(hit) else None
 
 
-def group_curves(runs: list[Run], window: int, points: int = 200) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """group -> (grid, mean, ci half-width, seeds), curves interpolated on the x range all seeds cover."""
+class Curve(NamedTuple):
+    """A group's curve over seeds: the mean, its 95% t half-width, and the band drawn (the t-interval
+    clipped to the seeds' own range at each x: with few seeds it can reach past what any seed scored)."""
+
+    grid: np.ndarray
+    mean: np.ndarray
+    ci: np.ndarray
+    seeds: int
+    low: np.ndarray
+    high: np.ndarray
+
+
+def group_curves(runs: list[Run], window: int, points: int = 200) -> dict[str, Curve]:
+    """group -> Curve, curves interpolated on the x range all seeds cover."""
     out = {}
     for group in sorted({r.group for r in runs}):
         members = [r for r in runs if r.group == group and len(r.x) > 0]
@@ -110,26 +122,32 @@ def group_curves(runs: list[Run], window: int, points: int = 200) -> dict[str, t
         grid = np.linspace(lo, hi, points)
         curves = np.stack([np.interp(grid, r.x, trailing_mean(r.returns, window)) for r in members])
         mean, ci = mean_and_ci(curves)
-        out[group] = (grid, mean, ci, len(members))
+        low, high = np.maximum(mean - ci, curves.min(axis=0)), np.minimum(mean + ci, curves.max(axis=0))
+        out[group] = Curve(grid, mean, ci, len(members), low, high)
     return out
 
 
-def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str) -> Path:
-    """One line per group with its 95% band; saved as PNG."""
+def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str,
+                references: Sequence[tuple[str, float]] = ()) -> Path:
+    """One line per group with its 95% band, and dashed horizontal reference levels; saved as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for group, (grid, mean, ci, n) in curves.items():
-        (line,) = ax.plot(grid, mean, label=f"{group} ({n} seeds)")
-        ax.fill_between(grid, mean - ci, mean + ci, color=line.get_color(), alpha=0.2)
+    for group, c in curves.items():
+        (line,) = ax.plot(c.grid, c.mean, label=f"{group} ({c.seeds} seeds)")
+        ax.fill_between(c.grid, c.low, c.high, color=line.get_color(), alpha=0.2)
+    for i, (name, value) in enumerate(references):
+        ax.axhline(value, color="0.4", linestyle=(0, (4, 2 + i)), linewidth=1)
+        ax.annotate(f"{name} ({value:g})", (0.01, value), xycoords=("axes fraction", "data"),
+                    textcoords="offset points", xytext=(0, 3), fontsize=8, color="0.3")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(textwrap.fill(title, 70), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(title="shaded: 95% CI over seeds")
+    ax.legend(title="mean over seeds; shaded: 95% t-band,\nclipped to the seeds' range", fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
@@ -168,8 +186,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--window", type=int, default=100, help="episodes in the trailing mean")
     p.add_argument("--threshold", type=float, help="report the x where each seed first reaches this return")
     p.add_argument("--title", default=None)
-    p.add_argument("--ylabel", default="episode return (trailing mean)")
+    p.add_argument("--reference", action="append", default=[], metavar="NAME=VALUE",
+                   help="a dashed horizontal line at VALUE labelled NAME (e.g. a scripted policy's return); repeatable")
+    p.add_argument("--ylabel", default=None, help="default: episode return, WINDOW-episode trailing mean")
     args = p.parse_args(argv)
+    references = []
+    for item in args.reference:
+        name, _, value = item.rpartition("=")
+        try:
+            references.append((name, float(value)))
+        except ValueError:
+            name = ""
+        if not name:
+            p.error(f"--reference {item!r}: expected NAME=VALUE with a number, e.g. nearest=-53.6")
     try:
         runs = [load_run(d, args.by, args.x) for d in find_run_dirs(args.paths)]
     except RunDirError as exc:
@@ -179,7 +208,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     x_label = "environment steps (all workers)" if args.x == "env_steps" else "time (s; virtual in sim)"
     scenario = runs[0].summary.get("scenario", "?")
     title = args.title or f"{scenario}: return by {args.by}, mean of {args.window}-episode window"
-    print(f"plot: {plot_curves(curves, args.out, title, x_label, args.ylabel)}")
+    y_label = args.ylabel or f"episode return, {args.window}-episode trailing mean"
+    print(f"plot: {plot_curves(curves, args.out, title, x_label, y_label, references)}")
     for line in summary_table(runs, args.threshold, args.window):
         print(line)
     return 0

@@ -10,11 +10,13 @@ on simple_spread. This tool measures that directly from a run directory and one 
    continuations of a copy of the env (the discounted team return to the episode's end, actions
    drawn from the same actor);
 3. compare the critic's advantages with the Monte Carlo ones: correlation, agreement of the argmax,
-   how often each favours the no-op action (0), and the mean advantage per action.
+   how often each favours the no-op action (0), and the mean advantage per action; and the Monte
+   Carlo estimate with itself (two halves of the rollouts, Spearman-Brown corrected): the square root
+   of that reliability is the correlation a perfect critic would show, given the rollouts' noise.
 
 The Monte Carlo returns are truncated at the episode's end while the critic bootstraps past it, so
 levels differ; advantages (differences at one state) are what is compared. The estimate carries
-noise of roughly std(G)/sqrt(rollouts), which bounds the attainable correlation below 1.
+noise of roughly std(G)/sqrt(rollouts); the split-half figure measures how much.
 
     python -m analysis.coma_critic RUN_DIR [--checkpoint PATH] [--states 40] [--rollouts 8]
 
@@ -41,36 +43,52 @@ def draw(pi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.array([rng.choice(pi.shape[1], p=row / row.sum()) for row in pi])
 
 
-def mc_action_values(env: Any, obs: dict[str, Any], joint: np.ndarray, agent: int, policy: PolicyFn,
-                     team: Callable[[dict[str, float]], float], gamma: float, rollouts: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """Monte Carlo Q^pi(s, (u^-a, u')) for every action u' of ``agent`` at the env's current state:
-    the mean over ``rollouts`` copies of the env of the discounted team return from this step to the
-    episode's end, with ``joint`` (agent's slot replaced by u') first and ``policy`` after."""
+def mc_returns(env: Any, obs: dict[str, Any], joint: np.ndarray, agent: int, policy: PolicyFn,
+               team: Callable[[dict[str, float]], float], gamma: float, rollouts: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """(rollouts, U): for every action u' of ``agent`` at the env's current state, the discounted team
+    return from this step to the episode's end of each of ``rollouts`` copies of the env, with
+    ``joint`` (agent's slot replaced by u') first and ``policy`` after."""
     n_actions = policy(obs).shape[1]
-    out = np.zeros(n_actions)
+    out = np.zeros((rollouts, n_actions))
     for alt in range(n_actions):
         first = joint.copy()
         first[agent] = alt
-        total = 0.0
-        for _ in range(rollouts):
+        for k in range(rollouts):
             sim = copy.deepcopy(env)
             agents = list(sim.agents)
             acts, disc = first, 1.0
             while sim.agents:
                 step_obs, rewards, *_ = sim.step({a: int(acts[i]) for i, a in enumerate(agents)})
-                total += disc * team(rewards)
+                out[k, alt] += disc * team(rewards)
                 disc *= gamma
                 if not sim.agents:
                     break
                 acts = draw(policy(step_obs), rng)
-        out[alt] = total / rollouts
     return out
 
 
-def compare(critic_adv: np.ndarray, mc_adv: np.ndarray) -> dict[str, Any]:
-    """Agreement of two (n, U) arrays of per-action advantages."""
+def mc_action_values(env: Any, obs: dict[str, Any], joint: np.ndarray, agent: int, policy: PolicyFn,
+                     team: Callable[[dict[str, float]], float], gamma: float, rollouts: int,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Monte Carlo Q^pi(s, (u^-a, u')) for every action u' of ``agent``: the mean of ``mc_returns``."""
+    return mc_returns(env, obs, joint, agent, policy, team, gamma, rollouts, rng).mean(axis=0)
+
+
+def compare(critic_adv: np.ndarray, mc_adv: np.ndarray, halves: Optional[tuple[np.ndarray, np.ndarray]] = None
+            ) -> dict[str, Any]:
+    """Agreement of two (n, U) arrays of per-action advantages. ``halves``: the Monte Carlo advantages
+    from two disjoint halves of the rollouts. Their correlation, Spearman-Brown corrected to the full
+    count, is the reliability R of the Monte Carlo estimate; a critic equal to the true advantage would
+    correlate with it at about sqrt(R) (``mc_ceiling``), so that is the most the check can show."""
+    reliability = ceiling = None
+    if halves is not None:
+        r = float(np.corrcoef(halves[0].ravel(), halves[1].ravel())[0, 1])
+        reliability = 2 * r / (1 + r) if r > -1 else -1.0
+        ceiling = float(np.sqrt(max(reliability, 0.0)))
     return {
+        "mc_reliability": reliability,
+        "mc_ceiling": ceiling,
         "pairs": int(critic_adv.shape[0]),
         "correlation": float(np.corrcoef(critic_adv.ravel(), mc_adv.ravel())[0, 1]),
         "argmax_agreement": float(np.mean(critic_adv.argmax(1) == mc_adv.argmax(1))),
@@ -125,7 +143,8 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
 
     rng = np.random.default_rng(seed)
     env = make_env(cfg, cfg.run.seed + 7_777)
-    critic_rows, mc_rows = [], []
+    critic_rows, mc_rows, half_rows = [], [], ([], [])
+    half = rollouts // 2
     for episode in range(states):
         obs_d, _ = env.reset(seed=cfg.run.seed + 7_777 + episode)
         stop = int(rng.integers(0, max_t))
@@ -143,13 +162,18 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
             q = critic_forward("coma", critic, state[None], obs[None], torch.from_numpy(joint)[None],
                                n_actions)[0].numpy().astype(np.float64)
         for a in range(len(agents)):
-            mc = mc_action_values(env, obs_d, joint, a, policy, team, hp.gamma, rollouts, rng)
+            returns = mc_returns(env, obs_d, joint, a, policy, team, hp.gamma, rollouts, rng)
+            mc = returns.mean(axis=0)
             critic_rows.append(q[a] - pi[a] @ q[a])
             mc_rows.append(mc - pi[a] @ mc)
+            if half:
+                for rows, part in zip(half_rows, (returns[:half].mean(0), returns[half:2 * half].mean(0))):
+                    rows.append(part - pi[a] @ part)
     env.close()
     if not critic_rows:
         raise UserError(f"max_t {max_t}: every sampled episode ended before the stop step")
-    out = compare(np.array(critic_rows), np.array(mc_rows))
+    halves = (np.array(half_rows[0]), np.array(half_rows[1])) if half else None
+    out = compare(np.array(critic_rows), np.array(mc_rows), halves)
     out.update(run=str(run_dir), checkpoint=str(checkpoint), env_steps=int(service.env_steps), epsilon=epsilon,
                rollouts=rollouts)
     return out
@@ -173,6 +197,9 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"{r['rollouts']} rollouts per action")
     print(f"  correlation of the critic's advantages with Monte Carlo: {r['correlation']:.3f} "
           f"(std {r['critic_std']:.2f} vs {r['mc_std']:.2f})")
+    if r["mc_reliability"] is not None:
+        print(f"  Monte Carlo reliability (split halves, corrected to {r['rollouts']} rollouts): "
+              f"{r['mc_reliability']:.3f}; a perfect critic would show a correlation of about {r['mc_ceiling']:.3f}")
     print(f"  same best action: {r['argmax_agreement']:.2f}; best is no-op: critic {r['critic_argmax_noop']:.2f}, "
           f"Monte Carlo {r['mc_argmax_noop']:.2f}")
     print(f"  mean advantage by action: critic {r['critic_mean_by_action']}, Monte Carlo {r['mc_mean_by_action']}")

@@ -49,14 +49,24 @@ def test_grouping_and_plot_from_run_directories(tmp_path: Path, capsys) -> None:
 
     runs = [load_run(d, "algorithm.name", "env_steps") for d in find_run_dirs([tmp_path / "sweep"])]
     curves = group_curves(runs, window=1, points=50)
-    grid, mean, ci, n = curves["coma"]
+    grid, mean, ci, n, low, high = curves["coma"]
     assert n == 2 and grid[0] == 10.0 and grid[-1] == 500.0
     assert mean[-1] == pytest.approx(1.5 * 49)  # mean of slopes 1 and 2 at episode 49
+    # two seeds: the t-interval (t = 12.7) reaches far past both; the band drawn is the seeds' own range
+    assert mean[-1] + ci[-1] > 2 * 49 and (low[-1], high[-1]) == pytest.approx((49.0, 2 * 49.0))
     assert curves["iac"][2].max() == pytest.approx(0.0)  # identical seeds: no band
-    assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "c.png"), "--window", "1", "--threshold", "40"]) == 0
+    assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "c.png"), "--window", "1", "--threshold", "40",
+                 "--reference", "scripted=-3.5"]) == 0
     assert (tmp_path / "c.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert "coma: 2 seeds" in out and "iac: 2 seeds" in out and "never" in out
+
+
+def test_a_malformed_reference_line_exits_2_naming_it(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path), "--out", str(tmp_path / "c.png"), "--reference", "nearest=low"])
+    assert exit_info.value.code == 2
+    assert "--reference 'nearest=low': expected NAME=VALUE" in capsys.readouterr().err
 
 
 def test_a_path_without_runs_is_a_named_error(tmp_path: Path) -> None:

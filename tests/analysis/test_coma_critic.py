@@ -52,6 +52,15 @@ def test_compare_measures_agreement() -> None:
     assert same["correlation"] == pytest.approx(1.0) and same["argmax_agreement"] == 1.0
     flipped = compare(-truth, truth)
     assert flipped["correlation"] == pytest.approx(-1.0) and flipped["argmax_agreement"] == 0.0
+    # halves that agree perfectly: reliability 1, ceiling 1; independent noise halves: about 0
+    assert compare(truth, truth, (truth, truth))["mc_ceiling"] == pytest.approx(1.0)
+    noise = compare(truth, truth, (rng.normal(size=(2000, 5)), rng.normal(size=(2000, 5))))
+    assert abs(noise["mc_reliability"]) < 0.1 and noise["mc_ceiling"] < 0.25
+    # halves each carrying the signal plus unit noise: r = 1/2, R = 2/3 (Spearman-Brown), ceiling sqrt(2/3)
+    signal = rng.normal(size=(20000, 5))
+    noisy = compare(signal, signal, (signal + rng.normal(size=signal.shape), signal + rng.normal(size=signal.shape)))
+    assert noisy["mc_reliability"] == pytest.approx(2 / 3, abs=0.02)
+    assert noisy["mc_ceiling"] == pytest.approx(np.sqrt(2 / 3), abs=0.02)
     noop = np.zeros((4, 5))
     noop[:, 0] = 1.0
     assert compare(noop, truth[:4])["critic_argmax_noop"] == 1.0
@@ -77,6 +86,7 @@ def test_a_coma_run_is_checked_end_to_end_and_other_runs_are_refused(tmp_path, c
     r = check_run(run, states=3, rollouts=1, max_t=3)
     assert r["pairs"] == 9  # 3 states x 3 agents
     assert -1.0 <= r["correlation"] <= 1.0 and len(r["mc_mean_by_action"]) == 3
+    assert r["mc_reliability"] is None  # one rollout: no halves to compare
     assert main([str(run), "--states", "2", "--rollouts", "1", "--max-t", "3"]) == 0
     assert "correlation of the critic's advantages" in capsys.readouterr().out
     with pytest.raises(UserError, match="has no per-action critic"):
