@@ -27,6 +27,7 @@ from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, crit
 from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params
 from agents.numpy_heads import numpy_head
+from circuits.vqc import mark_acting_only
 from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
@@ -265,6 +266,8 @@ class ComaWorker(Worker):
 
     def _init_numpy_actor(self) -> None:
         self._np_actor = numpy_head(self.actor) if getattr(self.hp, "fast_path", True) else None
+        if self._np_actor is None:  # a circuit acting through torch: workers never differentiate it
+            mark_acting_only(self.actor)
 
     def __setstate__(self, state: dict) -> None:
         # a snapshot from before the numpy actor: take it up on resume

@@ -74,6 +74,9 @@ class VQC(nn.Module):
         # (weights, dense, adjoint or None) at the weights they were built for
         self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None = None
         self.analytic_grad = self.use_dense and self._analytic_fits(cfg, device)
+        # set by mark_acting_only: a copy that is never differentiated builds the dense matrix alone on a
+        # weight change, not also what the analytic gradient needs (about 5x the cost at n = 8)
+        self.acting_only = False
         self._qnode_function: Callable[[torch.Tensor], torch.Tensor] | None = None
         if cfg.backend == "pennylane":
             check_device(cfg.pennylane_device)
@@ -130,7 +133,7 @@ class VQC(nn.Module):
         """The circuit's dense matrix; reused across no-grad calls until the weights change (rollouts)."""
         if torch.is_grad_enabled() and self.weights.requires_grad:
             return self.circuit.dense_matrix(self.weights)
-        if self.analytic_grad:
+        if self.analytic_grad and not getattr(self, "acting_only", False):
             return self.dense_adjoint()[0]
         cache = self._cached()
         if cache is not None:
@@ -210,3 +213,15 @@ class VQC(nn.Module):
         cfg = self.cfg
         path = "dense" if self.use_dense else "gates"
         return f"in={self.in_dim}, out={self.out_dim}, n_qubits={cfg.n_qubits}, layers={cfg.layers}, {cfg.encoding}, {cfg.ansatz}, {cfg.observable}, {cfg.output}, backend={cfg.backend}/{path}"
+
+
+def mark_acting_only(module: nn.Module) -> int:
+    """Mark every VQC inside ``module`` as acting only (never differentiated, e.g. an actor worker's copy
+    of the policy); returns how many were marked. Outputs are those of the dense matrix built directly,
+    equal to the gradient path's to float rounding."""
+    marked = 0
+    for sub in module.modules():
+        if isinstance(sub, VQC):
+            sub.acting_only = True
+            marked += 1
+    return marked

@@ -253,3 +253,14 @@ def test_the_gamma_remedies_run_end_to_end_and_the_dueling_critic_has_one_more_o
     assert summary["learning_updates"] > 3 and summary["trajectories_rejected"] == 0
     # same critic as the plain one (in 24 -> 16 -> out) with out = |U| + 1 = 4: the value and 3 differences
     assert summary["critic_params"] == 24 * 16 + 16 + 16 * 4 + 4
+
+
+def test_workers_mark_a_torch_circuit_actor_acting_only_and_leave_numpy_actors_alone() -> None:
+    from agents.coma import ComaWorker
+
+    raw = _raw("coma", steps=50)
+    raw["actor"] = {"head": "vqc", "n_qubits": 4, "layers": 1, "preprocess": "linear", "output": "linear"}
+    worker = ComaWorker(build_config(raw), 0)
+    assert worker._np_actor is None and worker.actor.acting_only
+    mlp_worker = ComaWorker(build_config(_raw("coma", steps=50)), 0)
+    assert mlp_worker._np_actor is not None

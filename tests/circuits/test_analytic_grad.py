@@ -130,3 +130,21 @@ def test_large_batches_take_autograd_and_agree():
     small = sum(torch.autograd.grad(module(part).sum(), module.weights)[0] for part in x.split(ANALYTIC_MAX_BATCH))
     assert calls == [1]
     torch.testing.assert_close(big, small, atol=1e-5, rtol=1e-5)
+
+
+def test_an_acting_only_copy_skips_the_gradient_build_and_acts_the_same(monkeypatch):
+    from circuits.vqc import mark_acting_only
+
+    torch.manual_seed(3)
+    full = VQC(6, 3, n_qubits=4, layers=2, preprocess="linear", output="linear")
+    acting = VQC(6, 3, n_qubits=4, layers=2, preprocess="linear", output="linear")
+    acting.load_state_dict(full.state_dict())
+    assert mark_acting_only(torch.nn.Sequential(acting)) == 1 and full.analytic_grad
+    x = torch.randn(5, 6)
+    with torch.no_grad():
+        expected = full(x)  # builds the matrix through dense_adjoint
+        monkeypatch.setattr(acting.circuit, "dense_adjoint", lambda w: pytest.fail("acting copy built the adjoint"))
+        got = acting(x)
+    assert torch.allclose(got, expected, atol=1e-5)
+    # the unmarked module still serves its no-grad call from the adjoint build (an A2C step reuses it)
+    assert full._dense_cache is not None and full._dense_cache[2] is not None
