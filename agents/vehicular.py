@@ -276,7 +276,7 @@ class LearnedPolicy:
         self.act = act
         from marl_q.config import load_config
         from marl_q.plugins import load_plugins
-        from marl_q.rundir import latest_checkpoint, load_checkpoint
+        from marl_q.rundir import latest_checkpoint, load_checkpoint, service_arrays
 
         load_plugins()
         self.cfg = load_config(Path(run_dir) / "config.yaml")
@@ -286,7 +286,7 @@ class LearnedPolicy:
         arrays, _ = load_checkpoint(ckpt)
         env = make_relay_env(self.cfg.scenario.params)
         self.actor, critic = build_models(self.cfg, env.single_observation_space, env.single_action_space)
-        FlatParameters(self.actor, critic).load(arrays["service.params"])
+        FlatParameters(self.actor, critic).load(service_arrays(arrays)["params"])
         self.rng = np.random.default_rng(seed)
 
     @torch.no_grad()

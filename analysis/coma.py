@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
-from analysis.stats import mean_ci
+from analysis.stats import clipped_band, mean_ci
 import yaml
 
 from marl_q.errors import RunDirError
@@ -122,7 +122,7 @@ def group_curves(runs: list[Run], window: int, points: int = 200) -> dict[str, C
         grid = np.linspace(lo, hi, points)
         curves = np.stack([np.interp(grid, r.x, trailing_mean(r.returns, window)) for r in members])
         mean, ci = mean_and_ci(curves)
-        low, high = np.maximum(mean - ci, curves.min(axis=0)), np.minimum(mean + ci, curves.max(axis=0))
+        low, high = clipped_band(curves, mean, ci)
         out[group] = Curve(grid, mean, ci, len(members), low, high)
     return out
 

@@ -108,7 +108,7 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
     from agents.coma_estimators import epsilon_floored_policy
     from agents.coma_learner import actor_inputs, critic_forward
     from marl_q.config import load_config
-    from marl_q.rundir import is_run_dir, latest_checkpoint, load_checkpoint
+    from marl_q.rundir import is_run_dir, latest_checkpoint, load_checkpoint, service_arrays
 
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
@@ -125,8 +125,7 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
     arrays, _ = load_checkpoint(checkpoint)
     algorithm = CentralizedCriticAlgorithm(cfg)
     service = algorithm.make_service()
-    prefix = "service."
-    service.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+    service.load_state_dict(service_arrays(arrays))
     hp, desc = cfg.algorithm.params, algorithm.desc
     epsilon = hp.epsilon(service.env_steps)
     agents, n_actions = desc.agents, desc.dims.n_actions

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 import numpy as np
-from analysis.stats import mean_ci
+from analysis.stats import clipped_band, mean_ci
 import yaml
 
 QUANTUM_HEADS = {"vqc", "hybrid", "diffqas"}
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, = ax.plot(grid, mean, label=f"{name} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
         # the t-interval of 5 seeds can reach past what any seed scored (e.g. above CartPole's 500):
         # the band is clipped to the seeds' range at each step
-        low, high = np.maximum(mean - half, values.min(axis=0)), np.minimum(mean + half, values.max(axis=0))
+        low, high = clipped_band(values, mean, half)
         ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
         solved = [steps_to_solve(c, args.solve, args.window) for c in curves]
         solved_text = ", ".join("-" if s is None else f"{s:.0f}" for s in solved)

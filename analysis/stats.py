@@ -33,3 +33,9 @@ def mean_ci(samples: ArrayLike, level: float = 0.95) -> tuple[np.ndarray, np.nda
     if squeeze:
         return mean[0], half[0]
     return mean, half
+
+
+def clipped_band(curves: np.ndarray, mean: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The band to draw around ``mean`` +- ``half`` for curves (seeds, x): clipped at each x to the range the
+    seeds themselves span, since the t-interval of a few seeds can reach past what any seed scored."""
+    return np.maximum(mean - half, curves.min(axis=0)), np.minimum(mean + half, curves.max(axis=0))

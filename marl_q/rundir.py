@@ -233,6 +233,14 @@ def load_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return arrays, meta
 
 
+SERVICE_PREFIX = "service."  # checkpoint arrays of the server's service carry this prefix
+
+
+def service_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The service's state from a checkpoint's arrays, keys without the prefix (what load_state_dict takes)."""
+    return {k[len(SERVICE_PREFIX):]: v for k, v in arrays.items() if k.startswith(SERVICE_PREFIX)}
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     ckpts = checkpoints(run_dir)
     return ckpts[-1] if ckpts else None

@@ -21,8 +21,8 @@ from marl_q.ledger import Ledger
 from marl_q.protocol import Work
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError
-from marl_q.rundir import (MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
-                           write_json_atomic)
+from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
+                           service_arrays, write_json_atomic)
 from marl_q.server import Server
 
 CHECKPOINT_FORMAT = 2
@@ -78,9 +78,7 @@ class Runtime:
             self.service = self.server.service = snap["service"]
             _set_global_rngs(snap["rngs"])
         else:
-            prefix = "service."
-            self.service.load_state_dict({k[len(prefix):]: v for k, v in resume.arrays.items()
-                                          if k.startswith(prefix)})
+            self.service.load_state_dict(service_arrays(resume.arrays))
         self.server.load_state(meta["server_state"])
         self.resumes.append({"from": resume.path.name, "updates": meta["updates"], "env_steps": self.env_steps,
                              "exact": resume.snapshot is not None})
@@ -160,7 +158,7 @@ class Runtime:
             state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
             snap_path = folder / f"ckpt_{updates}.sim.pkl"
             snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
-        arrays = {f"service.{k}": v for k, v in self.service.state_dict().items()}
+        arrays = {f"{SERVICE_PREFIX}{k}": v for k, v in self.service.state_dict().items()}
         meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,
                 "env_steps": self.env_steps, "episodes": self.episodes, "t": t,
                 "wall_s": time.perf_counter() - self._wall0,

@@ -2,7 +2,7 @@
 import numpy as np
 from scipy import stats
 
-from analysis.stats import mean_ci
+from analysis.stats import clipped_band, mean_ci
 
 
 def test_matches_the_t_interval_by_hand():
@@ -19,3 +19,10 @@ def test_columns_with_nans_single_values_and_none():
     np.testing.assert_allclose(mean[:2], [2.0, 2.0])
     assert half[1] == 0.0 and np.isnan(mean[3]) and np.isnan(half[3])
     assert np.isclose(half[0], stats.t.ppf(0.975, 1) * np.std([1, 3], ddof=1) / np.sqrt(2))
+
+
+def test_clipped_band_stays_within_the_seeds_range_and_keeps_a_narrower_interval():
+    curves = np.array([[0.0, 10.0, 5.0], [2.0, 20.0, 5.0]])
+    mean, half = curves.mean(axis=0), np.array([0.5, 100.0, 1.0])
+    low, high = clipped_band(curves, mean, half)
+    assert low.tolist() == [0.5, 10.0, 5.0] and high.tolist() == [1.5, 20.0, 5.0]
