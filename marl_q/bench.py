@@ -276,7 +276,6 @@ def ledger_audit(run_dir: Path) -> LedgerAudit:
     """Read a run's comm.csv once and account for every push (streamed: fine for millions of rows)."""
     audit = LedgerAudit()
     accepted: set[tuple[str, int, str]] = set()
-    dup_hello: dict[str, str] = {}  # worker -> "first" / "second": its hello was handed over twice
     top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
     with open(Path(run_dir) / "comm.csv", newline="") as fh:
         for r in csv.DictReader(fh):
@@ -284,19 +283,14 @@ def ledger_audit(run_dir: Path) -> LedgerAudit:
             if kind.startswith("fault:"):
                 name = kind[len("fault:"):]
                 audit.faults[name] = audit.faults.get(name, 0) + 1
-                if name == "duplicate" and r["reason"].startswith("hello"):
-                    dup_hello[src] = "first"
-                elif name == "duplicate":
+                if name == "duplicate" and not r["reason"].startswith("hello"):
                     audit.workers.setdefault(src, _worker_row())["duplicated"] += 1
                 continue
             if r["dst"] != SERVER:
                 continue
             if kind == "hello":
-                if dup_hello.get(src) == "second":
-                    del dup_hello[src]
-                    continue
-                if dup_hello.get(src) == "first":
-                    dup_hello[src] = "second"
+                if r["accepted"] != "1":
+                    continue  # a hello handed over twice: the server answered the first copy only
                 audit.lives[src] = audit.lives.get(src, 0) + 1
                 audit.workers.setdefault(src, _worker_row())
                 continue

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 
 SERVER = "server"
+HELLO = "hello"
+LIFE = "life"  # Message.info key: which incarnation of a worker says hello (see `stamp_life`)
 
 
 @dataclass
@@ -25,3 +27,15 @@ class Message:
     def nbytes(self) -> int:
         """Payload size in bytes, measured from the arrays themselves."""
         return int(sum(np.asarray(v).nbytes for v in self.payload.values()))
+
+
+def stamp_life(msgs: list[Message], life: str) -> list[Message]:
+    """Mark a worker's hello with its incarnation, so that the server answers a hello handed over
+    twice (an injected duplicate, an at-least-once transport) once, and a restarted worker's anew.
+
+    Backends call this on what `Worker.start()` returns: ``life`` must differ between incarnations
+    of a worker, including those of a resumed run (the server's memory of lives is checkpointed)."""
+    for m in msgs:
+        if m.kind == HELLO:
+            m.info[LIFE] = life
+    return msgs

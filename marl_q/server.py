@@ -12,11 +12,9 @@ import numpy as np
 
 from marl_q.config import ServerConfig
 from marl_q.ledger import Ledger
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, LIFE, SERVER, Message
 from marl_q.protocol import Context, MessageSpec, Service
 from marl_q.registry import STALENESS
-
-HELLO = "hello"
 
 
 class Server:
@@ -39,10 +37,21 @@ class Server:
         # highest sequence number seen per (worker, kind) since that worker's last hello: a retried or
         # duplicated message (seq > 0, not above it) is applied at most once
         self._last_seq: dict[tuple[str, str], int] = {}
+        # the incarnation (Message.info["life"]) of each worker's last hello: the same one again is a
+        # duplicate, which must not reset the filter above nor send a second set of parameters (a
+        # worker blocked on its push would take that stale reply as its answer and push again)
+        self._life: dict[str, str] = {}
 
     def receive(self, msg: Message, t: float) -> list[Message]:
         """Admit, dispatch and record one message; return the replies (also recorded)."""
         if msg.kind == HELLO and msg.src in self._known:
+            life = msg.info.get(LIFE)
+            if life is not None and self._life.get(msg.src) == str(life):
+                self.ledger.record(msg, t, self.version, accepted=False,
+                                   reason=f"duplicate: hello of incarnation {life} from {msg.src} already seen")
+                return []
+            if life is not None:
+                self._life[msg.src] = str(life)
             self.ledger.record(msg, t, self.version, accepted=True)
             for key in [k for k in self._last_seq if k[0] == msg.src]:
                 del self._last_seq[key]  # a (re)started worker numbers its messages afresh
@@ -121,13 +130,15 @@ class Server:
         """The core's own state (not the service's), JSON-able, for a checkpoint."""
         return {"version": self.version, "rng": self.rng.bit_generator.state,
                 "staleness_counts": [[k, v] for k, v in sorted(self.staleness_counts.items())],
-                "last_seq": [[w, k, s] for (w, k), s in sorted(self._last_seq.items())]}
+                "last_seq": [[w, k, s] for (w, k), s in sorted(self._last_seq.items())],
+                "life": [[w, life] for w, life in sorted(self._life.items())]}
 
     def load_state(self, state: dict) -> None:
         self.version = int(state["version"])
         self.rng.bit_generator.state = state["rng"]
         self.staleness_counts = {int(k): int(v) for k, v in state["staleness_counts"]}
         self._last_seq = {(w, k): int(s) for w, k, s in state["last_seq"]}
+        self._life = {w: str(life) for w, life in state.get("life", [])}  # absent in older checkpoints
 
     def summary(self) -> dict:
         return {"server_version": self.version, "updates": self.service.updates()}

@@ -18,11 +18,12 @@ from multiprocessing import connection as mp_connection
 import queue
 import time
 import traceback
+import uuid
 from typing import Any
 
 import numpy as np
 
-from marl_q.messages import Message
+from marl_q.messages import Message, stamp_life
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
 
@@ -75,7 +76,7 @@ def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnatio
     crash_after = cfg.backend.crash_after_steps.get(index) if incarnation == 0 else None
     steps = 0
     try:
-        outbox.put(("msgs", name, worker.start()))
+        outbox.put(("msgs", name, stamp_life(worker.start(), f"{incarnation}-{uuid.uuid4().hex[:12]}")))
         while True:
             while not worker.ready():
                 item = inbox.get()
@@ -144,6 +145,7 @@ def run_local(rt: Runtime) -> dict:
             q.cancel_join_thread()  # what is still in them is dropped; the restarted worker says hello
             q.close()
         spawn(rt.worker_names.index(name))
+        unheard.add(name)
         return False
 
     def kill(name: str, at_s: float) -> bool:
@@ -158,6 +160,10 @@ def run_local(rt: Runtime) -> dict:
     duplicator = Duplicator(rt)
     kills = kill_schedule(rt)
     greeted: set[str] = set()  # workers whose first hello arrived
+    # restarted workers whose new incarnation has not said hello yet: what the server sends them
+    # meanwhile was meant for the dead one (a sync round it was part of, say) and is dropped, as the
+    # sim does; the new incarnation's hello gets the current parameters
+    unheard: set[str] = set()
     t_run = None  # when every worker had said hello: the kill schedule's zero
     turn = 0  # whose queue is served first, rotating
     for i in range(len(rt.worker_names)):
@@ -181,12 +187,18 @@ def run_local(rt: Runtime) -> dict:
                 msgs: list[Message] = body.messages if kind == "work" else body
                 if kind == "work":
                     rt.record_work(name, body, now - t0)
-                elif t_run is None:
-                    greeted.add(name)
-                    t_run = now if len(greeted) == len(rt.worker_names) else None
+                else:
+                    unheard.discard(name)
+                    if t_run is None:
+                        greeted.add(name)
+                        t_run = now if len(greeted) == len(rt.worker_names) else None
                 for msg in msgs:
                     for _ in range(duplicator.copies(msg, now - t0)):
                         for reply in rt.deliver(msg, now - t0):
+                            if reply.dst in unheard:
+                                rt.ledger.record_fault("undeliverable", now - t0, reply.src, reply.dst, reply.seq,
+                                                       reply.nbytes, f"{reply.kind} to a killed incarnation")
+                                continue
                             inboxes[reply.dst].put(reply)
                             last_sent[reply.dst] = time.perf_counter()
             while kills and t_run is not None and t_run + kills[0][0] <= now and status == "completed" \

@@ -29,12 +29,13 @@ import socket
 import sys
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any, Optional
 
 from marl_q.backends.local import Duplicator, kill_schedule
 from marl_q.errors import ConfigError
-from marl_q.messages import Message
+from marl_q.messages import Message, stamp_life
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
 
@@ -345,7 +346,7 @@ class WorkerHost:
             pending.append(self.server.submit.remote(name, self.life, calls, kind, body))
             calls += 1
 
-        submit("hello", w.start())
+        submit("hello", stamp_life(w.start(), f"{self.life}-{uuid.uuid4().hex[:12]}"))
         steps = 0
         try:
             while True:

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from marl_q.errors import ConfigError
-from marl_q.messages import SERVER, Message
+from marl_q.messages import SERVER, Message, stamp_life
 from marl_q.protocol import Work, Worker
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
@@ -141,7 +141,7 @@ class _EventSim:
         if not self.started:
             self.started = True
             for i, w in enumerate(workers):
-                self.send_up(w.start(), 0.0)
+                self.send_up(stamp_life(w.start(), str(self.life[i])), 0.0)
                 if w.ready():
                     self.start_compute(i, 0.0)
             for i, t_crash in sorted(self.faults.crash.items()):
@@ -176,7 +176,7 @@ class _EventSim:
                 workers[i] = rt.algorithm.make_worker(i)
                 self.alive[i] = True
                 rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
-                self.send_up(workers[i].start(), now)
+                self.send_up(stamp_life(workers[i].start(), str(self.life[i])), now)
             elif kind == "to_worker":
                 item, addressee = item
                 i = self.index[item.dst]

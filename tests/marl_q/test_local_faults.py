@@ -20,14 +20,18 @@ def test_a_killed_worker_is_restarted_and_duplicates_apply_once(small_raw, tmp_p
     assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]
     assert "killed by backend.kill at 0.02 s (SIGKILL)" in summary["faults"][0]["detail"]
     audit = ledger_audit(tmp_path / "r")
-    assert audit.faults == {"kill": 1, "duplicate": summary["faults_injected"]["duplicate"]}
-    assert audit.faults["duplicate"] > 0
+    assert audit.faults["kill"] == 1 and audit.faults["duplicate"] == summary["faults_injected"]["duplicate"] > 0
+    # what the server sent the killed worker before its successor's hello is dropped (and recorded)
+    assert set(audit.faults) <= {"kill", "duplicate", "undeliverable"}
     # the killed worker came back: a second hello from w1, and accepted pushes after it
     assert audit.lives["w1"] == 2 and audit.accepted_after_restart["w1"] > 0
     # at most once: applied updates = distinct accepted (worker, incarnation, seq); duplicates refused
     assert audit.repeated_keys == []
     # sync: one update per round of 2 pushes; beyond that, perhaps half a round left when the budget ran
-    # out, and per kill at most one push of the dead worker that its successor's push replaced in the round
+    # out, and per kill at most one push of the dead worker that its successor's push replaced in the round.
+    # (A worker answered twice, by a duplicated hello or a reply meant for its dead predecessor, would
+    # push twice in a round and break this: the server answers a hello once per incarnation, and the
+    # backend drops replies to a restarted worker until its hello.)
     assert 0 <= audit.distinct_accepted - 2 * summary["updates"] <= 1 + audit.faults["kill"]
     assert audit.refused_duplicates > 0
     for worker, row in audit.workers.items():  # no push lost or invented: what arrived = sent + duplicated

@@ -177,7 +177,7 @@ def test_sim_faults_are_in_the_ledger_and_duplicates_apply_once(small_raw, tmp_p
     lives: dict[str, int] = {}
     accepted = set()
     for r in rows:
-        if r["kind"] == "hello":
+        if r["kind"] == "hello" and r["accepted"] == "1":  # a duplicated hello is refused: not a new life
             lives[r["src"]] = lives.get(r["src"], 0) + 1
         elif r["kind"] == "grad" and r["accepted"] == "1":
             key = (r["src"], lives.get(r["src"], 0), r["seq"])
@@ -185,9 +185,29 @@ def test_sim_faults_are_in_the_ledger_and_duplicates_apply_once(small_raw, tmp_p
             accepted.add(key)
     assert len(accepted) == summary["updates"]
     assert any(r["reason"].startswith("duplicate") for r in grads)
+    # every life was greeted once: as many params replies to hellos as accepted hellos (a duplicated
+    # hello gets none), and the crashed worker's successor was one of them
+    assert lives == {"w0": 1, "w1": 2}
     # faults come from the seeded timing generator: the same seed reproduces the run
     run_experiment(build_config(small_raw), tmp_path / "b")
     assert (tmp_path / "a" / "comm.csv").read_bytes() == (tmp_path / "b" / "comm.csv").read_bytes()
+
+
+def test_sim_sync_rounds_take_one_push_per_worker_under_duplicates(small_raw, tmp_path):
+    """Nearly every message handed to the server twice, the second copy later: a duplicated hello must not
+    answer a worker that is already waiting at the barrier. If it did, that worker would push again
+    from old parameters and run one round ahead for the rest of the run (staleness 1 under sync)."""
+    from marl_q.bench import ledger_audit
+
+    small_raw["backend"]["faults"] = {"duplicate": 0.9, "dup_delay_s": 0.05}
+    small_raw["server"]["aggregation"] = "sync"
+    small_raw["run"]["total_env_steps"] = 1000
+    summary = run_experiment(build_config(small_raw), tmp_path / "r")
+    audit = ledger_audit(tmp_path / "r")
+    assert audit.lives == {"w0": 1, "w1": 1} and audit.refused_duplicates > 0
+    assert audit.distinct_accepted - 2 * summary["updates"] in (0, 1)  # at most the budget's last half round
+    grads = [r for r in _comm_rows(tmp_path / "r") if r["kind"] == "grad" and r["accepted"] == "1"]
+    assert grads and {r["staleness"] for r in grads} == {"0"}  # the barrier: all from the latest parameters
 
 
 def test_faults_need_the_event_driven_sim(small_raw):

@@ -10,7 +10,7 @@ import marl_q.staleness as st_rules
 from marl_q.aggregation import Buffered, Hogwild, Sync
 from marl_q.config import ServerConfig, StalenessConfig
 from marl_q.ledger import Ledger
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, LIFE, SERVER, Message, stamp_life
 from marl_q.server import Server
 from marl_q.optim import FlatSGD
 from marl_q.services import ParameterService
@@ -147,3 +147,32 @@ def test_a_duplicated_push_is_applied_at_most_once():
     server.receive(Message("w0", SERVER, "grad", {"grad": np.full(P, 1.0, dtype=np.float32)},
                            base_version=server.version, seq=1), 0.0)
     np.testing.assert_allclose(params(service), -2.0)
+
+
+def test_a_duplicated_hello_is_answered_once_and_a_new_life_anew():
+    server, service = make_server(workers=("w0",))
+    hello = stamp_life([Message("w0", SERVER, HELLO)], "1-abc")[0]
+    assert hello.info[LIFE] == "1-abc"
+    assert [r.kind for r in server.receive(hello, 0.0)] == ["params"]
+    grad = Message("w0", SERVER, "grad", {"grad": np.full(P, 1.0, dtype=np.float32)}, base_version=0, seq=1)
+    assert [r.kind for r in server.receive(grad, 0.0)] == ["params"]
+    # the same incarnation's hello again (handed over twice): no second set of parameters, which a
+    # worker blocked on its push would take for the answer and push again, and the seq filter stays
+    assert server.receive(hello, 0.0) == []
+    assert server.ledger._rows[-1][-1] == "duplicate: hello of incarnation 1-abc from w0 already seen"
+    assert server.ledger.rejected == 1
+    assert server.receive(grad, 0.0) == []  # still refused as seen
+    grad.base_version = server.version
+    np.testing.assert_allclose(params(service), -1.0)
+    # a new incarnation is greeted, and numbers its pushes from 1 again
+    assert [r.kind for r in server.receive(stamp_life([Message("w0", SERVER, HELLO)], "2-def")[0], 0.0)] == ["params"]
+    assert [r.kind for r in server.receive(grad, 0.0)] == ["params"]
+    np.testing.assert_allclose(params(service), -2.0)
+    # the incarnations seen are part of the core's checkpointed state
+    state = server.state()
+    fresh, _ = make_server(workers=("w0",))
+    fresh.load_state(state)
+    assert fresh.receive(stamp_life([Message("w0", SERVER, HELLO)], "2-def")[0], 0.0) == []
+    # a hello without a stamp (an older backend or a test) is answered every time
+    assert len(server.receive(Message("w0", SERVER, HELLO), 0.0)) == 1
+    assert len(server.receive(Message("w0", SERVER, HELLO), 0.0)) == 1
