@@ -11,18 +11,28 @@ import pkgutil
 
 from scenarios.spec import ScenarioSpec
 
-SCENARIOS: dict[str, ScenarioSpec] = {}
+_SCENARIOS: dict[str, ScenarioSpec] = {}
+_collected = False
 
 
-def _collect() -> None:
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "spec":
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for name, spec in getattr(module, "SCENARIOS", {}).items():
-            if name in SCENARIOS:
-                raise RuntimeError(f"scenario {name!r} is defined twice ({module.__name__})")
-            SCENARIOS[name] = spec
+def _collect() -> dict[str, ScenarioSpec]:
+    global _collected
+    if not _collected:
+        _collected = True
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if info.name.startswith("_") or info.name == "spec":
+                continue
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for name, spec in getattr(module, "SCENARIOS", {}).items():
+                if name in _SCENARIOS:
+                    raise RuntimeError(f"scenario {name!r} is defined twice ({module.__name__})")
+                _SCENARIOS[name] = spec
+    return _SCENARIOS
 
 
-_collect()
+def __getattr__(name: str) -> dict[str, ScenarioSpec]:
+    # collected on first use, not on import: `python -m scenarios.<module>` then runs that module
+    # without the package having imported it first (runpy's RuntimeWarning)
+    if name == "SCENARIOS":
+        return _collect()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
           f"the agents' rewards; {args.episodes} episodes, mean +- 95% normal interval")
     for policy in POLICIES:
         r = episode_returns(policy, args.episodes, args.seed, args.n_agents, args.local_ratio)
-        print(f"  {policy:10s} {r.mean():8.2f} +- {1.96 * r.std(ddof=1) / np.sqrt(len(r)):.2f}")
+        half = f"+- {1.96 * r.std(ddof=1) / np.sqrt(len(r)):.2f}" if len(r) > 1 else "(one episode: no interval)"
+        print(f"  {policy:10s} {r.mean():8.2f} {half}")
 
 
 if __name__ == "__main__":

@@ -54,3 +54,20 @@ def test_unknown_policy_and_bad_episode_count_are_named(capsys) -> None:
         main(["--episodes", "0"])
     assert exit_info.value.code == 2
     assert "--episodes: must be at least 1" in capsys.readouterr().err
+
+
+def test_run_as_a_module_without_the_package_importing_it_first() -> None:
+    """`python -m scenarios.<module>`: the package collects its scenarios on first use, not on import,
+    so runpy finds the module not yet imported (no RuntimeWarning) and the scenarios are all there."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "scenarios.spread_scripted",
+                           "--episodes", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "found in sys.modules" not in done.stderr and "by_index" in done.stdout
+    import scenarios
+
+    assert {"spread", "cartpole", "penalty_cue"} <= set(scenarios.SCENARIOS)
+    with pytest.raises(AttributeError, match="no attribute 'SCENARIO'"):
+        scenarios.SCENARIO  # noqa: B018  (a typo is still an AttributeError)
