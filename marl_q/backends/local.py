@@ -4,7 +4,8 @@ Each worker process rebuilds its Worker from the resolved config (so nothing but
 the process boundary), sends what its steps produce, and blocks for replies when it must. A worker
 process that dies is reported and restarted (up to backend.max_restarts times); the restarted
 worker says hello and resumes from the server's current parameters. If restarts run out, the run
-ends with what was learned saved (summary status "worker_failed").
+ends with what was learned saved (summary status "worker_failed"). The workers start together: the
+answers to the first hellos are held until every worker has said hello.
 
 Fault injection for research and tests: `backend.kill` kills a worker's process with SIGKILL at a
 scheduled wall time (a `fault:kill` ledger row, then a restart), and `backend.faults.duplicate: p`
@@ -146,6 +147,7 @@ def run_local(rt: Runtime) -> dict:
             q.close()
         spawn(rt.worker_names.index(name))
         unheard.add(name)
+        held[:] = [r for r in held if r.dst != name]  # its answer died with it; its successor says hello
         return False
 
     def kill(name: str, at_s: float) -> bool:
@@ -165,6 +167,10 @@ def run_local(rt: Runtime) -> dict:
     # sim does; the new incarnation's hello gets the current parameters
     unheard: set[str] = set()
     t_run = None  # when every worker had said hello: the kill schedule's zero
+    # the answers to the first hellos, held until every worker has said hello: the workers start
+    # together, so none trains alone while another process is still importing (which would also let
+    # a short run end before the kill schedule's clock had started)
+    held: list[Message] = []
     turn = 0  # whose queue is served first, rotating
     for i in range(len(rt.worker_names)):
         spawn(i)
@@ -198,9 +204,16 @@ def run_local(rt: Runtime) -> dict:
                             if reply.dst in unheard:
                                 rt.ledger.record_fault("undeliverable", now - t0, reply.src, reply.dst, reply.seq,
                                                        reply.nbytes, f"{reply.kind} to a killed incarnation")
-                                continue
-                            inboxes[reply.dst].put(reply)
-                            last_sent[reply.dst] = time.perf_counter()
+                            elif t_run is None:
+                                held.append(reply)
+                            else:
+                                inboxes[reply.dst].put(reply)
+                                last_sent[reply.dst] = time.perf_counter()
+                if t_run is not None and held:
+                    for reply in held:
+                        inboxes[reply.dst].put(reply)
+                        last_sent[reply.dst] = time.perf_counter()
+                    held.clear()
             while kills and t_run is not None and t_run + kills[0][0] <= now and status == "completed" \
                     and not rt.done():
                 at_s, victim = kills.pop(0)

@@ -51,6 +51,14 @@ def test_under_hogwild_every_distinct_accepted_push_is_exactly_one_update(small_
     audit = ledger_audit(tmp_path / "r")
     assert audit.faults["kill"] == 1 and audit.refused_duplicates > 0 and audit.repeated_keys == []
     assert audit.distinct_accepted == summary["updates"]
+    # the workers started together: no push before both first hellos were in
+    import csv
+
+    with open(tmp_path / "r" / "comm.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if not r["kind"].startswith("fault:")]
+    first_hellos = [next(i for i, r in enumerate(rows) if r["kind"] == "hello" and r["src"] == w) for w in ("w0", "w1")]
+    first_push = next(i for i, r in enumerate(rows) if r["kind"] == "grad")
+    assert max(first_hellos) < first_push
 
 
 @pytest.mark.parametrize("backend, kill, match", [
