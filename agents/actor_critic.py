@@ -27,7 +27,7 @@ from agents.numpy_heads import a2c_gradient, gumbel_max, numpy_head
 from agents.returns import gae
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import Algorithm, Work, Worker
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
@@ -328,7 +328,7 @@ class ActorCriticWorker(Worker):
         self.ep_length = np.zeros(self.n_envs, dtype=np.int64)
 
     def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, "hello")]
+        return [Message(self.name, SERVER, HELLO)]
 
     def deliver(self, msg: Message) -> None:
         if msg.kind == PARAMS:

@@ -29,7 +29,7 @@ from agents.heads import FlatParameters, build_head, count_params
 from agents.numpy_heads import numpy_head
 from circuits.vqc import mark_acting_only
 from marl_q.errors import ConfigError
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
 from marl_q.registry import ALGORITHMS, SCENARIOS
@@ -276,7 +276,7 @@ class ComaWorker(Worker):
             self._init_numpy_actor()
 
     def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, "hello")]
+        return [Message(self.name, SERVER, HELLO)]
 
     def deliver(self, msg: Message) -> None:
         if msg.kind == PARAMS:

@@ -25,7 +25,7 @@ import torch
 from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
 from agents.heads import FlatParameters, count_params
 from marl_q.errors import ConfigError
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
 from marl_q.registry import ALGORITHMS
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
@@ -356,7 +356,7 @@ class RoutingPPOWorker(Worker):
         self._rows: list[dict[str, Any]] = []
 
     def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, "hello")]
+        return [Message(self.name, SERVER, HELLO)]
 
     def deliver(self, msg: Message) -> None:
         t0 = time.perf_counter()

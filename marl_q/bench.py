@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
 from marl_q.registry import ALGORITHMS
 
@@ -69,7 +69,6 @@ def bench_server_pushes(n_params: int, pushes: int, optimizer: str) -> float:
     from marl_q.aggregation import Hogwild
     from marl_q.config import ServerConfig
     from marl_q.ledger import Ledger
-    from marl_q.messages import SERVER, Message
     from marl_q.server import Server
     from marl_q.services import ParameterService
     import marl_q.staleness  # noqa: F401  (registers the rules)
@@ -83,7 +82,7 @@ def bench_server_pushes(n_params: int, pushes: int, optimizer: str) -> float:
                                Hogwild(("w0",), 1), make_optimizer=make)
     server = Server(service, ["w0"], ServerConfig(), Ledger(None))
     grads = [rng.standard_normal(n_params).astype(np.float32) for _ in range(8)]
-    server.receive(Message("w0", SERVER, "hello"), 0.0)
+    server.receive(Message("w0", SERVER, HELLO), 0.0)
     for i in range(50):  # warm-up: first calls pay one-off import and allocation costs
         server.receive(Message("w0", SERVER, "grad", {"grad": grads[0]}, base_version=server.version), 0.0)
     pushes_before = service.updates()
@@ -136,7 +135,7 @@ class PushFloodWorker(Worker):
         self.t_last = 0.0
 
     def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, "hello")]
+        return [Message(self.name, SERVER, HELLO)]
 
     def deliver(self, msg: Message) -> None:
         if msg.kind == WELCOME:
@@ -288,7 +287,7 @@ def ledger_audit(run_dir: Path) -> LedgerAudit:
                 continue
             if r["dst"] != SERVER:
                 continue
-            if kind == "hello":
+            if kind == HELLO:
                 if r["accepted"] != "1":
                     continue  # a hello handed over twice: the server answered the first copy only
                 audit.lives[src] = audit.lives.get(src, 0) + 1

@@ -150,6 +150,10 @@ def run_local(rt: Runtime) -> dict:
         held[:] = [r for r in held if r.dst != name]  # its answer died with it; its successor says hello
         return False
 
+    def post(reply: Message) -> None:
+        inboxes[reply.dst].put(reply)
+        last_sent[reply.dst] = time.perf_counter()
+
     def kill(name: str, at_s: float) -> bool:
         """Kill a worker's process as scheduled; True if the run must end."""
         p = procs[name]
@@ -207,12 +211,10 @@ def run_local(rt: Runtime) -> dict:
                             elif t_run is None:
                                 held.append(reply)
                             else:
-                                inboxes[reply.dst].put(reply)
-                                last_sent[reply.dst] = time.perf_counter()
+                                post(reply)
                 if t_run is not None and held:
                     for reply in held:
-                        inboxes[reply.dst].put(reply)
-                        last_sent[reply.dst] = time.perf_counter()
+                        post(reply)
                     held.clear()
             while kills and t_run is not None and t_run + kills[0][0] <= now and status == "completed" \
                     and not rt.done():
