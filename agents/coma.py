@@ -1,6 +1,6 @@
 """COMA with its centralized critic on the server, and its baselines IAC and central-V.
 
-Foerster et al., AAAI 2018 (arXiv 1705.08926); specs/coma.md. Actor workers each run whole episodes
+Foerster et al., AAAI 2018 (arXiv 1705.08926); docs/coma.md. Actor workers each run whole episodes
 of the multi-agent environment with the shared actor parameters they last pulled (every agent acts
 on its own observation and id only), push the episode as one ``trajectory`` message and wait for
 fresh parameters. The server's ``TrajectoryService`` keeps the critic, its target network and the

@@ -219,7 +219,7 @@ class LsviAlgorithm(Algorithm):
         return LsviWorker(index, self.make_agent(), self.cfg.run.seed)
 
     def annotate(self, row: dict[str, Any], ledger: Any) -> None:
-        """Run-level columns of an episode row, filled in the runtime process (see .notes/lsvi.md)."""
+        """Run-level columns of an episode row, filled in the runtime process (see docs/lsvi.md)."""
         self._cum_regret += float(row["regret"])
         row["cum_regret"] = self._cum_regret
         row["comm_rounds"] = ledger.by_kind.get(UPLOAD, [0, 0])[0]

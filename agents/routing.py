@@ -1,4 +1,4 @@
-"""AMARL routing (spec: routing.md): the commit service, PPO per service (`ippo`) or for all (`single_ppo`).
+"""AMARL routing (docs/routing.md): the commit service, PPO per service (`ippo`) or for all (`single_ppo`).
 
 The server hosts the shared resource environment as a ``CommitService``. A worker routes its own
 request stream: it reads the last snapshot the server sent, decides with its policy, and sends one

@@ -1,4 +1,4 @@
-"""Vehicular relays (issue 7): train over seeds, evaluate at several penetration ratios, plot and summarise.
+"""Vehicular relays (docs/vehicular.md): train over seeds, evaluate at several penetration ratios, plot and summarise.
 
     python -m analysis.vehicular --config scenarios/vehicular_a3c.yaml --seeds 5 --out sweeps/vehicular
 
