@@ -23,7 +23,7 @@ from typing import IO, Any, Optional
 
 import numpy as np
 
-from marl_q.errors import CheckpointError, RunDirError
+from marl_q.errors import CheckpointError, RunDirError, UserError
 
 RUN_FILES = ("config.yaml", "metrics.csv", "comm.csv", "summary.json")
 CKPT_META = "__meta__"
@@ -358,6 +358,8 @@ def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPol
     algorithm = ALGORITHMS.get(cfg.algorithm.name, key="algorithm.name").obj(cfg)
     try:
         policy = algorithm.acting_policy(service_arrays(arrays))
+    except UserError as exc:
+        raise type(exc)(f"{checkpoint}: {exc}") from None
     except (KeyError, ValueError, RuntimeError) as exc:  # arrays missing or of the wrong shape for this config
         raise CheckpointError(f"{checkpoint}: does not hold the parameters of this run's "
                               f"{cfg.algorithm.name} models ({type(exc).__name__}: {exc})") from None
