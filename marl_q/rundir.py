@@ -347,13 +347,13 @@ def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPol
         raise RunDirError(f"{run_dir}: not a run directory (no such directory)")
     if not (run_dir / "config.yaml").is_file():
         raise RunDirError(f"{run_dir}: not a run directory (no config.yaml)")
+    load_plugins()
+    cfg = load_config(run_dir / "config.yaml")
     if checkpoint is None:
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
             raise CheckpointError(f"{run_dir / 'checkpoints'}: no checkpoint to load "
                                   "(run with run.checkpoint_every > 0, or let it finish)")
-    load_plugins()
-    cfg = load_config(run_dir / "config.yaml")
     arrays, _ = load_checkpoint(Path(checkpoint))
     algorithm = ALGORITHMS.get(cfg.algorithm.name, key="algorithm.name").obj(cfg)
     try:
