@@ -23,13 +23,13 @@ import torch
 from torch import nn
 
 from agents.heads import FlatParameters, build_head, count_params
-from agents.numpy_heads import a2c_gradient, gumbel_max, numpy_head
+from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import gae
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import Algorithm, Work, Worker
+from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
 from marl_q.services import PARAMS, ParameterService
@@ -419,6 +419,21 @@ def build_models(cfg: Any, obs_space: Any, act_space: Any) -> tuple[nn.Module, n
     return actor, critic
 
 
+def shared_actor_policy(actor: nn.Module, critic: nn.Module) -> ActingPolicy:
+    """One actor for every agent: the observations of the agents acting now go through it as one
+    batch (agents in sorted order)."""
+
+    @torch.no_grad()
+    def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = sorted(obs)
+        if not names:
+            return {}
+        out = actor(torch.from_numpy(np.stack([obs[n] for n in names]).astype(np.float32))).numpy()
+        return dict(zip(names, out))
+
+    return ActingPolicy(logits, models={"actor": actor, "critic": critic})
+
+
 # ----------------------------------------------------------------------------- algorithm
 class ActorCritic(Algorithm):
     """Workers roll out and push; the server's ParameterService holds the shared parameters."""
@@ -454,6 +469,15 @@ class ActorCritic(Algorithm):
         out.update(episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window))
         out.update(self.architectures())
         return out
+
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The shared actor at the checkpoint's parameters; every agent (environment) acts with it."""
+        cfg = self.cfg
+        env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=cfg.run.seed)
+        actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
+        env.close()
+        FlatParameters(actor, critic).load(state[PARAMS])
+        return shared_actor_policy(actor, critic)
 
     def architectures(self) -> dict[str, Any]:
         """What heads that choose their own structure (DiffQAS) selected, read at the final parameters."""

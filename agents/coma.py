@@ -31,7 +31,7 @@ from circuits.vqc import mark_acting_only
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
+from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
 from marl_q.registry import ALGORITHMS, SCENARIOS
 
 TRAJECTORY = "trajectory"
@@ -164,7 +164,8 @@ def team_reward(rewards: dict[str, float], agents: list[str], how: str) -> float
     return float(np.sum(values) if how == "sum" else np.mean(values))
 
 
-def _stack_obs(obs: dict[str, Any], agents: list[str], obs_dim: int) -> np.ndarray:
+def stack_obs(obs: dict[str, Any], agents: list[str], obs_dim: int) -> np.ndarray:
+    """(n_agents, obs_dim) float32 rows in ``agents`` order; an agent absent from ``obs`` gets zeros."""
     out = np.zeros((len(agents), obs_dim), dtype=np.float32)
     for i, a in enumerate(agents):
         if a in obs:
@@ -204,7 +205,7 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
     obs_l, state_l, act_l, avail_l, rew_l, term_l, logp_l = [], [], [], [], [], [], []
     done = False
     while True:
-        obs = _stack_obs(obs_d, agents, dims.obs_dim)
+        obs = stack_obs(obs_d, agents, dims.obs_dim)
         avail = _stack_avail(infos, agents, dims.n_actions)
         if np_actor is not None:
             pi = floored_policy_np(np_actor, obs, avail, 0.0 if greedy else epsilon)
@@ -500,6 +501,30 @@ class CentralizedCriticAlgorithm(Algorithm):
 
     def make_worker(self, index: int) -> ComaWorker:
         return ComaWorker(self.cfg, index)
+
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The server's actor at the checkpoint with the checkpoint's epsilon floor, for every agent of the
+        scenario (an agent missing from the observations is seen as zeros); models: actor and critic."""
+        service = self.make_service()
+        service.load_state_dict(state)
+        desc, actor = self.desc, service.learner.actor
+        agents = list(desc.agents)
+        epsilon = self.cfg.algorithm.params.epsilon(service.env_steps)
+        available = torch.ones(len(agents), desc.dims.n_actions)
+
+        def probabilities(obs: dict[str, Any]) -> dict[str, np.ndarray]:
+            x = torch.from_numpy(stack_obs(obs, agents, desc.dims.obs_dim))
+            with torch.no_grad():
+                pi = epsilon_floored_policy(actor(actor_inputs(x)), epsilon, available).numpy().astype(np.float64)
+            return dict(zip(agents, pi))
+
+        def logits(obs: dict[str, Any]) -> dict[str, np.ndarray]:
+            with np.errstate(divide="ignore"):
+                return {a: np.log(p) for a, p in probabilities(obs).items()}
+
+        return ActingPolicy(logits, probabilities, agents=agents,
+                            models={"actor": actor, "critic": service.learner.critic},
+                            info={"env_steps": service.env_steps, "epsilon": epsilon, "desc": desc})
 
     def evaluate(self, episodes: int) -> Optional[float]:
         """Mean team return of ``episodes`` greedy episodes of the server's current actor."""

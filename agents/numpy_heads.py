@@ -149,11 +149,6 @@ def numpy_head(module: nn.Module) -> Optional[Any]:
     return None
 
 
-def gumbel_max(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample from softmax(logits) per row with the worker's generator (the torch path's draws)."""
-    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
-
-
 def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
                  logits: np.ndarray, actor_cache: Cache, flat_grad: np.ndarray) -> None:
     """The A2C gradient of ``agents.actor_critic._a2c_step`` in numpy, written into ``flat_grad``
