@@ -107,7 +107,7 @@ def test_flat_parameters_reseating_keeps_the_function():
 
 @pytest.mark.parametrize("spec, fragment", [
     (dict(encoding="angle_q"), "choices: angle_x, angle_y, angle_z"),
-    (dict(ansatz="hardware_efficient"), "choices: strongly_entangling, basic_entangler, rzryrz_ring"),
+    (dict(ansatz="hardware_efficient"), "choices: basic_entangler, rzryrz_ring, strongly_entangling"),
     (dict(observable="x"), "choices: z, zz, p0"),
     (dict(n_qubit=4), "did you mean 'n_qubits'"),
     (dict(scaling="bound", bounds=[1.0]), "bounds"),
