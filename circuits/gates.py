@@ -101,6 +101,16 @@ def rot_matrices_np(weights: np.ndarray) -> np.ndarray:
     return out
 
 
+def rot_layer(weights: torch.Tensor, options: object, complex_dtype: torch.dtype) -> torch.Tensor:
+    """``Ansatz.matrices`` of a family with a Rot (3 weights) per qubit: (..., n, 3) -> (..., n, 2, 2)."""
+    return rot_matrices(weights, complex_dtype)
+
+
+def rot_layer_np(weights: np.ndarray, options: object) -> np.ndarray:
+    """``Ansatz.matrices_np`` of a family with a Rot (3 weights) per qubit."""
+    return rot_matrices_np(weights)
+
+
 def rotation_matrices_np(axis: str, angles: np.ndarray) -> np.ndarray:
     """``rotation_matrices`` in numpy complex128: (...,) -> (..., 2, 2)."""
     half = angles * 0.5

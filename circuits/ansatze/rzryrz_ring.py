@@ -27,8 +27,8 @@ ANSATZ = register(Ansatz(
     help="Koelle et al.: CNOT ring 0->1->..->0, then RZ RY RZ on every qubit",
     weights_per_qubit=3,
     # RZ(w2) RY(w1) RZ(w0) is PennyLane's Rot(w0, w1, w2)
-    matrices=lambda weights, options, dtype: gates.rot_matrices(weights, dtype),
-    matrices_np=lambda weights, options: gates.rot_matrices_np(weights),
+    matrices=gates.rot_layer,
+    matrices_np=gates.rot_layer_np,
     pairs=pairs,
     pennylane_layer=pennylane_layer,
     entangle_first=True,

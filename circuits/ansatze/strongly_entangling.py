@@ -24,8 +24,8 @@ ANSATZ = register(Ansatz(
     name="strongly_entangling",
     help="PennyLane StronglyEntanglingLayers: Rot per qubit, CNOT(i, i+r) with r = l mod (n-1) + 1",
     weights_per_qubit=3,
-    matrices=lambda weights, options, dtype: gates.rot_matrices(weights, dtype),
-    matrices_np=lambda weights, options: gates.rot_matrices_np(weights),
+    matrices=gates.rot_layer,
+    matrices_np=gates.rot_layer_np,
     pairs=pairs,
     pennylane_layer=pennylane_layer,
 ))
