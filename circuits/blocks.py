@@ -103,7 +103,7 @@ _TABLES: dict[type, dict[str, Any]] = {Ansatz: ANSATZE, Encoding: ENCODINGS, Obs
 
 def register(block: Block) -> Block:
     """Register an ansatz, encoding or observable under its name (the spec key's value); returns it."""
-    table = _TABLES[type(block)]
+    table = next(t for kind, t in _TABLES.items() if isinstance(block, kind))  # a subclass counts as its kind
     old = table.get(block.name)
     if old is not None and old is not block:
         raise RuntimeError(f"{type(block).__name__.lower()} {block.name!r} is registered twice")
