@@ -31,7 +31,7 @@ from circuits.vqc import mark_acting_only
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
+from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name, worker_names
 from marl_q.registry import ALGORITHMS, SCENARIOS
 
 TRAJECTORY = "trajectory"
@@ -250,7 +250,7 @@ class ComaWorker(Worker):
     def __init__(self, cfg: Any, index: int) -> None:
         self.cfg = cfg
         self.hp: ComaConfig = cfg.algorithm.params
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         self.seed = cfg.run.seed * 1000 + index
         self.rng = np.random.default_rng(self.seed)
         self.env = make_env(cfg, self.seed)
@@ -356,7 +356,7 @@ class TrajectoryService(Service):
         self.cfg, self.desc, self.hp = cfg, desc, cfg.algorithm.params
         self.learner = ComaLearner(cfg.algorithm.name, actor, critic, desc.dims, self.hp)
         self.specs = {TRAJECTORY: trajectory_spec(desc.dims)}
-        self.workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
+        self.workers = worker_names(cfg.backend.workers)
         self.aggregation = cfg.server.aggregation
         assert self.aggregation in SUPPORTED_AGGREGATIONS, "checked by check_config"
         self.buffer: list[tuple[str, dict[str, np.ndarray], float, int]] = []
