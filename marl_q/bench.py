@@ -16,7 +16,7 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from marl_q.messages import HELLO, SERVER, Message
+from marl_q.ledger import LedgerAudit, ledger_audit
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
 from marl_q.registry import ALGORITHMS
 
@@ -253,74 +254,6 @@ class MemorySampler:
 
     def peak_kb(self) -> Optional[int]:
         return proc_status_kb("VmHWM")
-
-
-# ----------------------------------------------------------------------------- ledger audit
-@dataclass
-class LedgerAudit:
-    """What comm.csv says about each worker's pushes (every message a worker sent the server but hello)."""
-
-    # per worker: received (push rows), accepted, rejected, dropped_stale, duplicated (fault rows), and
-    # sent (the sum over its lives of the highest seq that arrived: pushes sent, bar any lost at the end)
-    workers: dict[str, dict[str, int]] = field(default_factory=dict)
-    lives: dict[str, int] = field(default_factory=dict)  # hellos, not counting duplicated ones
-    accepted_after_restart: dict[str, int] = field(default_factory=dict)
-    distinct_accepted: int = 0  # distinct accepted (worker, incarnation, seq)
-    repeated_keys: list[tuple[str, int, str]] = field(default_factory=list)  # accepted more than once: a bug
-    refused_duplicates: int = 0  # rows the server refused as "duplicate: seq ... already seen"
-    faults: dict[str, int] = field(default_factory=dict)  # fault:<name> rows
-
-
-def ledger_audit(run_dir: Path) -> LedgerAudit:
-    """Read a run's comm.csv once and account for every push (streamed: fine for millions of rows)."""
-    audit = LedgerAudit()
-    accepted: set[tuple[str, int, str]] = set()
-    top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
-    with open(Path(run_dir) / "comm.csv", newline="") as fh:
-        for r in csv.DictReader(fh):
-            kind, src = r["kind"], r["src"]
-            if kind.startswith("fault:"):
-                name = kind[len("fault:"):]
-                audit.faults[name] = audit.faults.get(name, 0) + 1
-                if name == "duplicate" and not r["reason"].startswith("hello"):
-                    audit.workers.setdefault(src, _worker_row())["duplicated"] += 1
-                continue
-            if r["dst"] != SERVER:
-                continue
-            if kind == HELLO:
-                if r["accepted"] != "1":
-                    continue  # a hello handed over twice: the server answered the first copy only
-                audit.lives[src] = audit.lives.get(src, 0) + 1
-                audit.workers.setdefault(src, _worker_row())
-                continue
-            row = audit.workers.setdefault(src, _worker_row())
-            life = audit.lives.get(src, 0)
-            row["received"] += 1
-            seq = int(r["seq"])
-            if seq > top.get((src, life), 0):  # seq counts a life's pushes: its highest is what it sent
-                row["sent"] += seq - top.get((src, life), 0)
-                top[(src, life)] = seq
-            if r["accepted"] == "1":
-                row["accepted"] += 1
-                key = (src, life, r["seq"])
-                if key in accepted:
-                    audit.repeated_keys.append(key)
-                accepted.add(key)
-                if life >= 2:
-                    audit.accepted_after_restart[src] = audit.accepted_after_restart.get(src, 0) + 1
-            elif r["reason"].startswith("stale:"):
-                row["dropped_stale"] += 1
-            else:
-                row["rejected"] += 1
-                audit.refused_duplicates += r["reason"].startswith("duplicate:")
-    audit.distinct_accepted = len(accepted)
-    for name in audit.lives:
-        audit.accepted_after_restart.setdefault(name, 0)
-    return audit
-
-
-def _worker_row() -> dict[str, int]:
-    return {"received": 0, "accepted": 0, "rejected": 0, "dropped_stale": 0, "duplicated": 0, "sent": 0}
 
 
 # ----------------------------------------------------------------------------- backends compared
@@ -576,7 +509,7 @@ def load_main(argv: Optional[Sequence[str]] = None) -> int:
 def _load_result(backend: str, summary: dict[str, Any], audit: LedgerAudit) -> dict[str, Any]:
     per_worker = []
     for name in sorted(summary["sent"], key=lambda n: int(n[1:])):
-        row = audit.workers.get(name, _worker_row())
+        row = audit.worker(name)
         sent = int(summary["sent"][name])
         total = row["accepted"] + row["rejected"] + row["dropped_stale"]
         per_worker.append({"worker": name, "sent": sent, "accepted": row["accepted"], "rejected": row["rejected"],
