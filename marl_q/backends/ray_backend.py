@@ -30,8 +30,9 @@ import sys
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from marl_q.backends.local import Duplicator, kill_schedule
 from marl_q.errors import ConfigError
@@ -55,10 +56,20 @@ def import_ray() -> Any:
 
 @BACKENDS.register("ray", help="server and workers as Ray actors, local instance or backend.ray.address")
 def run_ray(rt: Runtime) -> dict:
-    ray = import_ray()
-    started = connect(ray, rt.cfg)
-    try:
+    with ray_instance(rt.cfg) as ray:
         return _drive(ray, rt)
+
+
+@contextmanager
+def ray_instance(cfg: Any) -> Iterator[Any]:
+    """The ray module, connected as ``cfg`` says (see connect) for the ``with`` block.
+
+    An instance this started is shut down at the end; one already running (a test's, a notebook's, an
+    outer ``ray_instance`` shared by several runs in a row) is left as it was."""
+    ray = import_ray()
+    started = connect(ray, cfg)
+    try:
+        yield ray
     finally:
         if started:
             ray.shutdown()
