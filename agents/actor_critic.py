@@ -29,7 +29,7 @@ from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max
+from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
 from marl_q.services import PARAMS, ParameterService
@@ -268,7 +268,7 @@ class ActorCriticWorker(Worker):
     def __init__(self, cfg: Any, index: int) -> None:
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         self.seed = cfg.run.seed * 1000 + index
         self.rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
@@ -453,7 +453,7 @@ class ActorCritic(Algorithm):
         self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
         flat = FlatParameters(actor, critic)
         self._models = (actor, critic)
-        workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
+        workers = worker_names(cfg.backend.workers)
         aggregator: Aggregator = AGGREGATIONS.get(cfg.server.aggregation).obj(workers, cfg.server.buffer_k)
         ac = cfg.algorithm.params
         self.service = ParameterService(flat.numpy(), ac.update, aggregator,

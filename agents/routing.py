@@ -26,7 +26,7 @@ from agents.actor_critic import PPOConfig, actor_critic_update, build_models, ma
 from agents.heads import FlatParameters, count_params
 from marl_q.errors import ConfigError, UserError
 from marl_q.messages import HELLO, SERVER, Message
-from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
+from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
                                evaluate_routing, summarize_outcomes)
@@ -335,7 +335,7 @@ class RoutingPPOWorker(Worker):
     def __init__(self, cfg: Any, index: int, services: list[str], service_onehot: bool) -> None:
         self.cfg = cfg
         self.ac: RoutingPPOConfig = cfg.algorithm.params
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         seed = cfg.run.seed * 1000 + index
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
@@ -506,7 +506,7 @@ class RoutingPPO(Algorithm):
 
     def owners(self) -> dict[str, list[str]]:
         services = list(self.cfg.scenario.params.services)
-        return {f"w{i}": s for i, s in enumerate(self.owned_services(services, self.cfg.backend.workers))}
+        return {worker_name(i): s for i, s in enumerate(self.owned_services(services, self.cfg.backend.workers))}
 
     def make_service(self) -> CommitService:
         world = RoutingWorld(self.cfg.scenario.params)
@@ -521,7 +521,7 @@ class RoutingPPO(Algorithm):
         return service.acting_policy()
 
     def make_worker(self, index: int) -> RoutingPPOWorker:
-        services = self.owners()[f"w{index}"]
+        services = self.owners()[worker_name(index)]
         return RoutingPPOWorker(self.cfg, index, services, self.service_onehot)
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,6 +13,16 @@ import numpy as np
 from marl_q.messages import Message
 
 
+def worker_name(index: int) -> str:
+    """The name of worker ``index`` (from 0): how the runtime, the server, the ledger and services address it."""
+    return f"w{index}"
+
+
+def worker_names(count: int) -> tuple[str, ...]:
+    """The names of a run's ``count`` workers, in index order."""
+    return tuple(worker_name(i) for i in range(count))
+
+
 @dataclass(frozen=True)
 class MessageSpec:
     """What a message kind must carry: payload name -> (shape with None for any size, dtype)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from marl_q.bench import ledger_audit
+from marl_q.ledger import ledger_audit
 from marl_q.config import build_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment
