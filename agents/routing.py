@@ -1,4 +1,4 @@
-"""AMARL routing (docs/routing.md): the commit service, PPO per service (`ippo`) or for all (`single_ppo`).
+"""AMARL routing (docs/routing.md): the commit service, PPO per service (`amarl`) or for all (`single_ppo`).
 
 The server hosts the shared resource environment as a ``CommitService``. A worker routes its own
 request stream: it reads the last snapshot the server sent, decides with its policy, and sends one
@@ -532,7 +532,7 @@ class RoutingPPO(Algorithm):
         return out
 
 
-@ALGORITHMS.register("ippo", config=RoutingPPOConfig,
+@ALGORITHMS.register("amarl", config=RoutingPPOConfig,
                      help="routing: one PPO learner per service, coordinating only through commits")
 class IndependentRoutingPPO(RoutingPPO):
     """AMARL: worker i routes service i with its own PPO learner."""
@@ -542,7 +542,7 @@ class IndependentRoutingPPO(RoutingPPO):
     @classmethod
     def owned_services(cls, services: list[str], workers: int) -> list[list[str]]:
         if workers != len(services):
-            raise ConfigError(f"backend.workers: ippo runs one worker per service, so {len(services)} "
+            raise ConfigError(f"backend.workers: amarl runs one worker per service, so {len(services)} "
                               f"for {services}; got {workers}")
         return [[s] for s in services]
 

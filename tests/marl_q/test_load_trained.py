@@ -124,7 +124,7 @@ def test_routing_acts_with_each_services_uploaded_actor(tmp_path) -> None:
     rng = np.random.default_rng(0)
     obs = {s: rng.uniform(0.0, 1.0, obs_space.shape).astype(np.float32) for s in services}
     logits = {}
-    for i, s in enumerate(services):  # ippo: worker i routes service i
+    for i, s in enumerate(services):  # amarl: worker i routes service i
         actor = _mlp_pair(cfg, obs_space.shape[0], int(act_space.n), state[f"policy.w{i}"])
         with torch.no_grad():
             logits[s] = actor(torch.from_numpy(obs[s][None]))[0].numpy()
