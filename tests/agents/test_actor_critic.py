@@ -6,7 +6,8 @@ import copy
 import numpy as np
 import torch
 
-from agents.actor_critic import ActorCriticWorker, policy_loss, value_loss
+from agents.actor_critic import ActorCriticWorker
+from agents.losses import policy_loss, value_loss
 from agents.heads import FlatParameters, MLPConfig, build_mlp
 from marl_q.config import build_config
 
