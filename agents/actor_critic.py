@@ -11,7 +11,8 @@ How updates reach the server (`update`):
 - `delta`: the worker runs its local epochs with its own optimizer and pushes the parameter change;
   the server adds it (scaled by the staleness weight; FedAsync/FedBuff with `buffered`).
 
-Read top to bottom: config -> losses -> worker (rollout, update) -> algorithm (service, summary).
+Read top to bottom: config -> update (the loss: agents.losses) -> worker (rollout, learn) ->
+algorithm (service, summary).
 """
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ def make_server_optimizer(kind: str, param: torch.Tensor, cfg: ActorCriticConfig
     return FlatSGD(param, cfg.lr)
 
 
-# ----------------------------------------------------------------------------- losses
-# The loss itself (and its numpy twin) is agents.losses.actor_critic_loss; here is how a rollout feeds it.
+# ----------------------------------------------------------------------------- update
+# The loss itself, and its numpy twin, is agents.losses (one screen); here a rollout feeds it.
 @torch.no_grad()
 def sample_actions(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Sample from softmax(actor(obs)) by Gumbel-max with a seeded numpy generator (cheaper than
@@ -141,9 +142,9 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     T, N = batch["actions"].shape
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
     valid = batch["valid"].reshape(-1)
-    # the samples are the valid steps: every row of obs[:T], without a copy, when all are valid
-    rows = slice(0, T * N) if valid.all() else np.flatnonzero(valid)
-    rows_t = rows if isinstance(rows, slice) else torch.from_numpy(rows)
+    # the samples are the valid steps; take(x) picks their rows of a (T N, ...) tensor (no copy if all)
+    idx = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
+    take = (lambda x: x) if idx is None else (lambda x: x[idx])
     single_pass = ac.epochs == 1 and ac.minibatches == 1
     if single_pass:  # at the rollout's parameters one forward with its graph serves targets and loss
         values_grad = critic(obs_all).squeeze(-1)
@@ -156,20 +157,19 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     adv, returns = rollout_targets(batch, values_all.numpy().reshape(T + 1, N).astype(np.float64),
                                    ac.gamma, ac.gae_lambda, ac.reward_scale)
     act_all = torch.from_numpy(batch["actions"].reshape(-1))
-    s = {"act": act_all[rows_t], "adv": torch.from_numpy(adv.reshape(-1)[rows]).float(),
-         "ret": torch.from_numpy(returns.reshape(-1)[rows]).float(),
-         # the rollout's values and log-probabilities feed only the clips
-         "old_v": values_all[rows_t] if ac.value_clip is not None else None,
-         "old_logp": categorical(logits_all, act_all, False)[0][rows_t] if ac.clip is not None else None}
-    if single_pass:
-        s["logits"], s["v"] = logits_grad[rows_t], values_grad[rows_t]
-        passes = [None]  # always one descent (a pushed gradient must be this rollout's, zero if empty)
+    samples = {"act": take(act_all), "adv": take(torch.from_numpy(adv.reshape(-1))).float(),
+               "ret": take(torch.from_numpy(returns.reshape(-1))).float(),
+               # the rollout's values and log-probabilities feed only the clips
+               "old_v": take(values_all[: T * N]) if ac.value_clip is not None else None,
+               "old_logp": take(categorical(logits_all, act_all, False)[0]) if ac.clip is not None else None}
+    if single_pass:  # the heads' outputs on the samples come from the forward above
+        samples["logits"], samples["v"] = take(logits_grad), take(values_grad[: T * N])
     else:
-        s["obs"] = obs_all[rows_t]
-        passes = None
+        samples["obs"] = take(obs_all[: T * N])
     for _ in range(ac.epochs):
-        for mb in passes or _minibatches(len(s["act"]), ac.minibatches, rng):
-            x = s if mb is None else {k: None if v is None else v[mb] for k, v in s.items()}
+        # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
+        for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
+            x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
             logits_mb = x["logits"] if single_pass else actor(x["obs"])
             logp, entropy = categorical(logits_mb, x["act"], ac.ent_coef != 0.0)
             values = x["v"] if single_pass else critic(x["obs"]).squeeze(-1)
