@@ -11,7 +11,8 @@ How updates reach the server (`update`):
 - `delta`: the worker runs its local epochs with its own optimizer and pushes the parameter change;
   the server adds it (scaled by the staleness weight; FedAsync/FedBuff with `buffered`).
 
-Read top to bottom: config -> losses -> worker (rollout, update) -> algorithm (service, summary).
+Read top to bottom: config -> update (the loss: agents.losses) -> worker (rollout, learn) ->
+algorithm (service, summary).
 """
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ import torch
 from torch import nn
 
 from agents.heads import FlatParameters, build_head, count_params
-from agents.numpy_heads import a2c_gradient, gumbel_max, numpy_head
-from agents.returns import gae
+from agents.losses import actor_critic_loss, categorical
+from agents.numpy_heads import a2c_gradient, numpy_head
+from agents.returns import rollout_targets
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import Algorithm, Work, Worker
+from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
 from marl_q.services import PARAMS, ParameterService
@@ -111,25 +113,8 @@ def make_server_optimizer(kind: str, param: torch.Tensor, cfg: ActorCriticConfig
     return FlatSGD(param, cfg.lr)
 
 
-# ----------------------------------------------------------------------------- losses
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: Optional[float]) -> torch.Tensor:
-    """-E[min(r A, clip(r) A)] with r = pi/pi_old; without a clip, A2C's -E[A log pi]."""
-    if clip is None:
-        return -(adv * logp).mean()
-    ratio = torch.exp(logp - old_logp)
-    return -torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv).mean()
-
-
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-               value_clip: Optional[float]) -> torch.Tensor:
-    """E[(V - R)^2], or PPO's clipped form max((V-R)^2, (V_old + clip(V - V_old) - R)^2)."""
-    unclipped = (values - returns) ** 2
-    if value_clip is None:
-        return unclipped.mean()
-    clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
-    return torch.max(unclipped, (clipped - returns) ** 2).mean()
-
-
+# ----------------------------------------------------------------------------- update
+# The loss itself, and its numpy twin, is agents.losses (one screen); here a rollout feeds it.
 @torch.no_grad()
 def sample_actions(actor: nn.Module, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Sample from softmax(actor(obs)) by Gumbel-max with a seeded numpy generator (cheaper than
@@ -146,107 +131,59 @@ def sample_actions_with_logits(actor: nn.Module, obs: np.ndarray, rng: np.random
 def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
                         optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
                         batch: dict[str, np.ndarray], logits: Optional[torch.Tensor] = None) -> None:
-    """One A2C gradient (left in ``flat.flat.grad`` when there is no optimizer), or PPO's epochs x
-    minibatches with the given optimizer.
+    """``ac.epochs`` x ``ac.minibatches`` descents of ``actor_critic_loss`` on a rollout; A2C is the
+    single pass (1 x 1), whose gradient is left in ``flat.flat.grad`` when there is no optimizer.
 
     ``batch``: ``obs`` (T+1, N, ...) including the observation after the last step, ``actions``,
     ``rewards``, ``terminated``, ``dones``, ``valid`` (T, N); invalid steps are left out of the loss.
     ``logits``: optionally actor(obs[:T]) (T N, A) with its graph, computed by the caller at the
-    current parameters (A2C only: the rollout's own forward, reused).
+    current parameters (the rollout's own forward, reused by a single pass).
     """
     T, N = batch["actions"].shape
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
+    valid = batch["valid"].reshape(-1)
+    # the samples are the valid steps; take(x) picks their rows of a (T N, ...) tensor (no copy if all)
+    idx = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
+    take = (lambda x: x) if idx is None else (lambda x: x[idx])
     single_pass = ac.epochs == 1 and ac.minibatches == 1
-    if single_pass and ac.clip is None and ac.value_clip is None:
-        _a2c_step(ac, actor, critic, flat, optimizer, batch, obs_all, T, N, logits)
-        return
-    if single_pass:  # A2C: one forward with grad serves both the targets and the loss
+    if single_pass:  # at the rollout's parameters one forward with its graph serves targets and loss
         values_grad = critic(obs_all).squeeze(-1)
-        logits_grad = actor(obs_all[: T * N])
-        values_all = values_grad.detach().numpy().reshape(T + 1, N).astype(np.float64)
-        old_logp_all = torch.log_softmax(logits_grad.detach(), dim=-1)
+        logits_grad = actor(obs_all[: T * N]) if logits is None else logits
+        values_all, logits_all = values_grad.detach(), logits_grad.detach()
     else:
         with torch.no_grad():
-            values_all = critic(obs_all).squeeze(-1).numpy().reshape(T + 1, N).astype(np.float64)
-            old_logp_all = torch.log_softmax(actor(obs_all[: T * N]), dim=-1)
-    adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
-              batch["dones"], ac.gamma, ac.gae_lambda)
-    returns = adv + values_all[:T]
-    idx = np.flatnonzero(batch["valid"].reshape(-1))
-    idx_t = torch.from_numpy(idx)
-    obs_t = obs_all[idx_t]
-    act_t = torch.from_numpy(batch["actions"].reshape(-1)[idx])
-    adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
-    ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
-    oldv_t = torch.from_numpy(values_all[:T].reshape(-1)[idx]).float()
-    oldlp_t = old_logp_all[idx_t].gather(1, act_t[:, None]).squeeze(1)
-    if single_pass:
-        a = adv_t
-        if ac.adv_norm and len(idx) > 1:
-            a = (a - a.mean()) / (a.std() + 1e-8)
-        logp_all = torch.log_softmax(logits_grad[idx_t], dim=-1)
-        logp = logp_all.gather(1, act_t[:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-        loss = (policy_loss(logp, oldlp_t, a, ac.clip) - ac.ent_coef * entropy
-                + ac.vf_coef * value_loss(values_grad[idx_t], oldv_t, ret_t, ac.value_clip))
-        _descend(loss, flat, optimizer, ac.max_grad_norm)
-        return
-    n = len(idx)
-    for _ in range(ac.epochs):
-        order = rng.permutation(n) if ac.minibatches > 1 else np.arange(n)
-        for mb in np.array_split(order, ac.minibatches):
-            if len(mb) == 0:
-                continue
-            mb_t = torch.from_numpy(mb)
-            a = adv_t[mb_t]
-            if ac.adv_norm and len(mb) > 1:
-                a = (a - a.mean()) / (a.std() + 1e-8)
-            logits = actor(obs_t[mb_t])
-            logp_all = torch.log_softmax(logits, dim=-1)
-            logp = logp_all.gather(1, act_t[mb_t][:, None]).squeeze(1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-            v = critic(obs_t[mb_t]).squeeze(-1)
-            loss = (policy_loss(logp, oldlp_t[mb_t], a, ac.clip) - ac.ent_coef * entropy
-                    + ac.vf_coef * value_loss(v, oldv_t[mb_t], ret_t[mb_t], ac.value_clip))
-            _descend(loss, flat, optimizer, ac.max_grad_norm)
-
-
-def _a2c_step(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
-              optimizer: Optional[torch.optim.Optimizer], batch: dict[str, np.ndarray], obs_all: torch.Tensor,
-              T: int, N: int, logits: Optional[torch.Tensor] = None) -> None:
-    """The single-pass update without clips (A2C, and Koelle's one-step TD with an update every env
-    step): the general path's loss and gradient, bit for bit, with the work it does for PPO left out
-    (old log-probabilities and values feed only the clips; the entropy term only when ent_coef != 0;
-    no gather of the valid steps when every step is valid)."""
-    values_grad = critic(obs_all).squeeze(-1)
-    logits_grad = actor(obs_all[: T * N]) if logits is None else logits
-    values_all = values_grad.detach().numpy().reshape(T + 1, N).astype(np.float64)
-    adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
-              batch["dones"], ac.gamma, ac.gae_lambda)
-    returns = adv + values_all[:T]
-    valid = batch["valid"].reshape(-1)
-    actions = batch["actions"].reshape(-1)
-    if valid.all():
-        adv_t = torch.from_numpy(adv.reshape(-1)).float()
-        ret_t = torch.from_numpy(returns.reshape(-1)).float()
-        act_t = torch.from_numpy(actions)
-        logits, values = logits_grad, values_grad[: T * N]
+            values_all = critic(obs_all).squeeze(-1)
+            logits_all = actor(obs_all[: T * N]) if ac.clip is not None else None
+    adv, returns = rollout_targets(batch, values_all.numpy().reshape(T + 1, N).astype(np.float64),
+                                   ac.gamma, ac.gae_lambda, ac.reward_scale)
+    act_all = torch.from_numpy(batch["actions"].reshape(-1))
+    samples = {"act": take(act_all), "adv": take(torch.from_numpy(adv.reshape(-1))).float(),
+               "ret": take(torch.from_numpy(returns.reshape(-1))).float(),
+               # the rollout's values and log-probabilities feed only the clips
+               "old_v": take(values_all[: T * N]) if ac.value_clip is not None else None,
+               "old_logp": take(categorical(logits_all, act_all, False)[0]) if ac.clip is not None else None}
+    if single_pass:  # the heads' outputs on the samples come from the forward above
+        samples["logits"], samples["v"] = take(logits_grad), take(values_grad[: T * N])
     else:
-        idx = np.flatnonzero(valid)
-        idx_t = torch.from_numpy(idx)
-        adv_t = torch.from_numpy(adv.reshape(-1)[idx]).float()
-        ret_t = torch.from_numpy(returns.reshape(-1)[idx]).float()
-        act_t = torch.from_numpy(actions[idx])
-        logits, values = logits_grad[idx_t], values_grad[idx_t]
-    if ac.adv_norm and len(adv_t) > 1:
-        adv_t = (adv_t - adv_t.mean()) / (adv_t.std() + 1e-8)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(1, act_t[:, None]).squeeze(1)
-    loss = policy_loss(logp, logp, adv_t, None)
-    if ac.ent_coef != 0.0:
-        loss = loss - ac.ent_coef * -(logp_all.exp() * logp_all).sum(-1).mean()
-    loss = loss + ac.vf_coef * value_loss(values, values, ret_t, None)
-    _descend(loss, flat, optimizer, ac.max_grad_norm)
+        samples["obs"] = take(obs_all[: T * N])
+    for _ in range(ac.epochs):
+        # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
+        for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
+            x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
+            logits_mb = x["logits"] if single_pass else actor(x["obs"])
+            logp, entropy = categorical(logits_mb, x["act"], ac.ent_coef != 0.0)
+            values = x["v"] if single_pass else critic(x["obs"]).squeeze(-1)
+            terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"],
+                                      old_values=x["old_v"], entropy=entropy)
+            _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
+
+
+def _minibatches(n: int, k: int, rng: np.random.Generator) -> list[Optional[torch.Tensor]]:
+    """One epoch's minibatches of n samples: k shuffled index tensors (a permutation drawn from rng),
+    or for k = 1 the whole batch in order (None; no draw); empty ones are left out."""
+    if k == 1:
+        return [None] if n else []
+    return [torch.from_numpy(mb) for mb in np.array_split(rng.permutation(n), k) if len(mb)]
 
 
 def _descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.optim.Optimizer],
@@ -268,7 +205,7 @@ class ActorCriticWorker(Worker):
     def __init__(self, cfg: Any, index: int) -> None:
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         self.seed = cfg.run.seed * 1000 + index
         self.rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
@@ -419,16 +356,26 @@ def build_models(cfg: Any, obs_space: Any, act_space: Any) -> tuple[nn.Module, n
     return actor, critic
 
 
+def shared_actor_policy(actor: nn.Module, critic: nn.Module) -> ActingPolicy:
+    """One actor for every agent: the observations of the agents acting now go through it as one
+    batch (agents in sorted order)."""
+
+    @torch.no_grad()
+    def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = sorted(obs)
+        if not names:
+            return {}
+        out = actor(torch.from_numpy(np.stack([obs[n] for n in names]).astype(np.float32))).numpy()
+        return dict(zip(names, out))
+
+    return ActingPolicy(logits, models={"actor": actor, "critic": critic})
+
+
 # ----------------------------------------------------------------------------- algorithm
 class ActorCritic(Algorithm):
     """Workers roll out and push; the server's ParameterService holds the shared parameters."""
 
     metric_fields = ["return", "length", "version"]
-
-    @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        if cfg.algorithm.update == "delta" and cfg.algorithm.epochs < 1:
-            raise ConfigError("algorithm.epochs: must be at least 1")
 
     def make_service(self) -> ParameterService:
         cfg = self.cfg
@@ -438,7 +385,7 @@ class ActorCritic(Algorithm):
         self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
         flat = FlatParameters(actor, critic)
         self._models = (actor, critic)
-        workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
+        workers = worker_names(cfg.backend.workers)
         aggregator: Aggregator = AGGREGATIONS.get(cfg.server.aggregation).obj(workers, cfg.server.buffer_k)
         ac = cfg.algorithm.params
         self.service = ParameterService(flat.numpy(), ac.update, aggregator,
@@ -454,6 +401,15 @@ class ActorCritic(Algorithm):
         out.update(episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window))
         out.update(self.architectures())
         return out
+
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The shared actor at the checkpoint's parameters; every agent (environment) acts with it."""
+        cfg = self.cfg
+        env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=cfg.run.seed)
+        actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
+        env.close()
+        FlatParameters(actor, critic).load(state[PARAMS])
+        return shared_actor_policy(actor, critic)
 
     def architectures(self) -> dict[str, Any]:
         """What heads that choose their own structure (DiffQAS) selected, read at the final parameters."""

@@ -1,6 +1,6 @@
 """COMA with its centralized critic on the server, and its baselines IAC and central-V.
 
-Foerster et al., AAAI 2018 (arXiv 1705.08926); specs/coma.md. Actor workers each run whole episodes
+Foerster et al., AAAI 2018 (arXiv 1705.08926); docs/coma.md. Actor workers each run whole episodes
 of the multi-agent environment with the shared actor parameters they last pulled (every agent acts
 on its own observation and id only), push the episode as one ``trajectory`` message and wait for
 fresh parameters. The server's ``TrajectoryService`` keeps the critic, its target network and the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Optional
 
 import numpy as np
@@ -28,16 +29,17 @@ from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params
 from agents.numpy_heads import numpy_head
 from circuits.vqc import mark_acting_only
+from marl_q.aggregation import Aggregator, holds_rounds
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
-from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name,
+                             worker_names)
+from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 
 TRAJECTORY = "trajectory"
 PARAMS = "params"
 EVAL_SEED_OFFSET = 100_003
-SUPPORTED_AGGREGATIONS = ("hogwild", "buffered", "sync")
 
 
 # ----------------------------------------------------------------------------- config
@@ -164,7 +166,8 @@ def team_reward(rewards: dict[str, float], agents: list[str], how: str) -> float
     return float(np.sum(values) if how == "sum" else np.mean(values))
 
 
-def _stack_obs(obs: dict[str, Any], agents: list[str], obs_dim: int) -> np.ndarray:
+def stack_obs(obs: dict[str, Any], agents: list[str], obs_dim: int) -> np.ndarray:
+    """(n_agents, obs_dim) float32 rows in ``agents`` order; an agent absent from ``obs`` gets zeros."""
     out = np.zeros((len(agents), obs_dim), dtype=np.float32)
     for i, a in enumerate(agents):
         if a in obs:
@@ -204,7 +207,7 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
     obs_l, state_l, act_l, avail_l, rew_l, term_l, logp_l = [], [], [], [], [], [], []
     done = False
     while True:
-        obs = _stack_obs(obs_d, agents, dims.obs_dim)
+        obs = stack_obs(obs_d, agents, dims.obs_dim)
         avail = _stack_avail(infos, agents, dims.n_actions)
         if np_actor is not None:
             pi = floored_policy_np(np_actor, obs, avail, 0.0 if greedy else epsilon)
@@ -250,7 +253,7 @@ class ComaWorker(Worker):
     def __init__(self, cfg: Any, index: int) -> None:
         self.cfg = cfg
         self.hp: ComaConfig = cfg.algorithm.params
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         self.seed = cfg.run.seed * 1000 + index
         self.rng = np.random.default_rng(self.seed)
         self.env = make_env(cfg, self.seed)
@@ -356,9 +359,7 @@ class TrajectoryService(Service):
         self.cfg, self.desc, self.hp = cfg, desc, cfg.algorithm.params
         self.learner = ComaLearner(cfg.algorithm.name, actor, critic, desc.dims, self.hp)
         self.specs = {TRAJECTORY: trajectory_spec(desc.dims)}
-        self.workers = tuple(f"w{i}" for i in range(cfg.backend.workers))
-        self.aggregation = cfg.server.aggregation
-        assert self.aggregation in SUPPORTED_AGGREGATIONS, "checked by check_config"
+        self.workers = worker_names(cfg.backend.workers)
         self.buffer: list[tuple[str, dict[str, np.ndarray], float, int]] = []
         self.env_steps = 0
         self.accepted = 0
@@ -367,17 +368,11 @@ class TrajectoryService(Service):
         self.last_stats: dict[str, float] = {}
         self._snapshot: Optional[np.ndarray] = None
 
-    def _episodes_needed(self) -> int:
-        if self.aggregation == "hogwild":
-            return 1
-        if self.aggregation == "buffered":
-            return self.cfg.server.buffer_k
-        return len(self.workers)
-
-    def _round_complete(self) -> bool:
-        if self.aggregation == "sync":
-            return {w for w, *_ in self.buffer} >= set(self.workers)
-        return len(self.buffer) >= self._episodes_needed()
+    @cached_property
+    def aggregator(self) -> Aggregator:
+        """server.aggregation, asked when a round of episodes is complete and who hears back (the episodes
+        stay here). Built on first use, so a service pickled before it existed takes it up on resume."""
+        return AGGREGATIONS.get(self.cfg.server.aggregation).obj(self.workers, self.cfg.server.buffer_k)
 
     def actor_vector(self) -> np.ndarray:
         """The shared actor's parameters as one float32 vector (what workers load)."""
@@ -401,15 +396,13 @@ class TrajectoryService(Service):
         self.accepted += 1
         self.staleness_sum += ctx.staleness
         self.env_steps += len(msg.payload["rewards"])
-        if self.aggregation == "sync":  # a worker pushing twice in a round replaces its episode
+        if self.aggregator.replaces_in_round:  # a worker pushing twice in a round replaces its episode
             self.buffer = [b for b in self.buffer if b[0] != msg.src]
         self.buffer.append((msg.src, msg.payload, ctx.weight, ctx.staleness))
-        if not self._round_complete():
-            replies = [] if self.aggregation == "sync" else [self._params(msg.src, ctx.version)]
-            return Outcome(False, replies)
+        if not self.aggregator.round_complete([w for w, *_ in self.buffer]):
+            return Outcome(False, [self._params(w, ctx.version) for w in self.aggregator.reply_to(msg.src, False)])
         self._learn()
-        released = self.workers if self.aggregation == "sync" else (msg.src,)
-        return Outcome(True, [self._params(w, ctx.next_version) for w in released])
+        return Outcome(True, [self._params(w, ctx.next_version) for w in self.aggregator.reply_to(msg.src, True)])
 
     def _learn(self) -> None:
         by_length: dict[int, list[tuple[dict[str, np.ndarray], float]]] = {}
@@ -463,9 +456,10 @@ class CentralizedCriticAlgorithm(Algorithm):
     @classmethod
     def check_config(cls, cfg: Any) -> None:
         """At load time: the scenario can serve a shared actor and the aggregation is one we handle."""
-        if cfg.server.aggregation not in SUPPORTED_AGGREGATIONS:
+        if not holds_rounds(AGGREGATIONS.get(cfg.server.aggregation).obj):
+            choices = [e.name for e in AGGREGATIONS if holds_rounds(e.obj)]
             raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the trajectory "
-                              f"service (choices: {', '.join(SUPPORTED_AGGREGATIONS)})")
+                              f"service (choices: {', '.join(choices)})")
         env = make_env(cfg, cfg.run.seed)
         try:
             dims = describe_env(cfg, env).dims
@@ -500,6 +494,30 @@ class CentralizedCriticAlgorithm(Algorithm):
 
     def make_worker(self, index: int) -> ComaWorker:
         return ComaWorker(self.cfg, index)
+
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The server's actor at the checkpoint with the checkpoint's epsilon floor, for every agent of the
+        scenario (an agent missing from the observations is seen as zeros); models: actor and critic."""
+        service = self.make_service()
+        service.load_state_dict(state)
+        desc, actor = self.desc, service.learner.actor
+        agents = list(desc.agents)
+        epsilon = self.cfg.algorithm.params.epsilon(service.env_steps)
+        available = torch.ones(len(agents), desc.dims.n_actions)
+
+        def probabilities(obs: dict[str, Any]) -> dict[str, np.ndarray]:
+            x = torch.from_numpy(stack_obs(obs, agents, desc.dims.obs_dim))
+            with torch.no_grad():
+                pi = epsilon_floored_policy(actor(actor_inputs(x)), epsilon, available).numpy().astype(np.float64)
+            return dict(zip(agents, pi))
+
+        def logits(obs: dict[str, Any]) -> dict[str, np.ndarray]:
+            with np.errstate(divide="ignore"):
+                return {a: np.log(p) for a, p in probabilities(obs).items()}
+
+        return ActingPolicy(logits, probabilities, agents=agents,
+                            models={"actor": actor, "critic": service.learner.critic},
+                            info={"env_steps": service.env_steps, "epsilon": epsilon, "desc": desc})
 
     def evaluate(self, episodes: int) -> Optional[float]:
         """Mean team return of ``episodes`` greedy episodes of the server's current actor."""

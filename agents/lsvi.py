@@ -26,7 +26,7 @@ from agents.lsvi_agents import (AsyncCoopAgent, CoopSyncAgent, Download, Indepen
 from agents.lsvi_planner import lsvi_beta
 from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message
-from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
+from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
 
 UPLOAD, STATISTICS = "upload", "statistics"
@@ -62,7 +62,7 @@ class LsviWorker(Worker):
     """One agent m: plays an episode per step, uploads when its algorithm says, adopts downloads."""
 
     def __init__(self, index: int, agent: LsviAgent, seed: int) -> None:
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         self.index = index
         self.agent = agent
         self.rng = np.random.default_rng([seed, index])
@@ -219,7 +219,7 @@ class LsviAlgorithm(Algorithm):
         return LsviWorker(index, self.make_agent(), self.cfg.run.seed)
 
     def annotate(self, row: dict[str, Any], ledger: Any) -> None:
-        """Run-level columns of an episode row, filled in the runtime process (see .notes/lsvi.md)."""
+        """Run-level columns of an episode row, filled in the runtime process (see docs/lsvi.md)."""
         self._cum_regret += float(row["regret"])
         row["cum_regret"] = self._cum_regret
         row["comm_rounds"] = ledger.by_kind.get(UPLOAD, [0, 0])[0]

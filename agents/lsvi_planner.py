@@ -4,7 +4,7 @@ For a finite linear MDP the regression of LSVI-UCB (Jin, Yang, Wang, Jordan, COL
 step h, only Lambda_h = lam I + sum phi phi^T, c_h = sum phi r and B_h = sum phi e_{s'}^T, because
 sum phi (r + V(s')) = c_h + B_h V. Lambda_h^-1 is kept by Sherman-Morrison rank-one updates and
 log det Lambda_h by the matrix determinant lemma, so adding data and re-planning cost
-O(H (d^2 + d S + S A d)) whatever the amount of data seen (specs/lsvi_regret.md, "Cost").
+O(H (d^2 + d S + S A d)) whatever the amount of data seen (docs/lsvi.md, "Cost").
 Steps are indexed h = 0..H-1 here. Pure numpy: no runtime, no environment.
 """
 from __future__ import annotations

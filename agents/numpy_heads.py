@@ -16,7 +16,8 @@ from typing import Any, Optional
 import numpy as np
 from torch import nn
 
-from agents.returns import gae
+from agents.losses import a2c_loss_grad
+from agents.returns import rollout_targets
 
 # a head's cache from forward, handed back to backward
 Cache = tuple
@@ -149,46 +150,25 @@ def numpy_head(module: nn.Module) -> Optional[Any]:
     return None
 
 
-def gumbel_max(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample from softmax(logits) per row with the worker's generator (the torch path's draws)."""
-    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
-
-
 def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
                  logits: np.ndarray, actor_cache: Cache, flat_grad: np.ndarray) -> None:
-    """The A2C gradient of ``agents.actor_critic._a2c_step`` in numpy, written into ``flat_grad``
-    (the zeroed flat gradient the parameters' .grad view): -E[A log pi(a)] - c_ent E[H] +
-    c_v E[(V - R)^2] over the valid steps, GAE targets, optionally normalised advantages and a
-    global-norm clip. ``logits``/``actor_cache``: the actor's forward on obs[:T] from the rollout."""
+    """``agents.actor_critic.actor_critic_update``'s single clip-free pass in numpy, written into
+    ``flat_grad`` (the zeroed flat gradient the parameters' .grad view): GAE targets from the critic's
+    forward, the loss's gradient from its numpy twin (``agents.losses.a2c_loss_grad``) over the valid
+    steps, backward through both heads, a global-norm clip. ``logits``/``actor_cache``: the actor's
+    forward on obs[:T] from the rollout."""
     T, N = batch["actions"].shape
     obs_all = batch["obs"].reshape((T + 1) * N, -1).astype(np.float64)
     values_col, critic_cache = critic.forward(obs_all)
-    values_all = values_col[:, 0].reshape(T + 1, N)
-    adv = gae(batch["rewards"] * ac.reward_scale, values_all[:T], values_all[1:], batch["terminated"],
-              batch["dones"], ac.gamma, ac.gae_lambda).reshape(-1)
-    returns = adv + values_all[:T].reshape(-1)
+    adv, returns = rollout_targets(batch, values_col[:, 0].reshape(T + 1, N), ac.gamma, ac.gae_lambda,
+                                   ac.reward_scale)
     valid = batch["valid"].reshape(-1)
-    actions = batch["actions"].reshape(-1)
-    count = int(valid.sum())
     grad_logits = np.zeros_like(logits)
     grad_values = np.zeros((len(obs_all), 1))
-    if count:
-        a = adv[valid]
-        if ac.adv_norm and count > 1:
-            a = (a - a.mean()) / (a.std(ddof=1) + 1e-8)
-        z = logits[valid]
-        z = z - z.max(axis=1, keepdims=True)
-        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        p = np.exp(logp)
-        onehot = np.zeros_like(p)
-        onehot[np.arange(count), actions[valid]] = 1.0
-        g = (a / count)[:, None] * (p - onehot)
-        if ac.ent_coef != 0.0:
-            entropy = -(p * logp).sum(axis=1, keepdims=True)
-            g += (ac.ent_coef / count) * p * (logp + entropy)
-        grad_logits[valid] = g
-        values = values_col[: T * N, 0]
-        grad_values[: T * N, 0][valid] = (2.0 * ac.vf_coef / count) * (values[valid] - returns[valid])
+    if valid.any():
+        grad_logits[valid], grad_values[: T * N, 0][valid] = a2c_loss_grad(
+            ac, logits[valid], batch["actions"].reshape(-1)[valid], adv.reshape(-1)[valid],
+            values_col[: T * N, 0][valid], returns.reshape(-1)[valid])
     critic.backward(critic_cache, grad_values)
     actor.backward(actor_cache, grad_logits)
     if ac.max_grad_norm is not None:

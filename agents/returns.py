@@ -46,3 +46,14 @@ def discounted_returns(rewards: np.ndarray, next_values: np.ndarray, terminated:
         running = rewards[t] + gamma * running
         out[t] = running
     return out
+
+
+def rollout_targets(batch: dict[str, np.ndarray], values: np.ndarray, gamma: float, lam: float,
+                    reward_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """GAE advantages and value targets (advantage + V) for a rollout batch (``rewards``,
+    ``terminated``, ``dones`` (T, N)) from ``values`` (T+1, N): V on every observation, the last row
+    the observation after the last step. Rewards are scaled by ``reward_scale``."""
+    T = len(values) - 1
+    adv = gae(batch["rewards"] * reward_scale, values[:T], values[1:], batch["terminated"], batch["dones"],
+              gamma, lam)
+    return adv, adv + values[:T]

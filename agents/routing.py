@@ -1,4 +1,4 @@
-"""AMARL routing (spec: routing.md): the commit service, PPO per service (`ippo`) or for all (`single_ppo`).
+"""AMARL routing (docs/routing.md): the commit service, PPO per service (`amarl`) or for all (`single_ppo`).
 
 The server hosts the shared resource environment as a ``CommitService``. A worker routes its own
 request stream: it reads the last snapshot the server sent, decides with its policy, and sends one
@@ -24,9 +24,9 @@ import torch
 
 from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
 from agents.heads import FlatParameters, count_params
-from marl_q.errors import ConfigError
+from marl_q.errors import ConfigError, UserError
 from marl_q.messages import HELLO, SERVER, Message
-from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker
+from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
                                evaluate_routing, summarize_outcomes)
@@ -110,12 +110,11 @@ def routing_spaces(world: RoutingWorld, service_onehot: bool) -> tuple[gymnasium
     return obs, gymnasium.spaces.Discrete(world.cfg.k_paths + 1)
 
 
-def greedy_policy(actors: dict[str, torch.nn.Module]) -> Policy:
+def greedy_policy(policy: ActingPolicy) -> Policy:
     """Deterministic policy: the argmax action of the actor that owns the request's service."""
 
-    @torch.no_grad()
     def act(service: str, obs: np.ndarray, feasible: np.ndarray) -> int:
-        return int(torch.argmax(actors[service](torch.from_numpy(obs[None]))[0]))
+        return policy.act({service: obs})[service]
 
     return act
 
@@ -282,16 +281,25 @@ class CommitService(Service):
                          if k.startswith("policy.")}
 
     # -- summary: conflicts and the evaluation of the uploaded policies ------------------------
-    def actors(self) -> dict[str, torch.nn.Module]:
-        """Service name -> the actor network of the worker that routes it, from uploaded parameters."""
+    def acting_policy(self) -> ActingPolicy:
+        """Per service (the agents), the actor of the worker that routes it, from uploaded parameters;
+        models: service name -> that actor."""
+        missing = [w for w in self.owners if w not in self.policies]
+        if missing:
+            raise UserError(f"workers {missing} never uploaded a policy (run shorter than n_steps?)")
         obs_space, act_space = routing_spaces(self.world, self.service_onehot)
-        out = {}
+        actors = {}
         for worker, services in self.owners.items():
             actor, critic = build_models(self.cfg, obs_space, act_space)
             FlatParameters(actor, critic).load(self.policies[worker])
             for s in services:
-                out[s] = actor
-        return out
+                actors[s] = actor
+
+        @torch.no_grad()
+        def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {s: actors[s](torch.from_numpy(o[None]))[0].numpy() for s, o in obs.items()}
+
+        return ActingPolicy(logits, agents=list(actors), models=actors)
 
     def summary(self) -> dict[str, Any]:
         c = self.resources.counters
@@ -309,8 +317,8 @@ class CommitService(Service):
         elif algo.eval_days > 0:
             scenario = self.cfg.scenario.params
             seed = EVAL_SEED_OFFSET + self.cfg.run.seed
-            actors = self.actors()
-            out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(actors), self.service_onehot,
+            policy = self.acting_policy()
+            out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(policy), self.service_onehot,
                                           algo.eval_shifts, algo.eval_days, seed, "eval_"))
             if algo.eval_baselines:
                 for name, make in HEURISTICS.items():
@@ -327,7 +335,7 @@ class RoutingPPOWorker(Worker):
     def __init__(self, cfg: Any, index: int, services: list[str], service_onehot: bool) -> None:
         self.cfg = cfg
         self.ac: RoutingPPOConfig = cfg.algorithm.params
-        self.name = f"w{index}"
+        self.name = worker_name(index)
         seed = cfg.run.seed * 1000 + index
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
@@ -498,7 +506,7 @@ class RoutingPPO(Algorithm):
 
     def owners(self) -> dict[str, list[str]]:
         services = list(self.cfg.scenario.params.services)
-        return {f"w{i}": s for i, s in enumerate(self.owned_services(services, self.cfg.backend.workers))}
+        return {worker_name(i): s for i, s in enumerate(self.owned_services(services, self.cfg.backend.workers))}
 
     def make_service(self) -> CommitService:
         world = RoutingWorld(self.cfg.scenario.params)
@@ -506,8 +514,14 @@ class RoutingPPO(Algorithm):
         self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
         return CommitService(self.cfg, self.owners(), self.service_onehot, count_params(actor) + count_params(critic))
 
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The uploaded actors of a checkpointed commit service, one per service."""
+        service = self.make_service()
+        service.load_state_dict(state)
+        return service.acting_policy()
+
     def make_worker(self, index: int) -> RoutingPPOWorker:
-        services = self.owners()[f"w{index}"]
+        services = self.owners()[worker_name(index)]
         return RoutingPPOWorker(self.cfg, index, services, self.service_onehot)
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -518,7 +532,7 @@ class RoutingPPO(Algorithm):
         return out
 
 
-@ALGORITHMS.register("ippo", config=RoutingPPOConfig,
+@ALGORITHMS.register("amarl", config=RoutingPPOConfig,
                      help="routing: one PPO learner per service, coordinating only through commits")
 class IndependentRoutingPPO(RoutingPPO):
     """AMARL: worker i routes service i with its own PPO learner."""
@@ -528,7 +542,7 @@ class IndependentRoutingPPO(RoutingPPO):
     @classmethod
     def owned_services(cls, services: list[str], workers: int) -> list[list[str]]:
         if workers != len(services):
-            raise ConfigError(f"backend.workers: ippo runs one worker per service, so {len(services)} "
+            raise ConfigError(f"backend.workers: amarl runs one worker per service, so {len(services)} "
                               f"for {services}; got {workers}")
         return [[s] for s in services]
 

@@ -1,4 +1,4 @@
-"""Policies for the vehicular relay scenario: the baselines (no control, random, greedy gap-filling) and their evaluation.
+"""Policies for the vehicular relay scenario: the baselines (no control, random, greedy gap-filling) and A3C.
 
 A policy maps the live agents' observations to actions; an agent left out of the returned dict, or
 given KEEP, follows the traffic model (that is how "no control" is expressed). The greedy heuristic reads only
@@ -6,18 +6,14 @@ the agent's own observation, the same information the learned policy gets.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
-import torch
 
-from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, build_models)
-from agents.heads import FlatParameters
+from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker
 from marl_q.errors import ConfigError
-from marl_q.registry import ALGORITHMS, BENCHES
+from marl_q.registry import ALGORITHMS
 from scenarios.vehicular_road import (CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
                                       VehicularRelayConfig)
 
@@ -144,23 +140,6 @@ BASELINES: dict[str, Callable[[VehicularRelayConfig, int], RelayPolicy]] = {
 }
 
 
-def evaluate_policy(env, policy: RelayPolicy, seed: int, episodes: int = 1) -> dict[str, float]:
-    """Run ``episodes`` episodes; the time-averaged coverage, relay length and agent reward per step."""
-    coverage, relay, relay_max, reward = [], [], [], []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + 1000 * ep)
-        while env.agents:
-            actions = policy({a: obs[a] for a in env.agents})
-            obs, rew, _, _, _ = env.step(actions)
-            coverage.append(env.metrics["coverage"])
-            relay.append(env.metrics["relay_length_m"])
-            relay_max.append(env.metrics["relay_length_max_m"])
-            if rew:
-                reward.append(float(np.mean(list(rew.values()))))
-    return {"coverage": float(np.mean(coverage)), "relay_length_m": float(np.mean(relay)),
-            "relay_length_max_m": float(np.mean(relay_max)), "reward": float(np.mean(reward)) if reward else 0.0}
-
-
 # ---------------------------------------------------------------------------------------------
 # A3C over the shared policy: every controlled vehicle of a worker's highway acts with the same
 # actor; the worker (one parallel environment instance) pushes one gradient per n_steps seconds.
@@ -257,158 +236,3 @@ class VehicularA3C(ActorCritic):
 
 ALGORITHMS.add("a3c_vehicular", VehicularA3C, config=ActorCriticConfig,
                help="A3C over one shared policy for the vehicular relay scenario (workers = highway instances)")
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluating a trained run: the learned policy and the baselines at several penetration ratios
-# ---------------------------------------------------------------------------------------------
-
-ACT_MODES = ("sample", "argmax")
-
-
-class LearnedPolicy:
-    """The shared actor of a finished run (its last checkpoint): ``act="sample"`` draws from its action
-    distribution with a seeded generator, ``act="argmax"`` takes the most likely move (deployment)."""
-
-    def __init__(self, run_dir: Path, seed: int = 0, act: str = "sample") -> None:
-        if act not in ACT_MODES:
-            raise ConfigError(f"act: {act!r} is not one of {', '.join(ACT_MODES)}")
-        self.act = act
-        from marl_q.config import load_config
-        from marl_q.plugins import load_plugins
-        from marl_q.rundir import latest_checkpoint, load_checkpoint, service_arrays
-
-        load_plugins()
-        self.cfg = load_config(Path(run_dir) / "config.yaml")
-        ckpt = latest_checkpoint(Path(run_dir))
-        if ckpt is None:
-            raise ConfigError(f"{run_dir}: no checkpoint to evaluate (did the run finish?)")
-        arrays, _ = load_checkpoint(ckpt)
-        env = make_relay_env(self.cfg.scenario.params)
-        self.actor, critic = build_models(self.cfg, env.single_observation_space, env.single_action_space)
-        FlatParameters(self.actor, critic).load(service_arrays(arrays)["params"])
-        self.rng = np.random.default_rng(seed)
-
-    @torch.no_grad()
-    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
-        names = sorted(obs)
-        if not names:
-            return {}
-        logits = self.actor(torch.from_numpy(np.stack([obs[n] for n in names]).astype(np.float32))).numpy()
-        if self.act == "sample":
-            logits = logits - np.log(-np.log(self.rng.random(logits.shape)))
-        acts = np.argmax(logits, axis=1)
-        return dict(zip(names, acts.tolist()))
-
-
-def make_relay_env(scenario_params: Any, **overrides: Any):
-    """A vehicular relay environment from a config's scenario section, with fields overridden."""
-    from scenarios.vehicular_relay import VehicularRelayEnv
-
-    fields = {f.name: getattr(scenario_params, f.name) for f in dataclasses.fields(VehicularRelayConfig)}
-    fields.update(overrides)
-    return VehicularRelayEnv(VehicularRelayConfig(**fields), render_mode="rgb_array")
-
-
-def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int,
-                 act: str = "sample") -> tuple[list[dict[str, Any]], np.ndarray]:
-    """Rows (policy, p, coverage, relay length) for the learned policy and each baseline; plus one rendered frame.
-
-    Evaluation seeds differ from training seeds; every policy sees the same traffic seeds. The frame
-    is the learned policy at the training penetration ratio after 150 s (or the episode's last second).
-    """
-    learned = LearnedPolicy(run_dir, act=act)
-    cfg = learned.cfg
-    seed = 100_000 + cfg.run.seed * 100
-    rows = []
-    for p in penetrations:
-        env = make_relay_env(cfg.scenario.params, penetration=float(p))
-        policies = {"learned": learned, **{name: mk(env.cfg, seed) for name, mk in BASELINES.items()}}
-        for name, policy in policies.items():
-            result = evaluate_policy(env, policy, seed=seed, episodes=episodes)
-            rows.append({"run_seed": cfg.run.seed, "policy": name, "penetration": float(p), **result,
-                         "act": act})  # how the learned policy picked its moves in this evaluation
-    env = make_relay_env(cfg.scenario.params)
-    obs, _ = env.reset(seed=seed)
-    for _ in range(min(150, env.cfg.max_steps - 1)):
-        obs, *_ = env.step(learned({a: obs[a] for a in env.agents}))
-    return rows, env.render()
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    """Evaluate one trained run (RUN_DIR --p 0.1 0.2 --episodes 2 --out eval.csv); analysis/vehicular.py calls it."""
-    import argparse
-    import csv
-    import sys
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--p", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
-    parser.add_argument("--episodes", type=int, default=2)
-    parser.add_argument("--act", choices=ACT_MODES, default="sample",
-                        help="learned policy: sample its action distribution or take the most likely move")
-    parser.add_argument("--out", type=Path, required=True, help="CSV of results; the frame goes beside it (.npy)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    bad = [p for p in args.p if not 0.0 <= p <= 1.0]
-    if bad:
-        print(f"--p: {bad} outside [0, 1]", file=sys.stderr)
-        return 2
-    try:
-        rows, frame = evaluate_run(args.run_dir, args.p, args.episodes, act=args.act)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    np.save(args.out.with_suffix(".frame.npy"), frame)
-    return 0
-
-
-
-def bench_env_speed(argv: list[str]) -> int:
-    """Env steps per second of vehicular_relay (default road, 20 agents) under no control, random and A3C-sized
-    policies, for the old reward/observation (marginal_coverage, grid) and the trained one (difference,
-    grid_features, speed-keeping)."""
-    import argparse
-    import time
-
-    parser = argparse.ArgumentParser(prog="marlq bench vehicular_env", description=bench_env_speed.__doc__)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--agents", type=int, default=20)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    from scenarios.vehicular_relay import VehicularRelayEnv
-
-    settings = {"marginal_coverage/grid": {},
-                "difference/grid_features": dict(reward="difference", observation="grid_features", penalty_slow=0.1)}
-    for label, overrides in settings.items():
-        env = VehicularRelayEnv(n_agents=args.agents, max_steps=args.steps + 1, **overrides)
-        actor = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                                    torch.nn.Tanh(), torch.nn.Linear(64, 5))
-
-        @torch.no_grad()
-        def mlp_policy(obs: dict[str, np.ndarray]) -> dict[str, int]:
-            names = sorted(obs)
-            logits = actor(torch.from_numpy(np.stack([obs[n] for n in names])))
-            return dict(zip(names, logits.argmax(1).tolist()))
-
-        print(f"vehicular_relay ({label}): {env.cfg.lanes} lanes x {env.cfg.road_length_m:.0f} m, {args.agents} "
-              f"agents, {args.steps} steps per policy")
-        for name, policy in (("no_control", no_control), ("random", RandomMoves(0)), ("mlp_64x64", mlp_policy)):
-            obs, _ = env.reset(seed=0)
-            agent_steps = 0
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                agent_steps += len(env.agents)
-                obs, *_ = env.step(policy({a: obs[a] for a in env.agents}))
-            elapsed = time.perf_counter() - start
-            print(f"  {name:<11} {args.steps / elapsed:8.0f} env steps/s  {agent_steps / elapsed:9.0f} agent steps/s  "
-                  f"(mean {agent_steps / args.steps:.1f} agents, {len(env.road.lane)} vehicles at the end)")
-    return 0
-
-
-BENCHES.add("vehicular_env", bench_env_speed, help="env steps/s of vehicular_relay with 20 agents")

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from marl_q.errors import RunDirError, UserError
+from marl_q.errors import UserError
 
 PolicyFn = Callable[[dict[str, Any]], np.ndarray]  # observations dict -> (A, U) action probabilities
 
@@ -104,38 +104,24 @@ def compare(critic_adv: np.ndarray, mc_adv: np.ndarray, halves: Optional[tuple[n
 def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40, rollouts: int = 8,
               max_t: int = 8, seed: int = 0) -> dict[str, Any]:
     """The comparison for one coma run at one checkpoint (the latest by default)."""
-    from agents.coma import CentralizedCriticAlgorithm, _stack_obs, make_env, team_reward
-    from agents.coma_estimators import epsilon_floored_policy
-    from agents.coma_learner import actor_inputs, critic_forward
-    from marl_q.config import load_config
-    from marl_q.rundir import is_run_dir, latest_checkpoint, load_checkpoint, service_arrays
+    from agents.coma import make_env, stack_obs, team_reward
+    from agents.coma_learner import critic_forward
+    from marl_q.rundir import load_trained
 
-    run_dir = Path(run_dir)
-    if not is_run_dir(run_dir):
-        raise RunDirError(f"{run_dir}: not a run directory (no config.yaml)")
     for name, value in (("states", states), ("rollouts", rollouts), ("max_t", max_t)):
         if value < 1:
             raise UserError(f"{name}: must be at least 1, got {value}")
-    cfg = load_config(run_dir / "config.yaml")
+    trained = load_trained(Path(run_dir), Path(checkpoint) if checkpoint is not None else None)
+    cfg = trained.cfg
     if cfg.algorithm.name != "coma":
         raise UserError(f"{run_dir}: algorithm {cfg.algorithm.name!r} has no per-action critic; this check needs coma")
-    checkpoint = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise RunDirError(f"{run_dir}: no checkpoint to load (run with run.checkpoint_every > 0, or let it finish)")
-    arrays, _ = load_checkpoint(checkpoint)
-    algorithm = CentralizedCriticAlgorithm(cfg)
-    service = algorithm.make_service()
-    service.load_state_dict(service_arrays(arrays))
-    hp, desc = cfg.algorithm.params, algorithm.desc
-    epsilon = hp.epsilon(service.env_steps)
+    hp, desc, epsilon = cfg.algorithm.params, trained.info["desc"], trained.info["epsilon"]
     agents, n_actions = desc.agents, desc.dims.n_actions
-    actor, critic = service.learner.actor, service.learner.critic
+    critic = trained.models["critic"]
 
     def policy(obs_d: dict[str, Any]) -> np.ndarray:
-        obs = _stack_obs(obs_d, agents, desc.dims.obs_dim)
-        with torch.no_grad():
-            logits = actor(actor_inputs(torch.from_numpy(obs)))
-            return epsilon_floored_policy(logits, epsilon, torch.ones(len(agents), n_actions)).numpy().astype(np.float64)
+        probs = trained.probs(obs_d)
+        return np.stack([probs[a] for a in agents])
 
     def team(rewards: dict[str, float]) -> float:
         return team_reward(rewards, agents, hp.team_reward)
@@ -155,7 +141,7 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
             continue
         pi = policy(obs_d)
         joint = draw(pi, rng)
-        obs = torch.from_numpy(_stack_obs(obs_d, agents, desc.dims.obs_dim))
+        obs = torch.from_numpy(stack_obs(obs_d, agents, desc.dims.obs_dim))
         state = torch.from_numpy(np.asarray(env.state(), dtype=np.float32).reshape(-1))
         with torch.no_grad():
             q = critic_forward("coma", critic, state[None], obs[None], torch.from_numpy(joint)[None],
@@ -173,7 +159,7 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
         raise UserError(f"max_t {max_t}: every sampled episode ended before the stop step")
     halves = (np.array(half_rows[0]), np.array(half_rows[1])) if half else None
     out = compare(np.array(critic_rows), np.array(mc_rows), halves)
-    out.update(run=str(run_dir), checkpoint=str(checkpoint), env_steps=int(service.env_steps), epsilon=epsilon,
+    out.update(run=str(run_dir), checkpoint=str(trained.checkpoint), env_steps=int(trained.info["env_steps"]), epsilon=epsilon,
                rollouts=rollouts)
     return out
 

@@ -1,6 +1,6 @@
 """Regret and communication of the LSVI family, read from run directories: four plots and the figures.
 
-Plots (specs/lsvi_regret.md), each with a 95% band over seeds (Student t):
+Plots (docs/lsvi.md), each with a 95% band over seeds (Student t):
 1. cumulative regret vs K for the four algorithms, with a fitted c sqrt(K) reference;
 2. communication rounds and bytes vs K, with a fitted a + b log K reference for async;
 3. rounds vs M for async at alpha = 1/M^2 (log-log), with an M^2 reference and the fitted slope;
@@ -231,7 +231,7 @@ def runs_over_alpha(runs: list[RegretRun], workers: int, schedule: str = "unifor
 
 # ----------------------------------------------------------------------------- figures
 def acceptance_figures(runs: list[RegretRun], workers: int = 10) -> dict:
-    """The numbers issue 4 asks for, from whichever of the sweeps are present (mean over seeds)."""
+    """The headline numbers (docs/lsvi.md), from whichever of the sweeps are present (mean over seeds)."""
     out: dict = {}
     head = headline_runs(runs, workers)
 

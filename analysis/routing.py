@@ -1,4 +1,4 @@
-"""AMARL routing comparison: train both learners over seeds, then tabulate and plot (issue 6).
+"""AMARL routing comparison: train both learners over seeds, then tabulate and plot (docs/routing.md).
 
     python -m analysis.routing --seeds 5 --out sweeps/routing
 
@@ -107,7 +107,7 @@ def agent_compute_s(path: Path) -> tuple[float, float]:
 
 
 def compare(out: Path) -> dict[str, Any]:
-    """Acceptance figures of issue 6 from the run directories, with 95% intervals over seeds."""
+    """The comparison figures (docs/routing.md) from the run directories, with 95% intervals over seeds."""
     amarl, single = load(out, "amarl"), load(out, "single_ppo")
     n = min(len(amarl), len(single))
     if n == 0:

@@ -1,9 +1,10 @@
-"""Vehicular relays (issue 7): train over seeds, evaluate at several penetration ratios, plot and summarise.
+"""Vehicular relays (docs/vehicular.md): train over seeds, evaluate at several penetration ratios, plot and summarise.
 
     python -m analysis.vehicular --config scenarios/vehicular_a3c.yaml --seeds 5 --out sweeps/vehicular
 
 Training is ``marlq run`` (one subprocess per seed, skipped when its run directory is complete);
-evaluation is ``agents.vehicular.main`` (one subprocess per run, written to ``eval/seed_<s>.csv``).
+evaluation is ``marlq vehicular_eval`` (``evaluate_main`` below: one subprocess per run, written to
+``eval/seed_<s>.csv``).
 This module itself only reads those files and draws: coverage and relay length against p for the
 learned policy and the baselines (mean and 95% band over seeds), the rendered frame of a learned
 relay, and ``figures.json`` with the acceptance ratios.
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from analysis.stats import mean_ci
@@ -244,10 +246,124 @@ class EdgeHold:
         return acts
 
 
+# ---------------------------------------------------------------------------------------------
+# Evaluating one trained run: the learned policy and the baselines at several penetration ratios
+# ---------------------------------------------------------------------------------------------
+
+ACT_MODES = ("sample", "argmax")
+
+
+def evaluate_policy(env, policy, seed: int, episodes: int = 1) -> dict[str, float]:
+    """Run ``episodes`` episodes of a policy (``agents.vehicular.RelayPolicy``); the time-averaged
+    coverage, relay length and agent reward per step."""
+    coverage, relay, relay_max, reward = [], [], [], []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + 1000 * ep)
+        while env.agents:
+            actions = policy({a: obs[a] for a in env.agents})
+            obs, rew, _, _, _ = env.step(actions)
+            coverage.append(env.metrics["coverage"])
+            relay.append(env.metrics["relay_length_m"])
+            relay_max.append(env.metrics["relay_length_max_m"])
+            if rew:
+                reward.append(float(np.mean(list(rew.values()))))
+    return {"coverage": float(np.mean(coverage)), "relay_length_m": float(np.mean(relay)),
+            "relay_length_max_m": float(np.mean(relay_max)), "reward": float(np.mean(reward)) if reward else 0.0}
+
+
+class LearnedPolicy:
+    """The shared actor of a finished run (``marl_q.rundir.load_trained``): ``act="sample"`` draws from
+    its action distribution with a generator seeded ``seed``, ``act="argmax"`` takes the most likely
+    move (deployment)."""
+
+    def __init__(self, run_dir: Path, seed: int = 0, act: str = "sample") -> None:
+        from marl_q.errors import ConfigError
+        from marl_q.rundir import load_trained
+
+        if act not in ACT_MODES:
+            raise ConfigError(f"act: {act!r} is not one of {', '.join(ACT_MODES)}")
+        self.trained = load_trained(run_dir)
+        self.cfg = self.trained.cfg
+        self.rng = np.random.default_rng(seed) if act == "sample" else None
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, int]:
+        return self.trained.act(obs, self.rng)
+
+
+def make_relay_env(scenario_params: Any, **overrides: Any):
+    """A vehicular relay environment from a config's scenario section, with fields overridden."""
+    from scenarios.vehicular_relay import VehicularRelayEnv
+    from scenarios.vehicular_road import VehicularRelayConfig
+
+    fields = {f.name: getattr(scenario_params, f.name) for f in dataclasses.fields(VehicularRelayConfig)}
+    fields.update(overrides)
+    return VehicularRelayEnv(VehicularRelayConfig(**fields), render_mode="rgb_array")
+
+
+def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int,
+                 act: str = "sample") -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Rows (policy, p, coverage, relay length) for the learned policy and each baseline; plus one rendered frame.
+
+    Evaluation seeds differ from training seeds; every policy sees the same traffic seeds. The frame
+    is the learned policy at the training penetration ratio after 150 s (or the episode's last second).
+    """
+    from agents.vehicular import BASELINES
+
+    learned = LearnedPolicy(run_dir, act=act)
+    cfg = learned.cfg
+    seed = 100_000 + cfg.run.seed * 100
+    rows = []
+    for p in penetrations:
+        env = make_relay_env(cfg.scenario.params, penetration=float(p))
+        policies = {"learned": learned, **{name: mk(env.cfg, seed) for name, mk in BASELINES.items()}}
+        for name, policy in policies.items():
+            result = evaluate_policy(env, policy, seed=seed, episodes=episodes)
+            rows.append({"run_seed": cfg.run.seed, "policy": name, "penetration": float(p), **result,
+                         "act": act})  # how the learned policy picked its moves in this evaluation
+    env = make_relay_env(cfg.scenario.params)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(min(150, env.cfg.max_steps - 1)):
+        obs, *_ = env.step(learned({a: obs[a] for a in env.agents}))
+    return rows, env.render()
+
+
+def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
+    """Evaluate one trained run (RUN_DIR --p 0.1 0.2 --episodes 2 --out eval.csv); ``main`` runs it per seed."""
+    import torch
+
+    from marl_q.errors import UserError
+
+    parser = argparse.ArgumentParser(prog="marlq vehicular_eval", description=evaluate_main.__doc__)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--p", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--episodes", type=int, default=2)
+    parser.add_argument("--act", choices=ACT_MODES, default="sample",
+                        help="learned policy: sample its action distribution or take the most likely move")
+    parser.add_argument("--out", type=Path, required=True, help="CSV of results; the frame goes beside it (.npy)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    bad = [p for p in args.p if not 0.0 <= p <= 1.0]
+    if bad:
+        print(f"--p: {bad} outside [0, 1]", file=sys.stderr)
+        return 2
+    try:
+        rows, frame = evaluate_run(args.run_dir, args.p, args.episodes, act=args.act)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    np.save(args.out.with_suffix(".frame.npy"), frame)
+    return 0
+
+
 def reachability(config: str, p: float = 0.2, seeds: int = 4, snapshot_s: int = 50) -> dict:
     """Is 1.3x no control reachable? Coverage of fixed local rules (no control, greedy, drive in lane k),
     and the static placement bound on snapshots of uncontrolled traffic; same traffic seeds as evaluation."""
-    from agents.vehicular import BASELINES, LanePreference, ObservationLayout, evaluate_policy, make_relay_env
+    from agents.vehicular import BASELINES, LanePreference, ObservationLayout
     from marl_q.config import load_config
 
     cfg = load_config(Path(config))
@@ -344,9 +460,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     return code
             eval_csv = args.out / "eval" / f"seed_{seed}.csv"
             if not eval_csv.exists():
-                cmd = [sys.executable, "-c", "import sys; from agents.vehicular import main; sys.exit(main(sys.argv[1:]))",
-                       str(run_dir), "--episodes", str(args.episodes), "--act", args.act, "--out", str(eval_csv), "--p",
-                       *[str(p) for p in args.p]]
+                cmd = [sys.executable, "-m", "marl_q.cli", "vehicular_eval", str(run_dir), "--episodes",
+                       str(args.episodes), "--act", args.act, "--out", str(eval_csv), "--p", *[str(p) for p in args.p]]
                 code = subprocess.call(cmd)
                 if code != 0:
                     return code
@@ -355,7 +470,53 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-COMMANDS = {"vehicular": main}  # marlq vehicular ...
+def bench_env_speed(argv: list[str]) -> int:
+    """Env steps/s of vehicular_relay with 20 agents under no control, random and A3C-sized policies.
+
+    For the old reward/observation (marginal_coverage, grid) and the trained one (difference,
+    grid_features, speed-keeping), on the default road."""
+    import time
+
+    import torch
+
+    from agents.vehicular import RandomMoves, no_control
+    from scenarios.vehicular_relay import VehicularRelayEnv
+
+    parser = argparse.ArgumentParser(prog="marlq bench vehicular_env", description=bench_env_speed.__doc__)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--agents", type=int, default=20)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    settings = {"marginal_coverage/grid": {},
+                "difference/grid_features": dict(reward="difference", observation="grid_features", penalty_slow=0.1)}
+    for label, overrides in settings.items():
+        env = VehicularRelayEnv(n_agents=args.agents, max_steps=args.steps + 1, **overrides)
+        actor = torch.nn.Sequential(torch.nn.Linear(env.obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                    torch.nn.Tanh(), torch.nn.Linear(64, 5))
+
+        @torch.no_grad()
+        def mlp_policy(obs: dict[str, np.ndarray]) -> dict[str, int]:
+            names = sorted(obs)
+            logits = actor(torch.from_numpy(np.stack([obs[n] for n in names])))
+            return dict(zip(names, logits.argmax(1).tolist()))
+
+        print(f"vehicular_relay ({label}): {env.cfg.lanes} lanes x {env.cfg.road_length_m:.0f} m, {args.agents} "
+              f"agents, {args.steps} steps per policy")
+        for name, policy in (("no_control", no_control), ("random", RandomMoves(0)), ("mlp_64x64", mlp_policy)):
+            obs, _ = env.reset(seed=0)
+            agent_steps = 0
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                agent_steps += len(env.agents)
+                obs, *_ = env.step(policy({a: obs[a] for a in env.agents}))
+            elapsed = time.perf_counter() - start
+            print(f"  {name:<11} {args.steps / elapsed:8.0f} env steps/s  {agent_steps / elapsed:9.0f} agent steps/s  "
+                  f"(mean {agent_steps / args.steps:.1f} agents, {len(env.road.lane)} vehicles at the end)")
+    return 0
+
+
+COMMANDS = {"vehicular": main, "vehicular_eval": evaluate_main}  # marlq vehicular ..., marlq vehicular_eval RUN_DIR ...
+BENCHES = {"vehicular_env": bench_env_speed}  # marlq bench vehicular_env
 
 if __name__ == "__main__":
     raise SystemExit(main())

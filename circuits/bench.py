@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from circuits.blocks import ANSATZE
 from circuits.spec import CircuitConfigError
 from circuits.vqc import VQC
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object with a row per measurement")
     p.add_argument("--n-qubits", type=parse_ints, default=[4], help="comma-separated qubit counts (default 4)")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--ansatz", default="rzryrz_ring")
+    p.add_argument("--ansatz", default="rzryrz_ring", choices=list(ANSATZE), help="a registered ansatz (default rzryrz_ring)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of act,fwd,fwd_bwd")
     p.add_argument("--batches", type=parse_ints, default=[1, 64, 1024, 4096], help="comma-separated batch sizes")
     p.add_argument("--pennylane-max-batch", type=int, default=4096, help="larger batches run natively only")

@@ -23,15 +23,9 @@ from torch import nn
 
 from circuits import gates
 from circuits.engine import COMPLEX_TO_REAL, apply_signed_permutation, half_angle_vectors, kron_matrices, real_product_state
-from circuits.spec import (
-    ENCODINGS,
-    ENTANGLING_GATES,
-    ROTATION_AXES,
-    CircuitConfigError,
-    EncodingName,
-    ObservableName,
-    readout_count,
-)
+from circuits.blocks import ANSATZE, ENCODINGS, CircuitConfigError, LayerOptions
+from circuits.gates import ENTANGLING_GATES, ROTATION_AXES
+from circuits.spec import EncodingName, ObservableName, readout_count
 
 COMPLEX_DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
 
@@ -121,7 +115,8 @@ class DiffQAS(nn.Module):
                 kron = np.kron(kron, state_map)
             encoded.append(kron.T)
             paulis.append(ROTATION_AXES[cand["rotation"]])
-            per_layer = [gates.signed_permutation(gates.entangling_pairs("basic_entangler", cand["entangler"], n, l), n) for l in range(cfg.layers)]
+            ring = LayerOptions(cand["rotation"], cand["entangler"])
+            per_layer = [gates.signed_permutation(ANSATZE["basic_entangler"].pairs(n, l, ring), n) for l in range(cfg.layers)]
             inverses.append([p[0] for p in per_layer])
             signs.append([p[1] for p in per_layer])
         self.register_buffer("encoded_basis", torch.as_tensor(np.stack(encoded), dtype=complex_dtype), persistent=False)

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from circuits import gates
-from circuits.spec import ANSATZE, VQCConfig
+from circuits.blocks import ANSATZE, LayerOptions
+from circuits.spec import VQCConfig
 
 COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 ROTATION_BLOCK = 4  # wires whose single-qubit matrices the gate path merges into one 16 x 16 block
@@ -143,13 +144,14 @@ class CompiledCircuit(nn.Module):
         self.hadamard = cfg.hadamard
         self.ansatz = cfg.ansatz
         self.rotation = cfg.rotation
+        self.options = LayerOptions(cfg.rotation, cfg.entangler)
         self.reupload = cfg.reupload
         self.entangle_first = ANSATZE[cfg.ansatz].entangle_first
         self.complex_dtype = complex_dtype
         self.real_dtype = COMPLEX_TO_REAL[complex_dtype]
         self.signs_trivial: list[bool] = []
         for layer in range(cfg.layers):
-            pairs = gates.entangling_pairs(cfg.ansatz, cfg.entangler, cfg.n_qubits, layer)
+            pairs = ANSATZE[cfg.ansatz].pairs(cfg.n_qubits, layer, self.options)
             inverse, sign = gates.signed_permutation(pairs, cfg.n_qubits)
             self.register_buffer(f"inverse_{layer}", torch.as_tensor(inverse), persistent=False)
             self.register_buffer(f"sign_{layer}", torch.as_tensor(sign, dtype=self.real_dtype), persistent=False)
@@ -166,6 +168,13 @@ class CompiledCircuit(nn.Module):
             kron = np.kron(kron, state_map)
         self.register_buffer("encoded_basis", torch.as_tensor(kron.T.copy(), dtype=complex_dtype), persistent=False)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # pickled before ``options`` existed (a sim snapshot): the rotation was kept; the entangler was
+        # only read at construction (into the permutation buffers), so None stands for it
+        if "options" not in state:
+            state["options"] = LayerOptions(state["rotation"], None)
+        super().__setstate__(state)
+
     def entangle(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
         """Apply layer ``layer``'s entangling block."""
         sign = None if self.signs_trivial[layer] else getattr(self, f"sign_{layer}")
@@ -181,7 +190,7 @@ class CompiledCircuit(nn.Module):
 
     def trainable_layer(self, psi: torch.Tensor, weights: torch.Tensor, layer: int) -> torch.Tensor:
         """Apply ansatz layer ``layer`` with weights (L, n, k) to states psi (..., 2^n)."""
-        matrices = gates.layer_rotation_matrices(self.ansatz, self.rotation, weights[layer], self.complex_dtype)
+        matrices = ANSATZE[self.ansatz].matrices(weights[layer], self.options, self.complex_dtype)
         if self.entangle_first:
             return self.rotate(self.entangle(psi, layer), matrices)
         return self.entangle(self.rotate(psi, matrices), layer)
@@ -196,7 +205,7 @@ class CompiledCircuit(nn.Module):
 
         Each layer's single-qubit part is one Kronecker product K_l, applied to all basis rows at once.
         """
-        rotations = gates.layer_rotation_matrices(self.ansatz, self.rotation, weights, self.complex_dtype)
+        rotations = ANSATZE[self.ansatz].matrices(weights, self.options, self.complex_dtype)
         kron_transposed = kron_matrices(rotations).transpose(-1, -2)  # (L, 2^n, 2^n)
         psi = self.encoded_basis
         for layer in range(self.layers):
@@ -221,7 +230,7 @@ class CompiledCircuit(nn.Module):
         layers, n, k = w.shape
         angles = w[:, :, None, :] + self._np_constant(("shifts", k), lambda: np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)]))
         # angles (L, n, 1 + k, k): the weights, then each weight shifted by pi
-        matrices = gates.layer_rotation_matrices_np(self.ansatz, self.rotation, angles)  # (L, n, 1 + k, 2, 2)
+        matrices = ANSATZE[self.ansatz].matrices_np(angles, self.options)  # (L, n, 1 + k, 2, 2)
         rotations = matrices[:, :, 0]
         generators = 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])  # R^dagger dR
         kron = rotations[:, 0]

@@ -8,13 +8,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from circuits.spec import (
-    ANSATZE,
-    ENCODINGS,
-    HADAMARD,
-    ROTATION_AXES,
-    readout_qubits,
-)
+from circuits.blocks import ENCODINGS, OBSERVABLES, lookup
+
+PAULI_X = np.array([[0, 1], [1, 0]], dtype=np.complex128)
+PAULI_Y = np.array([[0, -1j], [1j, 0]], dtype=np.complex128)
+PAULI_Z = np.array([[1, 0], [0, -1]], dtype=np.complex128)
+HADAMARD = np.array([[1, 1], [1, -1]], dtype=np.complex128) / np.sqrt(2.0)
+
+ROTATION_AXES: dict[str, np.ndarray] = {"rx": PAULI_X, "ry": PAULI_Y, "rz": PAULI_Z}
+ENTANGLING_GATES = ("cnot", "cz")
+PENNYLANE_GATES = {"rx": "RX", "ry": "RY", "rz": "RZ"}  # names of qml gates, looked up when used
 
 
 def basis_bits(n_qubits: int) -> np.ndarray:
@@ -83,51 +86,37 @@ def rot_matrices(weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Ten
     return entries.reshape(*weights.shape[:-1], 2, 2)
 
 
-def layer_rotation_matrices(ansatz: str, rotation: str, layer_weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
-    """The single-qubit matrices of one ansatz layer: weights (..., n, k) -> (..., n, 2, 2)."""
-    if ansatz in ("strongly_entangling", "rzryrz_ring"):
-        return rot_matrices(layer_weights, complex_dtype)
-    if ansatz == "basic_entangler":
-        return rotation_matrices(rotation, layer_weights[..., 0], complex_dtype)
-    raise AssertionError(f"unregistered ansatz {ansatz!r}")
+def rot_matrices_np(weights: np.ndarray) -> np.ndarray:
+    """``rot_matrices`` in numpy complex128 (the analytic-gradient path builds small matrices, where
+    numpy's per-call cost is a fraction of torch's): (..., 3) -> (..., 2, 2)."""
+    half = np.exp(-0.5j * weights)  # e^{-i phi/2}, cos(theta/2) - i sin(theta/2), e^{-i omega/2}
+    phi, theta, omega = half[..., 0], half[..., 1], half[..., 2]
+    cos, sin = theta.real, -theta.imag
+    plus, minus = phi * omega, phi.conj() * omega  # e^{-ia}, e^{ib}: a = (phi + omega)/2, b = (phi - omega)/2
+    out = np.empty(weights.shape[:-1] + (2, 2), dtype=np.complex128)
+    out[..., 0, 0] = cos * plus
+    out[..., 0, 1] = -sin * minus
+    out[..., 1, 0] = sin * minus.conj()
+    out[..., 1, 1] = cos * plus.conj()
+    return out
 
 
-def layer_rotation_matrices_np(ansatz: str, rotation: str, layer_weights: np.ndarray) -> np.ndarray:
-    """``layer_rotation_matrices`` in numpy complex128 (the analytic-gradient path builds small
-    matrices, where numpy's per-call cost is a fraction of torch's): (..., n, k) -> (..., n, 2, 2)."""
-    if ansatz in ("strongly_entangling", "rzryrz_ring"):
-        half = np.exp(-0.5j * layer_weights)  # e^{-i phi/2}, cos(theta/2) - i sin(theta/2), e^{-i omega/2}
-        phi, theta, omega = half[..., 0], half[..., 1], half[..., 2]
-        cos, sin = theta.real, -theta.imag
-        plus, minus = phi * omega, phi.conj() * omega  # e^{-ia}, e^{ib}: a = (phi + omega)/2, b = (phi - omega)/2
-        out = np.empty(layer_weights.shape[:-1] + (2, 2), dtype=np.complex128)
-        out[..., 0, 0] = cos * plus
-        out[..., 0, 1] = -sin * minus
-        out[..., 1, 0] = sin * minus.conj()
-        out[..., 1, 1] = cos * plus.conj()
-        return out
-    if ansatz == "basic_entangler":
-        half = layer_weights[..., 0] * 0.5
-        identity = np.eye(2, dtype=np.complex128)
-        pauli = ROTATION_AXES[rotation]
-        return np.cos(half)[..., None, None] * identity - 1j * np.sin(half)[..., None, None] * pauli
-    raise AssertionError(f"unregistered ansatz {ansatz!r}")
+def rot_layer(weights: torch.Tensor, options: object, complex_dtype: torch.dtype) -> torch.Tensor:
+    """``Ansatz.matrices`` of a family with a Rot (3 weights) per qubit: (..., n, 3) -> (..., n, 2, 2)."""
+    return rot_matrices(weights, complex_dtype)
 
 
-def entangling_pairs(ansatz: str, entangler: str, n_qubits: int, layer: int) -> list[tuple[str, int, int]]:
-    """The two-qubit gates (name, control, target) of layer ``layer`` of an ansatz, in order."""
-    if n_qubits < 2:
-        return []
-    if ansatz == "strongly_entangling":
-        reach = layer % (n_qubits - 1) + 1
-        return [("cnot", i, (i + reach) % n_qubits) for i in range(n_qubits)]
-    if ansatz == "basic_entangler":
-        if n_qubits == 2:
-            return [(entangler, 0, 1)]
-        return [(entangler, i, (i + 1) % n_qubits) for i in range(n_qubits)]
-    if ansatz == "rzryrz_ring":
-        return [("cnot", i, (i + 1) % n_qubits) for i in range(n_qubits)]
-    raise AssertionError(f"unregistered ansatz {ansatz!r}")
+def rot_layer_np(weights: np.ndarray, options: object) -> np.ndarray:
+    """``Ansatz.matrices_np`` of a family with a Rot (3 weights) per qubit."""
+    return rot_matrices_np(weights)
+
+
+def rotation_matrices_np(axis: str, angles: np.ndarray) -> np.ndarray:
+    """``rotation_matrices`` in numpy complex128: (...,) -> (..., 2, 2)."""
+    half = angles * 0.5
+    identity = np.eye(2, dtype=np.complex128)
+    pauli = ROTATION_AXES[axis]
+    return np.cos(half)[..., None, None] * identity - 1j * np.sin(half)[..., None, None] * pauli
 
 
 def signed_permutation(pairs: list[tuple[str, int, int]], n_qubits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -155,16 +144,8 @@ def signed_permutation(pairs: list[tuple[str, int, int]], n_qubits: int) -> tupl
 
 def readout_matrix(observable: str, n_qubits: int) -> np.ndarray:
     """(2^n, m) real matrix R with readouts = probabilities @ R (diagonal observables only)."""
+    family = lookup(OBSERVABLES, "observable", observable)
     bits = basis_bits(n_qubits)
     z_values = 1.0 - 2.0 * bits  # <k|Z_i|k> for every basis state k and wire i
-    columns = [np.prod(z_values[:, list(wires)], axis=1) for wires in readout_qubits(observable, n_qubits)]
-    matrix = np.stack(columns, axis=1)
-    if observable == "p0":
-        matrix = (matrix + 1.0) / 2.0
-    return matrix
-
-
-def weight_shape(ansatz: str, layers: int, n_qubits: int) -> tuple[int, int, int]:
-    """Shape of an ansatz's trainable weights: (layers, n_qubits, weights per qubit)."""
-    return (layers, n_qubits, ANSATZE[ansatz].weights_per_qubit)
-
+    columns = [family.value(np.prod(z_values[:, list(wires)], axis=1)) for wires in family.wires(n_qubits)]
+    return np.stack(columns, axis=1)

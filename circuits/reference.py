@@ -1,8 +1,9 @@
 """The PennyLane reference of a VQC spec: a QNode on any PennyLane device, built from the same spec.
 
-It uses PennyLane's own gates and templates (StronglyEntanglingLayers, BasicEntanglerLayers,
-Projector for P(0)), so it is an independent check of the native engine, and the way to run a
-trained circuit on other simulators or hardware.
+Each registered block supplies its PennyLane ops (``Ansatz.pennylane_layer``,
+``Observable.pennylane``); the shipped ones use PennyLane's own gates and templates
+(StronglyEntanglingLayers, BasicEntanglerLayers, Projector for P(0)). It is an independent check
+of the native engine, and the way to run a trained circuit on other simulators or hardware.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any, Callable
 
 import torch
 
-from circuits import gates
-from circuits.spec import ENCODINGS, CircuitConfigError, VQCConfig, readout_qubits
+from circuits.blocks import ANSATZE, ENCODINGS, OBSERVABLES, CircuitConfigError, LayerOptions
+from circuits.gates import PENNYLANE_GATES
+from circuits.spec import VQCConfig
 
 
 class _LazyPennyLane:
@@ -44,8 +46,6 @@ DEVICE_PACKAGES: dict[str, str] = {
     "qrack": "pennylane-qrack",
 }
 
-PENNYLANE_GATES = {"rx": "RX", "ry": "RY", "rz": "RZ"}  # names of qml gates, looked up when used
-
 
 def installed_devices() -> list[str]:
     """Names of the PennyLane devices whose plugins are installed."""
@@ -64,32 +64,6 @@ def check_device(name: str) -> None:
     )
 
 
-def _ansatz_layer(cfg: VQCConfig, weights: Any, layer: int) -> None:
-    wires = list(range(cfg.n_qubits))
-    if cfg.ansatz == "strongly_entangling":
-        reach = layer % (cfg.n_qubits - 1) + 1 if cfg.n_qubits > 1 else 0
-        qml.StronglyEntanglingLayers(weights[layer : layer + 1], wires=wires, ranges=[reach])
-    elif cfg.ansatz == "basic_entangler":
-        if cfg.entangler == "cnot":
-            gate = getattr(qml, PENNYLANE_GATES[cfg.rotation])
-            qml.BasicEntanglerLayers(weights[layer : layer + 1, :, 0], wires=wires, rotation=gate)
-        else:
-            for wire in wires:
-                getattr(qml, PENNYLANE_GATES[cfg.rotation])(weights[layer, wire, 0], wires=wire)
-            for _, control, target in gates.entangling_pairs(cfg.ansatz, cfg.entangler, cfg.n_qubits, layer):
-                qml.CZ(wires=[control, target])
-    elif cfg.ansatz == "rzryrz_ring":
-        if cfg.n_qubits > 1:
-            for wire in wires:
-                qml.CNOT(wires=[wire, (wire + 1) % cfg.n_qubits])
-        for wire in wires:
-            qml.RZ(weights[layer, wire, 0], wires=wire)
-            qml.RY(weights[layer, wire, 1], wires=wire)
-            qml.RZ(weights[layer, wire, 2], wires=wire)
-    else:
-        raise AssertionError(f"unregistered ansatz {cfg.ansatz!r}")
-
-
 def _encoding_block(cfg: VQCConfig, angles: Any) -> None:
     gate = getattr(qml, PENNYLANE_GATES[ENCODINGS[cfg.encoding].axis])
     for wire in range(cfg.n_qubits):
@@ -99,15 +73,8 @@ def _encoding_block(cfg: VQCConfig, angles: Any) -> None:
 
 
 def _measurements(cfg: VQCConfig) -> list[Any]:
-    out = []
-    for wires in readout_qubits(cfg.observable, cfg.n_qubits):
-        if cfg.observable == "p0":
-            out.append(qml.expval(qml.Projector([0], wires=wires[0])))
-        elif cfg.observable == "z":
-            out.append(qml.expval(qml.PauliZ(wires[0])))
-        else:
-            out.append(qml.expval(qml.PauliZ(wires[0]) @ qml.PauliZ(wires[1])))
-    return out
+    family = OBSERVABLES[cfg.observable]
+    return [family.pennylane(qml, wires) for wires in family.wires(cfg.n_qubits)]
 
 
 def build_qnode(cfg: VQCConfig, device: str = "default.qubit", diff_method: str = "best", **device_kwargs: Any) -> qml.QNode:
@@ -115,12 +82,16 @@ def build_qnode(cfg: VQCConfig, device: str = "default.qubit", diff_method: str 
     check_device(device)
     dev = qml.device(device, wires=cfg.n_qubits, **device_kwargs)
 
+    ansatz = ANSATZE[cfg.ansatz]
+    options = LayerOptions(cfg.rotation, cfg.entangler)
+    wires = list(range(cfg.n_qubits))
+
     def circuit(angles: Any, weights: Any) -> list[Any]:
         per_block = angles.ndim == 3
         for layer in range(cfg.layers):
             if layer == 0 or cfg.reupload:
                 _encoding_block(cfg, angles[:, layer] if per_block else angles)
-            _ansatz_layer(cfg, weights, layer)
+            ansatz.pennylane_layer(qml, weights, layer, wires, options)
         return _measurements(cfg)
 
     return qml.QNode(circuit, dev, interface="torch", diff_method=diff_method)

@@ -1,4 +1,5 @@
-"""The declarative VQC spec: registered building blocks and the config dataclass heads are built from.
+"""The declarative VQC spec: the config dataclass heads are built from, its choices drawn from the
+registered building blocks (``circuits.blocks``).
 
 One spec drives both the PennyLane reference (``circuits.reference``) and the native torch engine
 (``circuits.engine``), so the two can be tested against each other.
@@ -7,65 +8,23 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields
-from typing import Literal, NamedTuple, Optional
+from typing import Literal, Optional
 
 import numpy as np
 
-PAULI_X = np.array([[0, 1], [1, 0]], dtype=np.complex128)
-PAULI_Y = np.array([[0, -1j], [1j, 0]], dtype=np.complex128)
-PAULI_Z = np.array([[1, 0], [0, -1]], dtype=np.complex128)
-HADAMARD = np.array([[1, 1], [1, -1]], dtype=np.complex128) / np.sqrt(2.0)
+from circuits import blocks
+from circuits.blocks import ANSATZE, ENCODINGS, OBSERVABLES, CircuitConfigError, lookup
+from circuits.gates import ENTANGLING_GATES, HADAMARD, PAULI_X, PAULI_Y, PAULI_Z, ROTATION_AXES  # noqa: F401 (re-exported)
 
-ROTATION_AXES: dict[str, np.ndarray] = {"rx": PAULI_X, "ry": PAULI_Y, "rz": PAULI_Z}
-ENTANGLING_GATES = ("cnot", "cz")
+blocks.load_all()  # every module of circuits/ansatze, circuits/encodings, circuits/observables
 
-
-class CircuitConfigError(ValueError):
-    """A user-supplied circuit spec is invalid; the message names the key, the value and the choices."""
-
-
-class Encoding(NamedTuple):
-    """Angle encoding: each feature x_i enters as the rotation exp(-i x_i P / 2) on qubit i."""
-
-    axis: str
-    help: str
-
-
-class Ansatz(NamedTuple):
-    """A trainable layer family: weights per layer and qubit, and whether entangling comes first."""
-
-    weights_per_qubit: int
-    entangle_first: bool
-    help: str
-
-
-class Observable(NamedTuple):
-    """A family of diagonal readouts (Z-basis measurements)."""
-
-    help: str
-
-
-ENCODINGS: dict[str, Encoding] = {
-    "angle_x": Encoding("rx", "RX(x_i) on qubit i"),
-    "angle_y": Encoding("ry", "RY(x_i) on qubit i"),
-    "angle_z": Encoding("rz", "RZ(x_i) on qubit i (a global phase unless hadamard: true)"),
-}
-ANSATZE: dict[str, Ansatz] = {
-    "strongly_entangling": Ansatz(3, False, "PennyLane StronglyEntanglingLayers: Rot per qubit, CNOT(i, i+r) with r = l mod (n-1) + 1"),
-    "basic_entangler": Ansatz(1, False, "one rotation (key `rotation`) per qubit, then a ring of `entangler` gates"),
-    "rzryrz_ring": Ansatz(3, True, "Koelle et al.: CNOT ring 0->1->..->0, then RZ RY RZ on every qubit"),
-}
-OBSERVABLES: dict[str, Observable] = {
-    "z": Observable("<Z_i> for every qubit i"),
-    "zz": Observable("<Z_i Z_(i+1 mod n)> for neighbouring pairs (one pair for n = 2)"),
-    "p0": Observable("P(qubit i = 0) = (<Z_i> + 1) / 2 for every qubit i"),
-}
 SCALINGS = ("none", "bound", "atan", "trainable")
 OUTPUTS = ("raw", "sum", "scaled", "linear", "relu_linear")
 
-EncodingName = Literal["angle_x", "angle_y", "angle_z"]
-AnsatzName = Literal["strongly_entangling", "basic_entangler", "rzryrz_ring"]
-ObservableName = Literal["z", "zz", "p0"]
+# The choices the config loader validates and ``marlq list`` shows: whatever is registered.
+EncodingName = Literal[tuple(ENCODINGS)]  # type: ignore[valid-type]
+AnsatzName = Literal[tuple(ANSATZE)]  # type: ignore[valid-type]
+ObservableName = Literal[tuple(OBSERVABLES)]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -175,12 +134,4 @@ def readout_count(observable: str, n_qubits: int) -> int:
 
 def readout_qubits(observable: str, n_qubits: int) -> list[tuple[int, ...]]:
     """The qubits each readout of an observable family measures (one tuple per readout)."""
-    if observable in ("z", "p0"):
-        return [(i,) for i in range(n_qubits)]
-    if observable == "zz":
-        if n_qubits < 2:
-            raise CircuitConfigError("observable zz needs n_qubits >= 2")
-        if n_qubits == 2:
-            return [(0, 1)]
-        return [(i, (i + 1) % n_qubits) for i in range(n_qubits)]
-    raise CircuitConfigError(f"observable: unknown value {observable!r}; choices: {', '.join(OBSERVABLES)}")
+    return lookup(OBSERVABLES, "observable", observable).wires(n_qubits)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from circuits import gates
+from circuits.blocks import ANSATZE
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
 from circuits.reference import build_qnode, check_device, qnode_function, readouts_from_qnode
 from circuits.spec import CircuitConfigError, VQCConfig, feature_count, make_config, readout_count, validate_config
@@ -60,7 +60,7 @@ class VQC(nn.Module):
         # the same, split once here rather than on every call: which features are bounded, their factors
         self.register_buffer("bounded", ~torch.isnan(self.bound_factor), persistent=False)
         self.register_buffer("bound_scale", torch.nan_to_num(self.bound_factor), persistent=False)
-        shape = gates.weight_shape(cfg.ansatz, cfg.layers, cfg.n_qubits)
+        shape = (cfg.layers, cfg.n_qubits, ANSATZE[cfg.ansatz].weights_per_qubit)
         self.weights = nn.Parameter((torch.rand(shape, generator=generator, dtype=real_dtype) * 2.0 - 1.0) * cfg.init_scale)
         self.circuit = CompiledCircuit(cfg, complex_dtype)
         self.n_readouts = readout_count(cfg.observable, cfg.n_qubits)

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import csv
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Optional
 
-from marl_q.messages import SERVER, Message
+from marl_q.messages import HELLO, SERVER, Message
 
 COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
            "staleness", "accepted", "reason"]
@@ -119,3 +120,75 @@ class Ledger:
         return {"messages": self.count - sum(self.faults.values()), "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "rejected": self.rejected, "dropped_stale": self.dropped_stale,
                 "faults_injected": dict(self.faults)}
+
+
+# ----------------------------------------------------------------------------- reading it back
+@dataclass
+class LedgerAudit:
+    """What comm.csv says about each worker's pushes (every message a worker sent the server but hello)."""
+
+    # per worker: received (push rows), accepted, rejected, dropped_stale, duplicated (fault rows), and
+    # sent (the sum over its lives of the highest seq that arrived: pushes sent, bar any lost at the end)
+    workers: dict[str, dict[str, int]] = field(default_factory=dict)
+    lives: dict[str, int] = field(default_factory=dict)  # hellos, not counting duplicated ones
+    accepted_after_restart: dict[str, int] = field(default_factory=dict)
+    distinct_accepted: int = 0  # distinct accepted (worker, incarnation, seq)
+    repeated_keys: list[tuple[str, int, str]] = field(default_factory=list)  # accepted more than once: a bug
+    refused_duplicates: int = 0  # rows the server refused as "duplicate: seq ... already seen"
+    faults: dict[str, int] = field(default_factory=dict)  # fault:<name> rows
+
+    def worker(self, name: str) -> dict[str, int]:
+        """One worker's counts; zeros for a worker the ledger never heard from."""
+        return self.workers.get(name, _worker_row())
+
+
+def ledger_audit(run_dir: Path) -> LedgerAudit:
+    """Read a run's comm.csv once and account for every push (streamed: fine for millions of rows)."""
+    audit = LedgerAudit()
+    accepted: set[tuple[str, int, str]] = set()
+    top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
+    with open(Path(run_dir) / "comm.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            kind, src = r["kind"], r["src"]
+            if kind.startswith("fault:"):
+                name = kind[len("fault:"):]
+                audit.faults[name] = audit.faults.get(name, 0) + 1
+                if name == "duplicate" and not r["reason"].startswith("hello"):
+                    audit.workers.setdefault(src, _worker_row())["duplicated"] += 1
+                continue
+            if r["dst"] != SERVER:
+                continue
+            if kind == HELLO:
+                if r["accepted"] != "1":
+                    continue  # a hello handed over twice: the server answered the first copy only
+                audit.lives[src] = audit.lives.get(src, 0) + 1
+                audit.workers.setdefault(src, _worker_row())
+                continue
+            row = audit.workers.setdefault(src, _worker_row())
+            life = audit.lives.get(src, 0)
+            row["received"] += 1
+            seq = int(r["seq"])
+            if seq > top.get((src, life), 0):  # seq counts a life's pushes: its highest is what it sent
+                row["sent"] += seq - top.get((src, life), 0)
+                top[(src, life)] = seq
+            if r["accepted"] == "1":
+                row["accepted"] += 1
+                key = (src, life, r["seq"])
+                if key in accepted:
+                    audit.repeated_keys.append(key)
+                accepted.add(key)
+                if life >= 2:
+                    audit.accepted_after_restart[src] = audit.accepted_after_restart.get(src, 0) + 1
+            elif r["reason"].startswith("stale:"):
+                row["dropped_stale"] += 1
+            else:
+                row["rejected"] += 1
+                audit.refused_duplicates += r["reason"].startswith("duplicate:")
+    audit.distinct_accepted = len(accepted)
+    for name in audit.lives:
+        audit.accepted_after_restart.setdefault(name, 0)
+    return audit
+
+
+def _worker_row() -> dict[str, int]:
+    return {"received": 0, "accepted": 0, "rejected": 0, "dropped_stale": 0, "duplicated": 0, "sent": 0}

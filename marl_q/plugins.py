@@ -11,7 +11,7 @@ from marl_q import registry
 
 # Modules whose import registers components, or which export plain dicts to register.
 PLUGIN_MODULES = ["marl_q.staleness", "marl_q.aggregation", "marl_q.backends", "marl_q.bench", "agents",
-                  "scenarios", "circuits.heads", "circuits.bench"]
+                  "scenarios", "circuits.heads", "circuits.bench", "circuits.spec"]
 # Packages whose every module may export PLOTS / COMMANDS / BENCHES (found without a list to edit).
 DISCOVERED_PACKAGES = ["analysis"]
 # Out-of-tree plugins: an installed distribution declares, in its pyproject.toml,
@@ -54,6 +54,9 @@ def register_module(module: ModuleType) -> None:
         registry.SCENARIOS.add(spec_name, spec, config=spec.config, help=spec.help)
     for spec_name, spec in getattr(module, "HEADS", {}).items():
         registry.HEADS.add(spec_name, spec.build, config=spec.config, help=spec.help)
+    for table in ("ANSATZE", "ENCODINGS", "OBSERVABLES"):  # circuit blocks: objects with .help
+        for spec_name, spec in getattr(module, table, {}).items():
+            getattr(registry, table).add(spec_name, spec, help=spec.help)
     for spec_name, fn in getattr(module, "BENCHES", {}).items():
         registry.BENCHES.add(spec_name, fn, help=_first_line(fn.__doc__))
     for spec_name, fn in getattr(module, "PLOTS", {}).items():

@@ -6,11 +6,21 @@ backend; backends only move messages and keep time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from marl_q.messages import Message
+
+
+def worker_name(index: int) -> str:
+    """The name of worker ``index`` (from 0): how the runtime, the server, the ledger and services address it."""
+    return f"w{index}"
+
+
+def worker_names(count: int) -> tuple[str, ...]:
+    """The names of a run's ``count`` workers, in index order."""
+    return tuple(worker_name(i) for i in range(count))
 
 
 @dataclass(frozen=True)
@@ -138,3 +148,57 @@ class Algorithm:
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
+
+    def acting_policy(self, state: dict[str, np.ndarray]) -> "ActingPolicy":
+        """The trained policy, rebuilt from a checkpoint's service state (``Service.state_dict()``):
+        what ``marl_q.rundir.load_trained`` returns to act with. An algorithm without one says so."""
+        from marl_q.errors import UserError
+
+        raise UserError(f"algorithm {self.cfg.algorithm.name!r}: has no acting policy to load from a checkpoint")
+
+
+Observations = dict[str, np.ndarray]
+
+
+def gumbel_max(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample from softmax(logits) per row with a seeded generator (one uniform per entry)."""
+    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
+
+
+@dataclass
+class ActingPolicy:
+    """A trained policy as an algorithm's ``acting_policy`` hook rebuilds it.
+
+    ``logits``: observations of the agents acting now -> each agent's action logits (log-probabilities
+    up to a constant), computed in one batch. ``probabilities``: the exact action probabilities, when
+    the algorithm defines them otherwise than softmax(logits) (an epsilon floor, say). ``agents``: the
+    names it acts for (None: one policy shared by whichever agents the observations name).
+    ``models``: the rebuilt networks by role ("actor", "critic", ...); ``info``: what else the
+    checkpoint fixes (env_steps, epsilon, the environment's description)."""
+
+    logits: Callable[[Observations], Observations]
+    probabilities: Optional[Callable[[Observations], Observations]] = None
+    agents: Optional[list[str]] = None
+    models: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def probs(self, obs: Observations) -> Observations:
+        """Each agent's action probabilities."""
+        if self.probabilities is not None:
+            return self.probabilities(obs)
+        out = {}
+        for name, row in self.logits(obs).items():
+            z = np.exp(np.asarray(row, dtype=np.float64) - np.max(row))
+            out[name] = z / z.sum()
+        return out
+
+    def act(self, obs: Observations, rng: Optional[np.random.Generator] = None) -> dict[str, int]:
+        """One action per agent: the most likely one (``rng`` None), or a draw from its distribution by
+        Gumbel-max with ``rng`` (one row of uniforms per agent, agents in sorted order)."""
+        logits = self.logits(obs)
+        names = sorted(logits)
+        if not names:
+            return {}
+        stacked = np.stack([logits[n] for n in names])
+        acts = np.argmax(stacked, axis=1) if rng is None else gumbel_max(stacked, rng)
+        return dict(zip(names, acts.tolist()))

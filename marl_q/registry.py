@@ -77,6 +77,10 @@ STALENESS = Registry("staleness rule")
 BENCHES = Registry("benchmark")
 PLOTS = Registry("plot set")  # run directories -> PNGs; "standard" draws the plots of every run
 COMMANDS = Registry("command")  # extra `marlq NAME ...` commands (analysis reports), callable(argv) -> int
+# the building blocks of the quantum heads' circuits (listed by `marlq list`; the heads' configs validate them)
+ANSATZE = Registry("ansatz")
+ENCODINGS = Registry("encoding")
+OBSERVABLES = Registry("observable")
 
 ALL = {
     "algorithms": ALGORITHMS,
@@ -87,4 +91,7 @@ ALL = {
     "staleness": STALENESS,
     "benches": BENCHES,
     "commands": COMMANDS,
+    "ansatze": ANSATZE,
+    "encodings": ENCODINGS,
+    "observables": OBSERVABLES,
 }

@@ -23,7 +23,7 @@ from typing import IO, Any, Optional
 
 import numpy as np
 
-from marl_q.errors import CheckpointError, RunDirError
+from marl_q.errors import CheckpointError, RunDirError, UserError
 
 RUN_FILES = ("config.yaml", "metrics.csv", "comm.csv", "summary.json")
 CKPT_META = "__meta__"
@@ -295,3 +295,72 @@ def load_snapshot(path: Path, sha256: str) -> Any:
     except Exception as exc:  # the hash matched, so this is a version mismatch of the code
         raise CheckpointError(f"{path}: sim snapshot cannot be read by this version of marl-q "
                               f"({type(exc).__name__}: {exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained policy from a run directory: the one place a run's models are rebuilt and loaded
+# ---------------------------------------------------------------------------------------------
+
+class TrainedPolicies:
+    """The policy of a finished (or checkpointed) run, rebuilt by its registered algorithm.
+
+    ``act(obs, rng=None)``: one action per agent, the most likely (``rng`` None) or drawn with ``rng``;
+    ``logits(obs)`` / ``probs(obs)``: per agent. ``cfg`` is the run's resolved config, ``checkpoint``
+    the file the parameters came from; ``agents``, ``models`` and ``info`` are the algorithm's (see
+    ``marl_q.protocol.ActingPolicy``)."""
+
+    def __init__(self, run_dir: Path, checkpoint: Path, cfg: Any, policy: Any) -> None:
+        self.run_dir, self.checkpoint, self.cfg, self.policy = Path(run_dir), Path(checkpoint), cfg, policy
+
+    @property
+    def agents(self) -> Optional[list[str]]:
+        return self.policy.agents
+
+    @property
+    def models(self) -> dict[str, Any]:
+        return self.policy.models
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.policy.info
+
+    def logits(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.policy.logits(obs)
+
+    def probs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.policy.probs(obs)
+
+    def act(self, obs: dict[str, np.ndarray], rng: Optional[np.random.Generator] = None) -> dict[str, int]:
+        return self.policy.act(obs, rng)
+
+
+def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPolicies:
+    """The trained policy of ``run_dir``: its config.yaml, its newest checkpoint (or ``checkpoint``), the
+    models rebuilt by the registered algorithm's ``acting_policy`` hook. A missing run directory,
+    config or checkpoint, or a corrupt checkpoint, is a UserError naming the path."""
+    from marl_q.config import load_config
+    from marl_q.plugins import load_plugins
+    from marl_q.registry import ALGORITHMS
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: not a run directory (no such directory)")
+    if not (run_dir / "config.yaml").is_file():
+        raise RunDirError(f"{run_dir}: not a run directory (no config.yaml)")
+    load_plugins()
+    cfg = load_config(run_dir / "config.yaml")
+    if checkpoint is None:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise CheckpointError(f"{run_dir / 'checkpoints'}: no checkpoint to load "
+                                  "(run with run.checkpoint_every > 0, or let it finish)")
+    arrays, _ = load_checkpoint(Path(checkpoint))
+    algorithm = ALGORITHMS.get(cfg.algorithm.name, key="algorithm.name").obj(cfg)
+    try:
+        policy = algorithm.acting_policy(service_arrays(arrays))
+    except UserError as exc:
+        raise type(exc)(f"{checkpoint}: {exc}") from None
+    except (KeyError, ValueError, RuntimeError) as exc:  # arrays missing or of the wrong shape for this config
+        raise CheckpointError(f"{checkpoint}: does not hold the parameters of this run's "
+                              f"{cfg.algorithm.name} models ({type(exc).__name__}: {exc})") from None
+    return TrainedPolicies(run_dir, Path(checkpoint), cfg, policy)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from marl_q.config import ExperimentConfig
 from marl_q.ledger import Ledger
-from marl_q.protocol import Work
+from marl_q.protocol import Work, worker_names
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
@@ -45,7 +45,7 @@ class Runtime:
         self.cfg = cfg
         self.out = out
         self.algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
-        self.worker_names = [f"w{i}" for i in range(cfg.backend.workers)]
+        self.worker_names = list(worker_names(cfg.backend.workers))
         meta = resume.meta if resume else {}
         self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
         self.service = self.algorithm.make_service()

@@ -1,4 +1,4 @@
-"""Staleness weights w(s) for an update computed s server versions ago (specs/staleness.md)."""
+"""Staleness weights w(s) for an update computed s server versions ago (docs/actor_critic.md)."""
 from __future__ import annotations
 
 import math

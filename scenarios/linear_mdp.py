@@ -1,6 +1,6 @@
 """A finite episodic linear MDP with an exact optimum, for measuring regret honestly.
 
-Construction (specs/lsvi_regret.md): features phi(s, a) ~ Dirichlet(1_d) (non-negative, summing to 1,
+Construction (docs/lsvi.md): features phi(s, a) ~ Dirichlet(1_d) (non-negative, summing to 1,
 so ||phi|| <= 1); for every step h and feature i a next-state distribution mu_{h,i} ~ Dirichlet(0.1 1_S),
 so P_h(.|s,a) = sum_i phi_i(s,a) mu_{h,i} is a distribution and the MDP is exactly linear;
 theta_h ~ U[0,1]^d so r_h(s,a) = <phi(s,a), theta_h> lies in [0, 1]. The first state of an episode is

@@ -1,4 +1,4 @@
-"""AMARL routing scenario: services route requests over a shared O-RAN-like network (spec: routing.md).
+"""AMARL routing scenario: services route requests over a shared O-RAN-like network (docs/routing.md).
 
 Pieces, each usable on its own:
 - ``RoutingWorld``: the network, its candidate paths, the demand and the shared resources of one run;

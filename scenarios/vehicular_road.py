@@ -1,7 +1,7 @@
 """A multi-lane highway with road-side units and mmWave vehicles: traffic, line of sight and relays.
 
 Pure numpy, no PettingZoo: ``vehicular_relay.py`` wraps this in the Parallel API. The design is the
-one in ``specs/vehicular.md``: a Nagel-Schreckenberg cellular automaton per lane (with a symmetric
+one in ``docs/vehicular.md``: a Nagel-Schreckenberg cellular automaton per lane (with a symmetric
 lane-change rule), an open road that vehicles enter and leave, LOS links between mmWave nodes
 (range R, blocked by any vehicle body on the segment), relays found by graph search from the RSUs.
 

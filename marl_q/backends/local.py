@@ -20,7 +20,7 @@ import queue
 import time
 import traceback
 import uuid
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -105,141 +105,186 @@ def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnatio
 
 @BACKENDS.register("local", help="one OS process per worker, server in the main process, wall clock")
 def run_local(rt: Runtime) -> dict:
-    cfg = rt.cfg
-    ctx = mp.get_context("spawn")
-    cfg_dict = cfg.to_dict()
-    # One queue each way per worker, replaced when the worker is restarted: a process killed while
-    # its queue's feeder thread held the queue's lock would otherwise block every other writer.
-    outboxes: dict[str, Any] = {}
-    inboxes: dict[str, Any] = {}
-    procs: dict[str, Any] = {}
-    restarts = {name: 0 for name in rt.worker_names}
-    t0 = time.perf_counter()
-    last_heard = {name: t0 for name in rt.worker_names}
-    # when we last sent it something; a worker that spoke after our last reply may be blocked on us
-    # (a sync barrier), so only one that owes us an answer can be "silent too long"
-    last_sent = {name: t0 for name in rt.worker_names}
+    return LocalRun(rt).run()
 
-    def spawn(i: int) -> None:
-        name = rt.worker_names[i]
-        inboxes[name], outboxes[name] = ctx.Queue(), ctx.Queue()
-        p = ctx.Process(target=_worker_main, args=(cfg_dict, i, inboxes[name], outboxes[name], restarts[name]),
-                        daemon=True)
+
+class LocalRun:
+    """The main process of a local run: serve the workers' queues until the run is done.
+
+    Each turn of the loop takes one item from a worker (its hello, its step's work, or the error it
+    raised) and routes what the server answers, runs the kills that are due, and checks that every
+    worker process is alive and not silent too long. A worker that fails is restarted, or ends the run
+    (status "worker_failed") when its restarts have run out.
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.cfg = rt.cfg
+        self.names = rt.worker_names
+        self.ctx = mp.get_context("spawn")
+        self.cfg_dict = self.cfg.to_dict()
+        # One queue each way per worker, replaced when the worker is restarted: a process killed while
+        # its queue's feeder thread held the queue's lock would otherwise block every other writer.
+        self.outboxes: dict[str, Any] = {}
+        self.inboxes: dict[str, Any] = {}
+        self.procs: dict[str, Any] = {}
+        self.restarts = {name: 0 for name in self.names}
+        self.t0 = time.perf_counter()
+        self.last_heard = {name: self.t0 for name in self.names}
+        # when we last sent it something; a worker that spoke after our last reply may be blocked on us
+        # (a sync barrier), so only one that owes us an answer can be "silent too long"
+        self.last_sent = {name: self.t0 for name in self.names}
+        self.duplicator = Duplicator(rt)
+        self.kills = kill_schedule(rt)
+        self.greeted: set[str] = set()  # workers whose first hello arrived
+        # restarted workers whose new incarnation has not said hello yet: what the server sends them
+        # meanwhile was meant for the dead one (a sync round it was part of, say) and is dropped, as the
+        # sim does; the new incarnation's hello gets the current parameters
+        self.unheard: set[str] = set()
+        self.t_run: Optional[float] = None  # when every worker had said hello: the kill schedule's zero
+        # the answers to the first hellos, held until every worker has said hello: the workers start
+        # together, so none trains alone while another process is still importing (which would also let
+        # a short run end before the kill schedule's clock had started)
+        self.held: list[Message] = []
+        self.turn = 0  # whose queue is served first, rotating
+        self.status = "completed"
+        self.last_check = self.t0
+
+    def run(self) -> dict:
+        for i in range(len(self.names)):
+            self.spawn(i)
+        self.last_check = time.perf_counter()
+        try:
+            while not self.rt.done() and self.status == "completed":
+                now = self.serve_next()
+                self.run_due_kills(now)
+                if now - self.last_check >= POLL_S:
+                    self.last_check = now  # liveness, checked on the clock whether or not others keep talking
+                    self.check_liveness(now)
+        finally:
+            self.stop_workers()
+        return self.rt.finish(time.perf_counter() - self.t0, virtual=False, status=self.status)
+
+    # ------------------------------------------------------------------------- one turn of the loop
+    def serve_next(self) -> float:
+        """Take the next item from any worker (waiting at most until the next kill or poll) and
+        handle it; returns when it was taken."""
+        wait_s = POLL_S
+        if self.kills and self.t_run is not None:
+            wait_s = max(0.0, min(POLL_S, self.t_run + self.kills[0][0] - time.perf_counter()))
+        self.turn += 1
+        kind, name, body = _next_item(self.outboxes, wait_s, self.turn)
+        now = time.perf_counter()
+        if kind == "error":
+            self.last_heard[name] = now
+            if self.failed(name, f"raised an exception:\n{body}"):
+                self.status = "worker_failed"
+        elif kind is not None:
+            self.last_heard[name] = now
+            self.receive(kind, name, body, now)
+        return now
+
+    def receive(self, kind: str, name: str, body: Any, now: float) -> None:
+        """A worker's hello ("msgs") or step ("work"): through the server, and its answers on."""
+        msgs: list[Message] = body.messages if kind == "work" else body
+        if kind == "work":
+            self.rt.record_work(name, body, now - self.t0)
+        else:
+            self.said_hello(name, now)
+        for msg in msgs:
+            for _ in range(self.duplicator.copies(msg, now - self.t0)):
+                for reply in self.rt.deliver(msg, now - self.t0):
+                    self.route(reply, now)
+        if self.t_run is not None and self.held:
+            for reply in self.held:
+                self.post(reply)
+            self.held.clear()
+
+    def said_hello(self, name: str, now: float) -> None:
+        self.unheard.discard(name)
+        if self.t_run is None:
+            self.greeted.add(name)
+            self.t_run = now if len(self.greeted) == len(self.names) else None
+
+    def route(self, reply: Message, now: float) -> None:
+        """An answer of the server: dropped if meant for a dead incarnation, held until every worker
+        has said hello, posted otherwise."""
+        if reply.dst in self.unheard:
+            self.rt.ledger.record_fault("undeliverable", now - self.t0, reply.src, reply.dst, reply.seq,
+                                        reply.nbytes, f"{reply.kind} to a killed incarnation")
+        elif self.t_run is None:
+            self.held.append(reply)
+        else:
+            self.post(reply)
+
+    def post(self, reply: Message) -> None:
+        self.inboxes[reply.dst].put(reply)
+        self.last_sent[reply.dst] = time.perf_counter()
+
+    def run_due_kills(self, now: float) -> None:
+        while self.kills and self.t_run is not None and self.t_run + self.kills[0][0] <= now \
+                and self.status == "completed" and not self.rt.done():
+            at_s, victim = self.kills.pop(0)
+            if self.kill(victim, at_s):
+                self.status = "worker_failed"
+
+    def check_liveness(self, now: float) -> None:
+        for name, p in list(self.procs.items()):
+            owes = self.last_sent[name] > self.last_heard[name]
+            silent = owes and now - self.last_sent[name] > self.cfg.backend.reply_timeout_s
+            if not p.is_alive() or silent:
+                why = f"process exited with code {p.exitcode}" if not p.is_alive() else "silent too long"
+                if self.failed(name, why):
+                    self.status = "worker_failed"
+                    break
+
+    # ------------------------------------------------------------------------- the worker processes
+    def spawn(self, i: int) -> None:
+        name = self.names[i]
+        self.inboxes[name], self.outboxes[name] = self.ctx.Queue(), self.ctx.Queue()
+        p = self.ctx.Process(target=_worker_main, daemon=True,
+                             args=(self.cfg_dict, i, self.inboxes[name], self.outboxes[name], self.restarts[name]))
         p.start()
-        procs[name] = p
-        last_sent[name] = time.perf_counter()  # a fresh process owes us its hello
-        last_heard[name] = last_sent[name] - 1e-9
+        self.procs[name] = p
+        self.last_sent[name] = time.perf_counter()  # a fresh process owes us its hello
+        self.last_heard[name] = self.last_sent[name] - 1e-9
 
-    def failed(name: str, detail: str) -> bool:
+    def kill(self, name: str, at_s: float) -> bool:
+        """Kill a worker's process as scheduled; True if the run must end."""
+        p = self.procs[name]
+        self.rt.ledger.record_fault("kill", time.perf_counter() - self.t0, name, name,
+                                    detail=f"SIGKILL to pid {p.pid}, scheduled at {at_s} s after the start")
+        p.kill()
+        p.join(timeout=5)
+        return self.failed(name, f"killed by backend.kill at {at_s} s (SIGKILL)")
+
+    def failed(self, name: str, detail: str) -> bool:
         """Handle a dead worker; True if the run must end."""
-        now = time.perf_counter() - t0
-        if restarts[name] >= cfg.backend.max_restarts:
-            rt.record_fault("worker_failed", name, f"{detail}; no restarts left", now)
+        now = time.perf_counter() - self.t0
+        if self.restarts[name] >= self.cfg.backend.max_restarts:
+            self.rt.record_fault("worker_failed", name, f"{detail}; no restarts left", now)
             return True
-        restarts[name] += 1
-        rt.record_fault("worker_restarted", name, f"{detail}; restart {restarts[name]}", now)
-        p = procs[name]
+        self.restarts[name] += 1
+        self.rt.record_fault("worker_restarted", name, f"{detail}; restart {self.restarts[name]}", now)
+        p = self.procs[name]
         if p.is_alive():
             p.terminate()
         p.join(timeout=5)
-        for q in (inboxes[name], outboxes[name]):
+        for q in (self.inboxes[name], self.outboxes[name]):
             q.cancel_join_thread()  # what is still in them is dropped; the restarted worker says hello
             q.close()
-        spawn(rt.worker_names.index(name))
-        unheard.add(name)
-        held[:] = [r for r in held if r.dst != name]  # its answer died with it; its successor says hello
+        self.spawn(self.names.index(name))
+        self.unheard.add(name)
+        self.held[:] = [r for r in self.held if r.dst != name]  # its answer died with it; its successor says hello
         return False
 
-    def post(reply: Message) -> None:
-        inboxes[reply.dst].put(reply)
-        last_sent[reply.dst] = time.perf_counter()
-
-    def kill(name: str, at_s: float) -> bool:
-        """Kill a worker's process as scheduled; True if the run must end."""
-        p = procs[name]
-        rt.ledger.record_fault("kill", time.perf_counter() - t0, name, name,
-                               detail=f"SIGKILL to pid {p.pid}, scheduled at {at_s} s after the start")
-        p.kill()
-        p.join(timeout=5)
-        return failed(name, f"killed by backend.kill at {at_s} s (SIGKILL)")
-
-    duplicator = Duplicator(rt)
-    kills = kill_schedule(rt)
-    greeted: set[str] = set()  # workers whose first hello arrived
-    # restarted workers whose new incarnation has not said hello yet: what the server sends them
-    # meanwhile was meant for the dead one (a sync round it was part of, say) and is dropped, as the
-    # sim does; the new incarnation's hello gets the current parameters
-    unheard: set[str] = set()
-    t_run = None  # when every worker had said hello: the kill schedule's zero
-    # the answers to the first hellos, held until every worker has said hello: the workers start
-    # together, so none trains alone while another process is still importing (which would also let
-    # a short run end before the kill schedule's clock had started)
-    held: list[Message] = []
-    turn = 0  # whose queue is served first, rotating
-    for i in range(len(rt.worker_names)):
-        spawn(i)
-    status = "completed"
-    last_check = time.perf_counter()
-    try:
-        while not rt.done() and status == "completed":
-            wait_s = POLL_S
-            if kills and t_run is not None:
-                wait_s = max(0.0, min(POLL_S, t_run + kills[0][0] - time.perf_counter()))
-            turn += 1
-            kind, name, body = _next_item(outboxes, wait_s, turn)
-            now = time.perf_counter()
-            if kind == "error":
-                last_heard[name] = now
-                if failed(name, f"raised an exception:\n{body}"):
-                    status = "worker_failed"
-            elif kind is not None:
-                last_heard[name] = now
-                msgs: list[Message] = body.messages if kind == "work" else body
-                if kind == "work":
-                    rt.record_work(name, body, now - t0)
-                else:
-                    unheard.discard(name)
-                    if t_run is None:
-                        greeted.add(name)
-                        t_run = now if len(greeted) == len(rt.worker_names) else None
-                for msg in msgs:
-                    for _ in range(duplicator.copies(msg, now - t0)):
-                        for reply in rt.deliver(msg, now - t0):
-                            if reply.dst in unheard:
-                                rt.ledger.record_fault("undeliverable", now - t0, reply.src, reply.dst, reply.seq,
-                                                       reply.nbytes, f"{reply.kind} to a killed incarnation")
-                            elif t_run is None:
-                                held.append(reply)
-                            else:
-                                post(reply)
-                if t_run is not None and held:
-                    for reply in held:
-                        post(reply)
-                    held.clear()
-            while kills and t_run is not None and t_run + kills[0][0] <= now and status == "completed" \
-                    and not rt.done():
-                at_s, victim = kills.pop(0)
-                if kill(victim, at_s):
-                    status = "worker_failed"
-            if now - last_check < POLL_S:
-                continue
-            last_check = now  # liveness, checked on the clock whether or not others keep talking
-            for name, p in list(procs.items()):
-                owes = last_sent[name] > last_heard[name]
-                silent = owes and now - last_sent[name] > cfg.backend.reply_timeout_s
-                if not p.is_alive() or silent:
-                    why = f"process exited with code {p.exitcode}" if not p.is_alive() else "silent too long"
-                    if failed(name, why):
-                        status = "worker_failed"
-                        break
-    finally:
-        for name in rt.worker_names:
-            inboxes[name].put(STOP)
-        for p in procs.values():
+    def stop_workers(self) -> None:
+        for name in self.names:
+            self.inboxes[name].put(STOP)
+        for p in self.procs.values():
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
-    return rt.finish(time.perf_counter() - t0, virtual=False, status=status)
 
 
 def _next_item(outboxes: dict[str, Any], timeout: float, turn: int = 0) -> tuple[Any, Any, Any]:

@@ -30,8 +30,9 @@ import sys
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from marl_q.backends.local import Duplicator, kill_schedule
 from marl_q.errors import ConfigError
@@ -55,10 +56,20 @@ def import_ray() -> Any:
 
 @BACKENDS.register("ray", help="server and workers as Ray actors, local instance or backend.ray.address")
 def run_ray(rt: Runtime) -> dict:
-    ray = import_ray()
-    started = connect(ray, rt.cfg)
-    try:
+    with ray_instance(rt.cfg) as ray:
         return _drive(ray, rt)
+
+
+@contextmanager
+def ray_instance(cfg: Any) -> Iterator[Any]:
+    """The ray module, connected as ``cfg`` says (see connect) for the ``with`` block.
+
+    An instance this started is shut down at the end; one already running (a test's, a notebook's, an
+    outer ``ray_instance`` shared by several runs in a row) is left as it was."""
+    ray = import_ray()
+    started = connect(ray, cfg)
+    try:
+        yield ray
     finally:
         if started:
             ray.shutdown()
@@ -394,109 +405,153 @@ def _retire_driver_files(rt: Runtime) -> Optional[Path]:
 
 
 def _drive(ray: Any, rt: Runtime) -> dict:
-    from ray.exceptions import RayActorError, RayTaskError
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    return Driver(ray, rt).run()
 
-    cfg = rt.cfg
-    rc = cfg.backend.ray
-    names = rt.worker_names
-    actor_cfg = copy.deepcopy(cfg.to_dict())
-    actor_cfg["run"]["progress"] = False  # the driver draws the bar; an actor's stderr goes to Ray's logs
-    out = _retire_driver_files(rt)
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    server = (ray.remote(ServerHost)
-              .options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
-              .remote(actor_cfg, str(out) if out else None, type(rt), getattr(rt, "resume", None)))
-    worker_cls = ray.remote(WorkerHost).options(num_cpus=rc.num_cpus_per_worker, resources=dict(rc.resources),
-                                                max_restarts=0)
-    handles: dict[str, Any] = {}
-    runs: dict[Any, str] = {}  # run() ref -> worker
-    life = {n: 0 for n in names}
-    restarts = {n: 0 for n in names}
-    killed: dict[str, float] = {}  # worker -> scheduled time of the kill that ended its current life
 
-    def spawn(i: int) -> None:
-        name = names[i]
-        handles[name] = worker_cls.remote(actor_cfg, i, life[name], server)
-        runs[handles[name].run.remote()] = name
+class Driver:
+    """The driver of a ray run: starts the server actor and the worker actors, then watches them.
 
-    def say(kind: str, name: str, detail: str) -> None:
-        print(f"marlq: {kind} {name}: {detail}", file=sys.stderr)
+    Each turn of its loop waits for the first of: the run is done, every worker has said hello (the
+    kill schedule's zero), a worker actor's run() ended (told to stop, died or raised: restarted, or
+    the run ends with "worker_failed"). Then it runs the kills that are due and refreshes the bar.
+    """
 
-    def failed(name: str, detail: str) -> bool:
+    def __init__(self, ray: Any, rt: Runtime) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray, self.rt, self.cfg = ray, rt, rt.cfg
+        self.names = rt.worker_names
+        rc = self.cfg.backend.ray
+        self.actor_cfg = copy.deepcopy(self.cfg.to_dict())
+        self.actor_cfg["run"]["progress"] = False  # the driver draws the bar; an actor's stderr goes to Ray's logs
+        out = _retire_driver_files(rt)
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        self.server = (ray.remote(ServerHost)
+                       .options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
+                       .remote(self.actor_cfg, str(out) if out else None, type(rt), getattr(rt, "resume", None)))
+        self.worker_cls = ray.remote(WorkerHost).options(num_cpus=rc.num_cpus_per_worker,
+                                                         resources=dict(rc.resources), max_restarts=0)
+        self.handles: dict[str, Any] = {}
+        self.runs: dict[Any, str] = {}  # run() ref -> worker
+        self.life = {n: 0 for n in self.names}
+        self.restarts = {n: 0 for n in self.names}
+        self.killed: dict[str, float] = {}  # worker -> scheduled time of the kill that ended its current life
+        self.bar = _Bar(self.cfg) if self.cfg.run.progress else None
+        self.next_bar = 0.0
+        self.done_ref = self.server.wait_done.remote()
+        self.started_ref = self.server.wait_started.remote()
+        self.kills = kill_schedule(rt)
+        self.t_run: Optional[float] = None  # when every worker had said hello: the kill schedule's zero
+        self.status = "completed"
+
+    def run(self) -> dict:
+        ray = self.ray
+        try:
+            for i in range(len(self.names)):
+                self.spawn(i)
+            while self.status == "completed":
+                ready = self.wait()
+                if self.done_ref in ready:
+                    ray.get(self.done_ref)  # raises what broke the server, if anything did
+                    break
+                if self.started_ref is not None and self.started_ref in ready:
+                    ready.remove(self.started_ref)
+                    self.started_ref, self.t_run = None, time.perf_counter()
+                self.restart_ended(ready)
+                self.run_due_kills()
+                self.show_progress()
+            summary = ray.get(self.server.finish.remote(self.status))
+        except BaseException as exc:
+            self.flush(exc)
+            raise
+        finally:
+            self.close()
+        return summary
+
+    # ------------------------------------------------------------------------- one turn of the loop
+    def wait(self) -> list[Any]:
+        """What is ready of: the run done, every worker started, the workers' run() calls; waits at most
+        until the next kill or poll."""
+        wait_s = POLL_S
+        if self.kills and self.t_run is not None:
+            wait_s = max(0.0, min(POLL_S, self.t_run + self.kills[0][0] - time.perf_counter()))
+        waiting = [self.done_ref, *self.runs] + ([self.started_ref] if self.started_ref is not None else [])
+        ready, _ = self.ray.wait(waiting, num_returns=1, timeout=wait_s)
+        return ready
+
+    def restart_ended(self, ready: list[Any]) -> None:
+        """Worker actors whose run() ended: told to stop (the run is ending), or died or raised."""
+        from ray.exceptions import RayActorError, RayTaskError
+
+        for ref in ready:
+            name = self.runs.pop(ref)
+            try:
+                self.ray.get(ref)
+                continue  # it was told to stop: the run is ending
+            except RayActorError:
+                detail = (f"killed by backend.kill at {self.killed.pop(name)} s (ray.kill)" if name in self.killed
+                          else "actor died (process exited or its node was lost)")
+            except RayTaskError as exc:
+                detail = f"raised an exception:\n{exc}"
+            if self.failed(name, detail):
+                self.status = "worker_failed"
+                break
+
+    def run_due_kills(self) -> None:
+        while self.kills and self.t_run is not None and self.t_run + self.kills[0][0] <= time.perf_counter() \
+                and self.status == "completed":
+            at_s, victim = self.kills.pop(0)
+            self.ray.get(self.server.fault.remote(
+                "", victim, f"ray.kill of its actor, scheduled at {at_s} s after the start", "kill"))
+            self.killed[victim] = at_s
+            self.ray.kill(self.handles[victim], no_restart=True)  # its run() ref fails next: restarted above
+
+    def show_progress(self) -> None:
+        if self.bar is not None and time.perf_counter() >= self.next_bar:
+            self.next_bar = time.perf_counter() + 1.0
+            self.bar.show(*self.ray.get(self.server.stats.remote()))
+
+    # ------------------------------------------------------------------------- the worker actors
+    def spawn(self, i: int) -> None:
+        name = self.names[i]
+        self.handles[name] = self.worker_cls.remote(self.actor_cfg, i, self.life[name], self.server)
+        self.runs[self.handles[name].run.remote()] = name
+
+    def failed(self, name: str, detail: str) -> bool:
         """Restart a dead worker; True if the run must end."""
-        ray.kill(handles[name], no_restart=True)  # no-op if dead; a worker whose step raised is ended
-        if restarts[name] >= cfg.backend.max_restarts:
-            ray.get(server.fault.remote("worker_failed", name, f"{detail}; no restarts left"))
-            say("worker_failed", name, f"{detail}; no restarts left")
+        ray = self.ray
+        ray.kill(self.handles[name], no_restart=True)  # no-op if dead; a worker whose step raised is ended
+        if self.restarts[name] >= self.cfg.backend.max_restarts:
+            ray.get(self.server.fault.remote("worker_failed", name, f"{detail}; no restarts left"))
+            _say("worker_failed", name, f"{detail}; no restarts left")
             return True
-        restarts[name] += 1
-        detail = f"{detail}; restart {restarts[name]}"
-        life[name] = ray.get(server.replaced.remote(name, "worker_restarted", detail))
-        say("worker_restarted", name, detail)
-        spawn(names.index(name))
+        self.restarts[name] += 1
+        detail = f"{detail}; restart {self.restarts[name]}"
+        self.life[name] = ray.get(self.server.replaced.remote(name, "worker_restarted", detail))
+        _say("worker_restarted", name, detail)
+        self.spawn(self.names.index(name))
         return False
 
-    bar = _Bar(cfg) if cfg.run.progress else None
-    done_ref = server.wait_done.remote()
-    started_ref = server.wait_started.remote()
-    kills = kill_schedule(rt)
-    t_run = None  # when every worker had said hello: the kill schedule's zero
-    status = "completed"
-    try:
-        for i in range(len(names)):
-            spawn(i)
-        next_bar = 0.0
-        while status == "completed":
-            wait_s = POLL_S
-            if kills and t_run is not None:
-                wait_s = max(0.0, min(POLL_S, t_run + kills[0][0] - time.perf_counter()))
-            waiting = [done_ref, *runs] + ([started_ref] if started_ref is not None else [])
-            ready, _ = ray.wait(waiting, num_returns=1, timeout=wait_s)
-            if done_ref in ready:
-                ray.get(done_ref)  # raises what broke the server, if anything did
-                break
-            if started_ref is not None and started_ref in ready:
-                ready.remove(started_ref)
-                started_ref, t_run = None, time.perf_counter()
-            for ref in ready:
-                name = runs.pop(ref)
-                try:
-                    ray.get(ref)
-                    continue  # it was told to stop: the run is ending
-                except RayActorError:
-                    detail = (f"killed by backend.kill at {killed.pop(name)} s (ray.kill)" if name in killed
-                              else "actor died (process exited or its node was lost)")
-                except RayTaskError as exc:
-                    detail = f"raised an exception:\n{exc}"
-                if failed(name, detail):
-                    status = "worker_failed"
-                    break
-            while kills and t_run is not None and t_run + kills[0][0] <= time.perf_counter() \
-                    and status == "completed":
-                at_s, victim = kills.pop(0)
-                ray.get(server.fault.remote("", victim, f"ray.kill of its actor, scheduled at {at_s} s after the start",
-                                            "kill"))
-                killed[victim] = at_s
-                ray.kill(handles[victim], no_restart=True)  # its run() ref fails next: restarted above
-            if bar is not None and time.perf_counter() >= next_bar:
-                next_bar = time.perf_counter() + 1.0
-                bar.show(*ray.get(server.stats.remote()))
-        summary = ray.get(server.finish.remote(status))
-    except BaseException as exc:
+    # ------------------------------------------------------------------------- the end
+    def flush(self, exc: BaseException) -> None:
+        """The run is failing with ``exc``: have the server actor write what it has (status interrupted or
+        failed); what is raised, not the summary, decides the exit code."""
         ending = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        try:  # flush what the server has; what is raised decides the exit code
-            ray.get(server.finish.remote(ending), timeout=30)
+        try:
+            self.ray.get(self.server.finish.remote(ending), timeout=30)
         except Exception as flush_exc:  # never mask what is being raised
             print(f"marlq: the server actor could not flush the run files ({flush_exc})", file=sys.stderr)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        for h in handles.values():
-            ray.kill(h, no_restart=True)
-        ray.kill(server, no_restart=True)
-    return summary
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        for h in self.handles.values():
+            self.ray.kill(h, no_restart=True)
+        self.ray.kill(self.server, no_restart=True)
+
+
+def _say(kind: str, name: str, detail: str) -> None:
+    print(f"marlq: {kind} {name}: {detail}", file=sys.stderr)
 
 
 class _Bar:

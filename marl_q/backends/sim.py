@@ -136,16 +136,31 @@ class _EventSim:
         work = self.workers[i].step()
         self.push(t + self.timing.compute_s(i, work), "done", (i, self.life[i], work))
 
+    def start(self) -> None:
+        """Every worker says hello at time 0 (and starts a step if it may); the crashes are scheduled."""
+        self.started = True
+        for i, w in enumerate(self.workers):
+            self.send_up(stamp_life(w.start(), str(self.life[i])), 0.0)
+            if w.ready():
+                self.start_compute(i, 0.0)
+        for i, t_crash in sorted(self.faults.crash.items()):
+            self.push(t_crash, "crash", i)
+
+    def crash(self, i: int, now: float) -> None:
+        """An injected crash: the worker's state, its inbox and its step in progress are lost."""
+        name = self.workers[i].name
+        self.rt.ledger.record_fault("crash", now, name, name, detail="worker state lost")
+        self.rt.record_fault("worker_crashed", name, "injected crash (sim)", now)
+        self.workers[i].close()
+        self.alive[i], self.busy[i] = False, False
+        self.inbox[i].clear()
+        self.life[i] += 1
+        self.push(now + self.faults.restart_s, "restart", i)
+
     def run(self) -> None:
         rt, workers = self.rt, self.workers
         if not self.started:
-            self.started = True
-            for i, w in enumerate(workers):
-                self.send_up(stamp_life(w.start(), str(self.life[i])), 0.0)
-                if w.ready():
-                    self.start_compute(i, 0.0)
-            for i, t_crash in sorted(self.faults.crash.items()):
-                self.push(t_crash, "crash", i)
+            self.start()
         while self.heap and not rt.done():
             if rt.safe_point(self.now):
                 return
@@ -162,14 +177,7 @@ class _EventSim:
                 self.send_up([item], now)
                 continue
             if kind == "crash":
-                i = item
-                rt.ledger.record_fault("crash", now, workers[i].name, workers[i].name, detail="worker state lost")
-                rt.record_fault("worker_crashed", workers[i].name, "injected crash (sim)", now)
-                workers[i].close()
-                self.alive[i], self.busy[i] = False, False
-                self.inbox[i].clear()
-                self.life[i] += 1
-                self.push(now + self.faults.restart_s, "restart", i)
+                self.crash(item, now)
                 continue
             if kind == "restart":
                 i = item

@@ -182,7 +182,7 @@ def test_checkpoint_round_trip(served) -> None:
 
 # ----------------------------------------------------------------------------- configs and runs
 @pytest.mark.parametrize("path, overrides, message", [
-    (AMARL, ["backend.workers=2"], "backend.workers: ippo runs one worker per service"),
+    (AMARL, ["backend.workers=2"], "backend.workers: amarl runs one worker per service"),
     (SINGLE, ["backend.workers=3"], "backend.workers: single_ppo is one agent"),
     (AMARL, ["server.max_staleness=3"], "server.max_staleness must be null"),
     (AMARL, ["algorithm.eval_shifts=[heatwave]"], "eval_shifts"),

@@ -1,14 +1,12 @@
-"""Vehicular relay policies: keep == no control, the greedy heuristic by hand, the A3C worker's batch, a tiny run end to end."""
+"""Vehicular relay policies: keep == no control, the greedy heuristic by hand, the A3C worker's batch."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from agents.vehicular import (BASELINES, GreedyGapFilling, LanePreference, ObservationLayout, VehicularA3CWorker, evaluate_run,
-                              no_control)
+from agents.vehicular import GreedyGapFilling, LanePreference, ObservationLayout, VehicularA3CWorker, no_control
 from marl_q.config import build_config
-from marl_q.experiment import run_experiment
 from marl_q.services import PARAMS
 from marl_q.messages import Message, SERVER
 from scenarios.vehicular_relay import VehicularRelayEnv
@@ -148,24 +146,3 @@ def test_a3c_worker_pushes_a_finite_gradient_of_the_parameter_size():
     grad = work.messages[0].payload["grad"]
     assert grad.shape == (worker.flat.size,) and np.isfinite(grad).all() and np.abs(grad).sum() > 0
     assert work.env_steps == 5
-
-
-def test_tiny_run_then_evaluation_of_learned_policy_and_baselines(tmp_path):
-    out = tmp_path / "run"
-    summary = run_experiment(build_config(_raw(steps=40)), out=out, plots=False)
-    assert summary["status"] == "completed" and 0.0 <= summary["final_coverage"] <= 1.0
-    rows, frame = evaluate_run(out, [0.1, 0.5], episodes=1)
-    assert {r["policy"] for r in rows} == {"learned", *BASELINES}
-    assert {r["penetration"] for r in rows} == {0.1, 0.5}
-    assert all(0.0 <= r["coverage"] <= 1.0 for r in rows)
-    assert frame.ndim == 3 and frame.dtype == np.uint8
-
-
-def test_bench_reports_both_reward_settings(capsys):
-    from agents.vehicular import bench_env_speed
-
-    assert bench_env_speed(["--steps", "3", "--agents", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "marginal_coverage/grid" in out and "difference/grid_features" in out
-    rates = [float(line.split()[1]) for line in out.splitlines() if "env steps/s" in line]
-    assert len(rates) == 6 and all(r > 0 for r in rates)

@@ -107,7 +107,7 @@ def test_flat_parameters_reseating_keeps_the_function():
 
 @pytest.mark.parametrize("spec, fragment", [
     (dict(encoding="angle_q"), "choices: angle_x, angle_y, angle_z"),
-    (dict(ansatz="hardware_efficient"), "choices: strongly_entangling, basic_entangler, rzryrz_ring"),
+    (dict(ansatz="hardware_efficient"), "choices: basic_entangler, ry_cz, rzryrz_ring, strongly_entangling"),
     (dict(observable="x"), "choices: z, zz, p0"),
     (dict(n_qubit=4), "did you mean 'n_qubits'"),
     (dict(scaling="bound", bounds=[1.0]), "bounds"),
@@ -184,3 +184,15 @@ def test_head_configs_check_cuda_and_plugins_at_load_time(monkeypatch):
     with pytest.raises(CircuitConfigError, match="pennylane-lightning-kokkos"):
         HEADS["hybrid"].config(backend="pennylane", pennylane_device="lightning.kokkos").validate()
     HEADS["hybrid"].config(backend="pennylane", pennylane_device="default.qubit").validate()
+
+
+def test_a_vqc_pickled_before_layer_options_existed_still_runs():
+    import pickle
+
+    module = VQC(3, 2, n_qubits=3, layers=2, ansatz="basic_entangler", rotation="ry", entangler="cz", engine="gates")
+    x = torch.randn(4, 3)
+    expected = module(x)
+    del module.circuit.__dict__["options"]  # as a snapshot written before circuits.blocks
+    back = pickle.loads(pickle.dumps(module))
+    assert back.circuit.options.rotation == "ry"
+    torch.testing.assert_close(back(x), expected, atol=0, rtol=0)

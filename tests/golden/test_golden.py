@@ -1,6 +1,6 @@
 """Behaviour unchanged: every shipped scenario file, run briefly on sim, hashes as recorded.
 
-The table was recorded before the "one place for each idea" refactor (issue 15) and is the
+The table was recorded before the "one place for each idea" refactor and is the
 contract of every later refactor: a change that cannot keep the last bits (for example a reordered
 float sum) regenerates its entry with ``python -m tests.golden.goldens NAME`` in the same commit and
 adds a comment beside it saying why. A new scenario file gets its entry the same way.

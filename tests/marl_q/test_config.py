@@ -100,6 +100,11 @@ def test_cross_checks(small_raw):
     ("run: {seed: [1,\n", "malformed YAML"),
     ("run: {sed: 1, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: a3c}\n", "did you mean 'run.seed'"),
     ("run: {seed: x, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: a3c}\n", "run.seed: expected an integer"),
+    # the actor-critic knobs are checked once, by ActorCriticConfig.validate
+    ("run: {seed: 0, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: ppo, epochs: 0}\n",
+     "algorithm: epochs: must be at least 1, got 0"),
+    ("run: {seed: 0, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: a3c, epochs: 2}\n",
+     "epochs > 1 needs update: delta"),
 ])
 def test_cli_bad_config_exits_2_and_writes_nothing(tmp_path, capsys, content, needle):
     p = write(tmp_path, content)

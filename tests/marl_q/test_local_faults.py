@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from marl_q.bench import ledger_audit
+from marl_q.ledger import ledger_audit
 from marl_q.config import build_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment
@@ -40,7 +40,7 @@ def test_a_killed_worker_is_restarted_and_duplicates_apply_once(small_raw, tmp_p
 
 
 def test_under_hogwild_every_distinct_accepted_push_is_exactly_one_update(small_raw, tmp_path):
-    """The issue's accounting, literally: applied updates = distinct accepted (worker, incarnation, seq),
+    """The accounting, literally: applied updates = distinct accepted (worker, incarnation, seq),
     with a worker killed and duplicates injected (hogwild applies every accepted push, once)."""
     small_raw["backend"].update({"name": "local", "kill": [{"worker": 0, "at_s": 0.02}], "max_restarts": 2,
                                  "faults": {"duplicate": 0.3}})

@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from marl_q.backends.ray_backend import check_reachable, import_ray, parse_address
-from marl_q.bench import ledger_audit
+from marl_q.ledger import ledger_audit
 from marl_q.cli import main
 from marl_q.config import build_config
 from marl_q.errors import ConfigError

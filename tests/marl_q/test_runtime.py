@@ -197,7 +197,7 @@ def test_sim_sync_rounds_take_one_push_per_worker_under_duplicates(small_raw, tm
     """Nearly every message handed to the server twice, the second copy later: a duplicated hello must not
     answer a worker that is already waiting at the barrier. If it did, that worker would push again
     from old parameters and run one round ahead for the rest of the run (staleness 1 under sync)."""
-    from marl_q.bench import ledger_audit
+    from marl_q.ledger import ledger_audit
 
     small_raw["backend"]["faults"] = {"duplicate": 0.9, "dup_delay_s": 0.05}
     small_raw["server"]["aggregation"] = "sync"

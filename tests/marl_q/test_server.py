@@ -107,6 +107,22 @@ def test_sync_waits_for_every_worker_then_broadcasts():
     np.testing.assert_allclose(params(service), -2.0)
 
 
+
+@pytest.mark.parametrize("rule", [Hogwild, Buffered, Sync])
+def test_a_rule_asked_about_rounds_answers_as_it_aggregates(rule):
+    """What a service keeping whole pushes (COMA) asks a rule agrees with what offer() does."""
+    agg, asked = rule(("w0", "w1"), 3), rule(("w0", "w1"), 3)
+    held: list[str] = []
+    for worker in ["w0", "w0", "w1", "w1", "w0", "w1"]:
+        combined, replies = agg.offer(worker, np.ones(2, dtype=np.float32), 1.0)
+        if asked.replaces_in_round:
+            held = [w for w in held if w != worker]
+        held.append(worker)
+        complete = asked.round_complete(held)
+        assert complete == (combined is not None) and replies == asked.reply_to(worker, complete)
+        if complete:
+            held = []
+
 def test_delta_mode_adds_scaled_delta():
     agg = Hogwild(("w0",), 1)
     service = ParameterService(np.ones(P, dtype=np.float32), "delta", agg, server_lr=0.5)

@@ -1,0 +1,144 @@
+"""The actor-critic loss, written once: PPO's clipped objective, of which A2C is the one-pass case.
+
+Per sample i (optionally weighted by a mask m_i, e.g. a multi-agent run's alive agents):
+
+    r_i  = exp(logp_i - old_logp_i)                     (no clip: A2C's  -A_i logp_i  instead)
+    L_pi = -mean(min(r_i A_i, clip(r_i, 1-e, 1+e) A_i))
+    L_v  = mean((V_i - R_i)^2)                          (value_clip: PPO's max with the clipped V)
+    L    = L_pi - ent_coef mean(H_i) + vf_coef L_v      (A_i normalised first when adv_norm)
+
+The policy enters only through per-sample log-probabilities and entropies, so the distribution is
+a separate piece: ``categorical`` for discrete actions today; a Gaussian head for continuous actions
+supplies its own ``(logp, entropy)`` and calls the same ``actor_critic_loss``, as does a centralised
+critic V(s) (it only changes where ``values`` come from).
+
+``a2c_loss_grad`` is the numpy twin of ``categorical`` + ``actor_critic_loss`` for the clip-free
+case, written out by hand for the one-step fast path (``algorithm.fast_path``, agents.numpy_heads);
+tests/agents/test_losses.py checks it against torch autograd.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Protocol
+
+import numpy as np
+import torch
+
+
+class LossKnobs(Protocol):
+    """The config fields the loss reads (``ActorCriticConfig`` and its subclasses have them)."""
+
+    clip: Optional[float]  # PPO's ratio clip; None = A2C's plain policy gradient
+    value_clip: Optional[float]
+    ent_coef: float
+    vf_coef: float
+    adv_norm: bool
+
+
+# ----------------------------------------------------------------------------- the distribution
+def categorical(logits: torch.Tensor, actions: torch.Tensor, entropy: bool = True
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Per-sample log pi(a) and entropy of softmax(logits) (the entropy only when asked)."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(1, actions[:, None]).squeeze(1)
+    return logp, (-(logp_all.exp() * logp_all).sum(-1) if entropy else None)
+
+
+# ----------------------------------------------------------------------------- the loss
+def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """mean(x), or the mask-weighted mean sum(m x) / sum(m)."""
+    return x.mean() if mask is None else (x * mask).sum() / mask.sum()
+
+
+def normalize_advantages(adv: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(A - mean A) / (std A + 1e-8) with the unbiased std, over the (masked) samples; fewer than two
+    samples are left as they are."""
+    if mask is None:
+        return adv if len(adv) <= 1 else (adv - adv.mean()) / (adv.std() + 1e-8)
+    count = mask.sum()
+    if float(count) <= 1:
+        return adv
+    mean = masked_mean(adv, mask)
+    std = (((adv - mean) ** 2 * mask).sum() / (count - 1)).sqrt()
+    return (adv - mean) / (std + 1e-8)
+
+
+def policy_loss(logp: torch.Tensor, old_logp: Optional[torch.Tensor], adv: torch.Tensor, clip: Optional[float],
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """-E[min(r A, clip(r) A)] with r = pi/pi_old; without a clip, A2C's -E[A log pi]."""
+    if clip is None:
+        return -masked_mean(adv * logp, mask)
+    ratio = torch.exp(logp - old_logp)
+    return -masked_mean(torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv), mask)
+
+
+def value_loss(values: torch.Tensor, old_values: Optional[torch.Tensor], returns: torch.Tensor,
+               value_clip: Optional[float], mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """E[(V - R)^2], or PPO's clipped form max((V-R)^2, (V_old + clip(V - V_old) - R)^2)."""
+    unclipped = (values - returns) ** 2
+    if value_clip is None:
+        return masked_mean(unclipped, mask)
+    clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+    return masked_mean(torch.max(unclipped, (clipped - returns) ** 2), mask)
+
+
+class LossTerms(NamedTuple):
+    loss: torch.Tensor  # the scalar to descend
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: Optional[torch.Tensor]  # mean entropy, None when none was given
+
+
+def actor_critic_loss(knobs: LossKnobs, logp: torch.Tensor, adv: torch.Tensor, values: torch.Tensor,
+                      returns: torch.Tensor, *, old_logp: Optional[torch.Tensor] = None,
+                      old_values: Optional[torch.Tensor] = None, entropy: Optional[torch.Tensor] = None,
+                      mask: Optional[torch.Tensor] = None) -> LossTerms:
+    """The A2C/PPO loss over a batch of samples, all tensors of shape (B,).
+
+    ``logp``/``values``: log pi(a) and V at the current parameters (with their graph); ``old_logp``
+    (needed with ``knobs.clip``) and ``old_values`` (with ``knobs.value_clip``): the same at the
+    rollout's parameters; ``adv``/``returns``: advantages and value targets (no graph);
+    ``entropy``: per-sample entropies (None skips the bonus, as ent_coef 0 would); ``mask``: per-sample
+    weights (1 = counts, 0 = padding, e.g. a dead agent), None = every sample counts.
+    """
+    if knobs.adv_norm:
+        adv = normalize_advantages(adv, mask)
+    pi = policy_loss(logp, old_logp, adv, knobs.clip, mask)
+    ent = None if entropy is None else masked_mean(entropy, mask)
+    v = value_loss(values, old_values, returns, knobs.value_clip, mask)
+    loss = pi if ent is None else pi - knobs.ent_coef * ent
+    return LossTerms(loss + knobs.vf_coef * v, pi, v, ent)
+
+
+@torch.no_grad()
+def ratio_stats(logp: torch.Tensor, old_logp: torch.Tensor, clip: Optional[float],
+                mask: Optional[torch.Tensor] = None) -> dict[str, float]:
+    """For logging: approx_kl (Schulman's (r - 1) - log r estimator) and the clipped fraction."""
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    out = {"approx_kl": float(masked_mean((ratio - 1.0) - log_ratio, mask))}
+    if clip is not None:
+        out["clipfrac"] = float(masked_mean(((ratio - 1.0).abs() > clip).to(logp.dtype), mask))
+    return out
+
+
+# ----------------------------------------------------------------------------- the numpy twin
+def a2c_loss_grad(knobs: LossKnobs, logits: np.ndarray, actions: np.ndarray, adv: np.ndarray,
+                  values: np.ndarray, returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """d L / d logits (B, A) and d L / d values (B,) of ``actor_critic_loss`` on ``categorical(logits)``
+    without clips and without a mask, in numpy (float64): with p = softmax(logits), H its entropy,
+
+        dL/dz = (A / B) (p - onehot(a)) + (ent_coef / B) p (log p + H),   dL/dV = (2 vf_coef / B) (V - R).
+    """
+    count = len(actions)
+    if knobs.adv_norm and count > 1:
+        adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    p = np.exp(logp)
+    onehot = np.zeros_like(p)
+    onehot[np.arange(count), actions] = 1.0
+    grad_logits = (adv / count)[:, None] * (p - onehot)
+    if knobs.ent_coef != 0.0:
+        entropy = -(p * logp).sum(axis=1, keepdims=True)
+        grad_logits += (knobs.ent_coef / count) * p * (logp + entropy)
+    return grad_logits, (2.0 * knobs.vf_coef / count) * (values - returns)

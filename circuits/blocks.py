@@ -1,0 +1,135 @@
+"""The registered building blocks of a VQC: ansaetze, encodings, observables.
+
+Each block is ONE object holding everything every consumer needs: the native engine's dense and
+gate paths (``circuits.engine``), the PennyLane reference (``circuits.reference``), the spec's
+choices (``circuits.spec``) and ``marlq list``. Nothing else branches on a block's name.
+
+Blocks live one module (or a few related ones) per file in the packages ``circuits/ansatze/``,
+``circuits/encodings/`` and ``circuits/observables/``; every module there is imported when the
+package is (``discover``), and registers its blocks with ``register``. Adding one is adding one
+file: see docs/circuits.md.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional, Sequence, TypeVar
+
+import numpy as np
+import torch
+
+
+class CircuitConfigError(ValueError):
+    """A user-supplied circuit spec is invalid; the message names the key, the value and the choices."""
+
+
+class LayerOptions(NamedTuple):
+    """The spec keys an ansatz layer may read besides its weights (``VQCConfig`` has both)."""
+
+    rotation: str  # "rx" | "ry" | "rz": the rotation of a one-weight-per-qubit family
+    entangler: Optional[str]  # "cnot" | "cz": the two-qubit gate of a family that lets the user choose
+
+
+Pair = tuple[str, int, int]  # (gate "cnot" | "cz", control wire, target wire)
+
+
+def _matrices_np_from_torch(ansatz: "Ansatz") -> Callable[[np.ndarray, LayerOptions], np.ndarray]:
+    def matrices_np(layer_weights: np.ndarray, options: LayerOptions) -> np.ndarray:
+        return ansatz.matrices(torch.from_numpy(layer_weights), options, torch.complex128).numpy()
+
+    return matrices_np
+
+
+@dataclass(frozen=True)
+class Ansatz:
+    """A trainable layer family. One layer is a single-qubit matrix per wire and a list of CNOT/CZ
+    gates (the engine represents exactly these: a Kronecker product and a signed permutation).
+
+    Every weight must enter as the angle of one Pauli rotation exp(-i w P / 2) inside its wire's
+    matrix: the analytic dense gradient uses d/dw R(w) = R(w + pi) / 2 (the parity tests check it).
+    """
+
+    name: str
+    help: str
+    weights_per_qubit: int  # k: weights have shape (layers, n_qubits, k)
+    # (..., n, k) real weights of one layer (or of all layers) -> (..., n, 2, 2) complex matrices
+    matrices: Callable[[torch.Tensor, LayerOptions, torch.dtype], torch.Tensor]
+    # (n_qubits, layer, options) -> the layer's two-qubit gates, in order
+    pairs: Callable[[int, int, LayerOptions], list[Pair]]
+    # (qml, weights (layers, n, k), layer, wires, options): apply layer ``layer`` with PennyLane ops
+    pennylane_layer: Callable[[Any, Any, int, list[int], LayerOptions], None]
+    entangle_first: bool = False  # True: the two-qubit gates come before the rotations in a layer
+    # ``matrices`` in numpy complex128, for the analytic-gradient path (numpy's per-call cost on these
+    # small arrays is a fraction of torch's); None: ``matrices`` in complex128 converted
+    matrices_np: Optional[Callable[[np.ndarray, LayerOptions], np.ndarray]] = None
+
+    def __post_init__(self) -> None:
+        if self.matrices_np is None:
+            object.__setattr__(self, "matrices_np", _matrices_np_from_torch(self))
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """Angle encoding: feature x_i enters as R_axis(x_i) on qubit i (after a Hadamard with
+    ``hadamard: true``). The dense path folds the encoded qubit F (cos(t/2), sin(t/2)) into its
+    matrix (``gates.encoding_state_map``), which holds for a rotation about any Pauli axis."""
+
+    name: str
+    axis: str  # "rx" | "ry" | "rz" (``gates.ROTATION_AXES``)
+    help: str
+
+
+@dataclass(frozen=True)
+class Observable:
+    """A family of diagonal readouts: readout j = value(prod_{i in wires_j} Z_i) in the Z basis."""
+
+    name: str
+    help: str
+    wires: Callable[[int], list[tuple[int, ...]]]  # n_qubits -> the wires each readout measures
+    # (qml, wires of one readout) -> a PennyLane measurement of it
+    pennylane: Callable[[Any, tuple[int, ...]], Any]
+    # the readout as a function of the Z-product eigenvalue (+1 / -1), elementwise on an array
+    value: Callable[[np.ndarray], np.ndarray] = lambda z: z
+
+
+Block = TypeVar("Block", Ansatz, Encoding, Observable)
+
+ANSATZE: dict[str, Ansatz] = {}
+ENCODINGS: dict[str, Encoding] = {}
+OBSERVABLES: dict[str, Observable] = {}
+_TABLES: dict[type, dict[str, Any]] = {Ansatz: ANSATZE, Encoding: ENCODINGS, Observable: OBSERVABLES}
+
+
+def register(block: Block) -> Block:
+    """Register an ansatz, encoding or observable under its name (the spec key's value); returns it."""
+    table = next(t for kind, t in _TABLES.items() if isinstance(block, kind))  # a subclass counts as its kind
+    old = table.get(block.name)
+    if old is not None and old is not block:
+        raise RuntimeError(f"{type(block).__name__.lower()} {block.name!r} is registered twice")
+    table[block.name] = block
+    return block
+
+
+def discover(package: str, path: Sequence[str]) -> None:
+    """Import every module of ``package`` (not those starting with '_'), in name order: their
+    imports register their blocks. Called by each block package's ``__init__``."""
+    for module in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package}.{module.name}")
+
+
+def lookup(table: dict[str, Block], key: str, name: str) -> Block:
+    """``table[name]``, or a CircuitConfigError naming the key and the choices."""
+    try:
+        return table[name]
+    except KeyError:
+        raise CircuitConfigError(f"{key}: unknown value {name!r}; choices: {', '.join(table)}") from None
+
+
+def load_all() -> None:
+    """Import the three block packages (which fill ANSATZE, ENCODINGS and OBSERVABLES)."""
+    import circuits.ansatze  # noqa: F401
+    import circuits.encodings  # noqa: F401
+    import circuits.observables  # noqa: F401
+
