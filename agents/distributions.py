@@ -17,11 +17,14 @@ Sampling uses the worker's seeded numpy generator, so sim reruns stay byte-ident
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
 from torch import nn
+
+from agents.losses import categorical
+from marl_q.protocol import gumbel_max
 
 MASKED_LOGIT = -1e9
 
@@ -45,10 +48,8 @@ class Categorical:
         return np.int64
 
     def sample(self, out: np.ndarray, rng: np.random.Generator, avail: Optional[np.ndarray] = None) -> np.ndarray:
-        """Gumbel-max draws per row (the draws of agents.numpy_heads.gumbel_max)."""
-        if avail is not None:
-            out = np.where(avail > 0, out, MASKED_LOGIT)
-        return np.argmax(out - np.log(-np.log(rng.random(out.shape))), axis=1)
+        """Gumbel-max draws per row (marl_q.protocol.gumbel_max, the draws of every discrete policy)."""
+        return gumbel_max(out if avail is None else np.where(avail > 0, out, MASKED_LOGIT), rng)
 
     def mode(self, out: np.ndarray, avail: Optional[np.ndarray] = None) -> np.ndarray:
         if avail is not None:
@@ -57,10 +58,7 @@ class Categorical:
 
     def log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor,
                          avail: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        logp_all = torch.log_softmax(masked_logits(out, avail), dim=-1)
-        logp = logp_all.gather(1, actions.long()[:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, entropy
+        return categorical(masked_logits(out, avail), actions.long(), True)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         return actions
@@ -118,7 +116,10 @@ class DiagGaussian:
         return np.clip(actions, self.low, self.high)
 
 
-def distribution_for(space) -> Categorical | DiagGaussian:
+Distribution = Union[Categorical, DiagGaussian]
+
+
+def distribution_for(space) -> Distribution:
     """The distribution of a Gymnasium action space: Discrete -> Categorical, 1-D Box -> DiagGaussian."""
     if hasattr(space, "n"):
         return Categorical(int(space.n))
@@ -128,6 +129,6 @@ def distribution_for(space) -> Categorical | DiagGaussian:
     raise ValueError(f"no policy distribution for the action space {space} (Discrete or a 1-D Box)")
 
 
-def head_out_dim(dist: Categorical | DiagGaussian) -> int:
+def head_out_dim(dist: Distribution) -> int:
     """How many outputs the policy head itself produces (logits, or the Gaussian's mean)."""
     return dist.n if isinstance(dist, Categorical) else dist.dim

@@ -38,12 +38,13 @@ from torch import nn
 
 from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update,
                                  make_optimizer)
-from agents.distributions import Categorical, DiagGaussian, LogStd, distribution_for, head_out_dim
+from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import FlatParameters, build_head
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
 from marl_q.protocol import worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.seeding import derive, worker_seed
 
 
 # ----------------------------------------------------------------------------- config
@@ -206,10 +207,10 @@ class TeamWorker(ActorCriticWorker):
         self.cfg = cfg
         self.ac = cfg.algorithm.params
         self.name = worker_name(index)
-        self.seed = cfg.run.seed * 1000 + index
+        self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
-        self.envs = [make_env(cfg, self.seed + 7919 * k) for k in range(self.ac.envs_per_worker)]
+        self.envs = [make_env(cfg, derive(cfg.run.seed, "env_copy", index, k)) for k in range(self.ac.envs_per_worker)]
         self.desc = describe_team(cfg, self.envs[0])
         self.actor, self.critic, self.dist = build_team_models(cfg, self.desc)
         self.flat = FlatParameters(self.actor, self.critic)
