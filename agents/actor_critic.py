@@ -24,9 +24,11 @@ import torch
 from torch import nn
 
 from agents.heads import FlatParameters, build_head, count_params
+from agents.distributions import Categorical, Distribution, LogStd, distribution_for
 from agents.losses import actor_critic_loss, categorical
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
+from agents.value_norm import ValueNorm
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
@@ -63,6 +65,7 @@ class ActorCriticConfig:
     fast_path: bool = True
     lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
     reward_scale: float = 1.0  # rewards are multiplied by this in the loss (episode returns are not)
+    init_log_std: float = 0.0  # Box action spaces: the Gaussian policy's initial log standard deviation
 
     def validate(self) -> None:
         for key in ("n_steps", "epochs", "minibatches"):
@@ -130,49 +133,74 @@ def sample_actions_with_logits(actor: nn.Module, obs: np.ndarray, rng: np.random
 
 def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
                         optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
-                        batch: dict[str, np.ndarray], logits: Optional[torch.Tensor] = None) -> None:
+                        batch: dict[str, np.ndarray], logits: Optional[torch.Tensor] = None,
+                        dist: Optional[Distribution] = None, value_norm: Optional[ValueNorm] = None) -> None:
     """``ac.epochs`` x ``ac.minibatches`` descents of ``actor_critic_loss`` on a rollout; A2C is the
     single pass (1 x 1), whose gradient is left in ``flat.flat.grad`` when there is no optimizer.
 
-    ``batch``: ``obs`` (T+1, N, ...) including the observation after the last step, ``actions``,
-    ``rewards``, ``terminated``, ``dones``, ``valid`` (T, N); invalid steps are left out of the loss.
+    ``batch``: ``obs`` (T+1, N, ...) including the observation after the last step, ``actions``
+    (T, N) or (T, N, D) for continuous actions, ``rewards``, ``terminated``, ``dones``, ``valid``
+    (T, N); invalid steps are left out of the loss. Optional: ``critic_obs`` (T+1, N, ...), the
+    critic's inputs when they are not the actor's (a centralised critic's state), and ``avail``
+    (T, N, A), the available actions (1) of a masked discrete policy. The N columns are whatever
+    runs side by side: vectorised environments, or every agent of every environment copy.
     ``logits``: optionally actor(obs[:T]) (T N, A) with its graph, computed by the caller at the
     current parameters (the rollout's own forward, reused by a single pass).
+    ``dist``: the action distribution (agents.distributions); None is the softmax over the logits.
+    ``value_norm``: the critic learns normalised targets (MAPPO's value normalisation): its outputs
+    are de-normalised for GAE, the statistics take in this rollout's returns, and the value loss
+    compares the outputs with the normalised returns.
     """
-    T, N = batch["actions"].shape
+    T, N = batch["actions"].shape[:2]
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
+    critic_all = obs_all if "critic_obs" not in batch else torch.from_numpy(batch["critic_obs"].reshape((T + 1) * N, -1))
+    avail_all = torch.from_numpy(batch["avail"].reshape(T * N, -1)) if "avail" in batch else None
     valid = batch["valid"].reshape(-1)
     # the samples are the valid steps; take(x) picks their rows of a (T N, ...) tensor (no copy if all)
     idx = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
     take = (lambda x: x) if idx is None else (lambda x: x[idx])
     single_pass = ac.epochs == 1 and ac.minibatches == 1
     if single_pass:  # at the rollout's parameters one forward with its graph serves targets and loss
-        values_grad = critic(obs_all).squeeze(-1)
+        values_grad = critic(critic_all).squeeze(-1)
         logits_grad = actor(obs_all[: T * N]) if logits is None else logits
         values_all, logits_all = values_grad.detach(), logits_grad.detach()
     else:
         with torch.no_grad():
-            values_all = critic(obs_all).squeeze(-1)
+            values_all = critic(critic_all).squeeze(-1)
             logits_all = actor(obs_all[: T * N]) if ac.clip is not None else None
-    adv, returns = rollout_targets(batch, values_all.numpy().reshape(T + 1, N).astype(np.float64),
+    values_np = values_all.numpy().reshape(T + 1, N).astype(np.float64)
+    adv, returns = rollout_targets(batch, values_np if value_norm is None else value_norm.denormalize(values_np),
                                    ac.gamma, ac.gae_lambda, ac.reward_scale)
-    act_all = torch.from_numpy(batch["actions"].reshape(-1))
+    if value_norm is not None:
+        value_norm.update(returns.reshape(-1)[valid])
+        returns = value_norm.normalize(returns)
+    act_all = torch.from_numpy(batch["actions"].reshape((T * N,) + batch["actions"].shape[2:]))
+
+    def log_prob_entropy(out: torch.Tensor, act: torch.Tensor, avail: Optional[torch.Tensor],
+                         entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if dist is None:
+            return categorical(out, act, entropy)
+        return dist.log_prob_entropy(out, act, avail)
+
     samples = {"act": take(act_all), "adv": take(torch.from_numpy(adv.reshape(-1))).float(),
                "ret": take(torch.from_numpy(returns.reshape(-1))).float(),
+               "avail": None if avail_all is None else take(avail_all),
                # the rollout's values and log-probabilities feed only the clips
                "old_v": take(values_all[: T * N]) if ac.value_clip is not None else None,
-               "old_logp": take(categorical(logits_all, act_all, False)[0]) if ac.clip is not None else None}
+               "old_logp": take(log_prob_entropy(logits_all, act_all, avail_all, False)[0])
+               if ac.clip is not None else None}
     if single_pass:  # the heads' outputs on the samples come from the forward above
         samples["logits"], samples["v"] = take(logits_grad), take(values_grad[: T * N])
     else:
         samples["obs"] = take(obs_all[: T * N])
+        samples["critic_obs"] = samples["obs"] if critic_all is obs_all else take(critic_all[: T * N])
     for _ in range(ac.epochs):
         # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
         for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
             x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
             logits_mb = x["logits"] if single_pass else actor(x["obs"])
-            logp, entropy = categorical(logits_mb, x["act"], ac.ent_coef != 0.0)
-            values = x["v"] if single_pass else critic(x["obs"]).squeeze(-1)
+            logp, entropy = log_prob_entropy(logits_mb, x["act"], x["avail"], ac.ent_coef != 0.0)
+            values = x["v"] if single_pass else critic(x["critic_obs"]).squeeze(-1)
             terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"],
                                       old_values=x["old_v"], entropy=entropy)
             _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
@@ -213,6 +241,7 @@ class ActorCriticWorker(Worker):
         self.check_scenario(spec)
         self.env = spec.make(cfg.scenario.params, seed=self.seed)
         self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
+        self.dist = distribution_for(self.env.single_action_space)
         self.flat = FlatParameters(self.actor, self.critic)
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
         self.version = -1
@@ -220,7 +249,7 @@ class ActorCriticWorker(Worker):
         self.seq = 0
         # one-step A2C with gradients pushed: the rollout's actor forward (at the parameters the
         # update differentiates) runs with its graph and the update reuses it instead of a second one
-        self._reuse_act_forward = self._one_step_reuse(self.ac)
+        self._reuse_act_forward = self._one_step_reuse(self.ac) and not self.dist.continuous
         self._rollout_logits: Optional[torch.Tensor] = None
         self._init_numpy_path()
         self.reset_env()
@@ -247,6 +276,8 @@ class ActorCriticWorker(Worker):
             self._rollout_logits = None
         if "_np_heads" not in state:
             self._init_numpy_path()
+        if "dist" not in state:  # before continuous actions: every actor-critic policy was a softmax
+            self.dist = Categorical(int(self.env.single_action_space.n))
 
     # -- the two hooks a worker for another kind of environment overrides (with rollout) ----------
     def check_scenario(self, spec: Any) -> None:
@@ -290,13 +321,16 @@ class ActorCriticWorker(Worker):
         return Work([msg], env_steps=steps, episodes=episodes)
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
+        if self.dist.continuous:
+            with torch.no_grad():
+                return self.dist.sample(self.actor(torch.from_numpy(obs)).numpy(), self.rng)
         return sample_actions(self.actor, obs, self.rng)
 
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         """n_steps of every env. Steps that only reset an env (next-step autoreset) are masked out."""
         T, N = self.ac.n_steps, self.n_envs
         obs = np.zeros((T + 1, N) + self.obs.shape[1:], dtype=np.float32)
-        actions = np.zeros((T, N), dtype=np.int64)
+        actions = np.zeros((T, N) + self.dist.action_shape(), dtype=self.dist.action_dtype())
         rewards = np.zeros((T, N), dtype=np.float64)
         terminated = np.zeros((T, N), dtype=bool)
         dones = np.zeros((T, N), dtype=bool)
@@ -314,7 +348,7 @@ class ActorCriticWorker(Worker):
                 act, self._rollout_logits = sample_actions_with_logits(self.actor, self.obs, self.rng)
             else:
                 act = self._act(self.obs)
-            next_obs, rew, term, trunc, _ = self.env.step(act)
+            next_obs, rew, term, trunc, _ = self.env.step(self.dist.to_env(act))
             actions[t], rewards[t], terminated[t] = act, rew, term
             dones[t] = term | trunc
             valid[t] = ~self.prev_done
@@ -339,19 +373,26 @@ class ActorCriticWorker(Worker):
             a2c_gradient(self.ac, self._np_heads[0], self._np_heads[1], batch, logits, cache, self.flat.grad_view())
             return
         logits, self._rollout_logits = self._rollout_logits, None
-        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch, logits)
+        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch, logits,
+                            dist=self.dist if self.dist.continuous else None)
 
     def close(self) -> None:
         self.env.close()
 
 
 def build_models(cfg: Any, obs_space: Any, act_space: Any) -> tuple[nn.Module, nn.Module]:
-    """The actor (obs -> logits) and the critic (obs -> V) the config's heads name."""
-    if not hasattr(act_space, "n"):
-        raise ConfigError(f"algorithm {cfg.algorithm.name}: needs a discrete action space, got {act_space}")
+    """The actor (obs -> logits, or a Gaussian's mean and log-std for a Box action space) and the
+    critic (obs -> V) the config's heads name."""
+    try:
+        dist = distribution_for(act_space)
+    except ValueError as exc:
+        raise ConfigError(f"algorithm {cfg.algorithm.name}: {exc}") from None
     obs_dim = int(np.prod(obs_space.shape))
     torch.manual_seed(cfg.run.seed)  # every worker starts from the same parameters as the server
-    actor = build_head(cfg.actor, obs_dim, int(act_space.n))
+    if dist.continuous:
+        actor = LogStd(build_head(cfg.actor, obs_dim, dist.dim), dist.dim, cfg.algorithm.init_log_std)
+    else:
+        actor = build_head(cfg.actor, obs_dim, int(act_space.n))
     critic = build_head(cfg.critic, obs_dim, 1)
     return actor, critic
 
@@ -377,11 +418,18 @@ class ActorCritic(Algorithm):
 
     metric_fields = ["return", "length", "version"]
 
-    def make_service(self) -> ParameterService:
+    def build_models(self) -> tuple[nn.Module, nn.Module]:
+        """The actor and critic every worker starts from (sized from one environment instance)."""
         cfg = self.cfg
         env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=cfg.run.seed)
-        actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
-        env.close()
+        try:
+            return build_models(cfg, env.single_observation_space, env.single_action_space)
+        finally:
+            env.close()
+
+    def make_service(self) -> ParameterService:
+        cfg = self.cfg
+        actor, critic = self.build_models()
         self.param_counts = {"actor_params": count_params(actor), "critic_params": count_params(critic)}
         flat = FlatParameters(actor, critic)
         self._models = (actor, critic)
@@ -404,10 +452,7 @@ class ActorCritic(Algorithm):
 
     def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
         """The shared actor at the checkpoint's parameters; every agent (environment) acts with it."""
-        cfg = self.cfg
-        env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=cfg.run.seed)
-        actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
-        env.close()
+        actor, critic = self.build_models()
         FlatParameters(actor, critic).load(state[PARAMS])
         return shared_actor_policy(actor, critic)
 

@@ -3,11 +3,18 @@
 Every module in this package may export ``SCENARIOS = {name: ScenarioSpec(...)}``; they are
 collected here into one dict the runtime registers. Modules are found automatically, so adding a
 scenario touches only its own file.
+
+``import scenarios`` imports every module, so that each ``marlq/<name>-v0`` environment is
+registered with PettingZoo (``pettingzoo.make("parallel", "marlq/spread-v0")``). The one exception
+is ``python -m scenarios.<module>``: while the interpreter imports this package on the way to that
+module (``sys.argv[0] == "-m"`` then), collecting is left to first use, so that runpy does not find
+the module imported before it runs it.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 
 from scenarios.spec import ScenarioSpec
 
@@ -36,3 +43,7 @@ def __getattr__(name: str) -> dict[str, ScenarioSpec]:
     if name == "SCENARIOS":
         return _collect()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if not (sys.argv and sys.argv[0] == "-m"):
+    _collect()

@@ -3,10 +3,10 @@
 mpe2 is PettingZoo's MPE moved into its own package; its ``parallel_env`` already speaks the
 Parallel API and offers ``state()``. Actions are discrete. simple_speaker_listener's two agents
 have different observation (3, 11) and action (3, 5) sizes; ``common_spaces: true`` pads them to a
-common size so one shared actor can serve both: observations are zero-padded, the action space is
-the larger one, each step's ``infos[agent]["action_mask"]`` marks the agent's real actions, and an
-action outside an agent's real range is played as its action 0 (documented, never chosen by a
-learner that honours the mask). Rewards are mpe2's own (negative distances; see each task's docs).
+common size so one shared actor can serve both (``scenarios.adapt.FlatParallelEnv``, the adapter
+every PettingZoo env goes through: zero-padded observations, the larger action space, each step's
+``infos[agent]["action_mask"]`` marking the agent's real actions; an action outside an agent's real
+range is played as its action 0, never chosen by a learner that honours the mask). Rewards are mpe2's own (negative distances; see each task's docs).
 
 ``scenario.engine`` (spread only): ``native`` (default) runs ``scenarios.spread_native.SpreadNative``,
 a numpy re-implementation of simple_spread_v3 that equals mpe2 step by step on the same seeds and
@@ -18,16 +18,15 @@ Registered as ``marlq/spread-v0`` and ``marlq/speaker_listener-v0``.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pettingzoo
-from gymnasium import spaces
 from mpe2 import simple_speaker_listener_v4, simple_spread_v3
 from pettingzoo import ParallelEnv
 
+from scenarios.adapt import FlatParallelEnv
 from scenarios.spec import ScenarioSpec
 from scenarios.spread_native import SpreadNative
 
@@ -84,72 +83,13 @@ def spread_env(n_agents: int = 3, max_cycles: int = 25, local_ratio: float = 0.5
     )
 
 
-class CommonSpacesEnv(ParallelEnv):
-    """Pads a ParallelEnv's per-agent Box observations and Discrete actions to one common size."""
-
-    def __init__(self, inner: ParallelEnv) -> None:
-        self.inner = inner
-        self.possible_agents = list(inner.possible_agents)
-        self.agents: list[str] = []
-        self.metadata = dict(getattr(inner, "metadata", {}))
-        self.metadata["name"] = f"{self.metadata.get('name', 'env')}_common_spaces"
-        self._obs_dims = {a: int(np.prod(inner.observation_space(a).shape)) for a in self.possible_agents}
-        self._n_actions = {a: int(inner.action_space(a).n) for a in self.possible_agents}
-        self._obs_dim = max(self._obs_dims.values())
-        self._n = max(self._n_actions.values())
-        self._masks = {
-            a: (np.arange(self._n) < self._n_actions[a]).astype(np.int8) for a in self.possible_agents
-        }
-        self.state_space = getattr(inner, "state_space", None)
-
-    @functools.lru_cache(maxsize=None)
-    def observation_space(self, agent: str) -> spaces.Space:
-        return spaces.Box(-np.inf, np.inf, (self._obs_dim,), np.float32)
-
-    @functools.lru_cache(maxsize=None)
-    def action_space(self, agent: str) -> spaces.Space:
-        return spaces.Discrete(self._n)
-
-    def action_mask(self, agent: str) -> np.ndarray:
-        """1 for the agent's real actions, 0 for padding."""
-        return self._masks[agent].copy()
-
-    def _pad(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {}
-        for agent, o in obs.items():
-            padded = np.zeros(self._obs_dim, dtype=np.float32)
-            padded[: self._obs_dims[agent]] = np.asarray(o, dtype=np.float32).reshape(-1)
-            out[agent] = padded
-        return out
-
-    def _with_masks(self, infos: dict[str, dict]) -> dict[str, dict]:
-        return {a: {**infos.get(a, {}), "action_mask": self.action_mask(a)} for a in infos}
-
-    def state(self) -> np.ndarray:
-        return self.inner.state()
-
-    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
-        obs, infos = self.inner.reset(seed=seed, options=options)
-        self.agents = list(self.inner.agents)
-        return self._pad(obs), self._with_masks({a: infos.get(a, {}) for a in obs})
-
-    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        real = {a: (int(u) if 0 <= int(u) < self._n_actions[a] else 0) for a, u in actions.items()}
-        obs, rewards, terminated, truncated, infos = self.inner.step(real)
-        self.agents = list(self.inner.agents)
-        return self._pad(obs), rewards, terminated, truncated, self._with_masks({a: infos.get(a, {}) for a in obs})
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 def speaker_listener_env(max_cycles: int = 25, common_spaces: bool = False) -> ParallelEnv:
     """mpe2's simple_speaker_listener_v4 with discrete actions, optionally padded to common spaces."""
     max_cycles = _positive_int("max_cycles", max_cycles)
     if not isinstance(common_spaces, bool):
         raise ValueError(f"scenario.common_spaces must be true or false, got {common_spaces!r}")
     env = simple_speaker_listener_v4.parallel_env(max_cycles=max_cycles, continuous_actions=False)
-    return CommonSpacesEnv(env) if common_spaces else env
+    return FlatParallelEnv(env, common_spaces=True, state="env") if common_spaces else env
 
 
 def _make_spread(cfg: Any, seed: int) -> ParallelEnv:

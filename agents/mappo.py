@@ -1,0 +1,356 @@
+"""The multi-agent actor-critic family on any PettingZoo parallel env: IPPO, MAPPO, IA2C, MAA2C.
+
+They are the actor-critic core of agents/actor_critic.py (the same loss, ``actor_critic_update``,
+the same server-side ``ParameterService`` and so the same ``server.aggregation`` and staleness
+rules) with a multi-agent rollout: every agent acts on its own observation through a decentralised
+actor, and a critic estimates each agent's value from
+
+- its own observation, V(o_i): ``ippo`` (de Witt et al. 2020, arXiv 2011.09533) and ``ia2c``;
+- the global state and its id, V(s, i): ``mappo`` (Yu et al. 2022, arXiv 2103.01955) and
+  ``maa2c`` (Papoudakis et al. 2021, arXiv 2006.07869).
+
+``*ppo`` run clipped epochs on the worker and push a parameter delta; ``*a2c`` push one gradient
+per rollout. Parameter sharing is on by default (one actor and one critic for all agents, a
+one-hot agent id appended to their inputs); ``share_params: false`` gives every agent its own
+networks (``PerAgent``), still one flat parameter vector on the server.
+
+From MAPPO's list of implementation details (Yu et al. 2022, section 4) this takes: value
+normalisation (agents/value_norm.py), the agent-specific global state (state + agent id) for
+the centralised critic, few epochs over large batches without minibatch splitting by default
+(10 epochs, 1 minibatch; their MPE setting), PPO's ratio clip 0.2 and value clip, and death
+masking (an agent that has finished is left out of the loss while its team plays on). Not taken:
+the Huber value loss (the squared error of the shared loss is kept) and recurrent policies.
+
+Each worker steps ``envs_per_worker`` copies of the environment and batches every agent of every
+copy through one forward pass. Episodes restart on the step after they end (Gymnasium's next-step
+autoreset, as the single-agent rollout does): the restart step is masked out of the loss, and a
+time-limit truncation bootstraps from the final observation. A metrics row per finished episode:
+``return`` is the team's return (every agent's reward summed over the episode), as in COMA's files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update,
+                                 make_optimizer)
+from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
+from agents.heads import FlatParameters, build_head
+from agents.value_norm import ValueNorm
+from marl_q.errors import ConfigError
+from marl_q.protocol import worker_name
+from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.seeding import derive, worker_seed
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class MultiAgentPPOConfig(PPOConfig):
+    """IPPO/MAPPO defaults after Yu et al. 2022's MPE settings (lr 7e-4, 10 epochs, 1 minibatch,
+    clip 0.2, entropy 0.01, gamma 0.99, GAE 0.95, grad norm 10, value normalisation)."""
+
+    n_steps: int = 25  # per environment copy, per rollout
+    envs_per_worker: int = 16
+    epochs: int = 10
+    minibatches: int = 1
+    lr: float = 7e-4
+    max_grad_norm: Optional[float] = 10.0
+    share_params: bool = True
+    agent_id: bool = True  # append a one-hot agent id to the actor's and critic's inputs (share_params)
+    value_norm: bool = True
+    value_norm_beta: float = 0.99999
+    init_log_std: float = 0.0  # continuous actions: the Gaussian's initial log standard deviation
+
+    def validate(self) -> None:
+        super().validate()
+        _validate_multi_agent(self)
+
+
+@dataclass
+class MultiAgentA2CConfig(ActorCriticConfig):
+    """IA2C/MAA2C: one gradient per rollout of ``n_steps`` x ``envs_per_worker`` (EPyMARL-like: Adam
+    5e-4, entropy 0.01, 5-step returns), with the same value normalisation and masks as MAPPO."""
+
+    n_steps: int = 5
+    envs_per_worker: int = 16
+    optimizer: Literal["rmsprop", "adam", "sgd"] = "adam"
+    lr: float = 5e-4
+    ent_coef: float = 0.01
+    max_grad_norm: Optional[float] = 10.0
+    fast_path: bool = False  # multi-agent batches go through torch
+    share_params: bool = True
+    agent_id: bool = True
+    value_norm: bool = True
+    value_norm_beta: float = 0.99999
+    init_log_std: float = 0.0
+
+    def validate(self) -> None:
+        super().validate()
+        _validate_multi_agent(self)
+
+
+def _validate_multi_agent(cfg: Any) -> None:
+    if cfg.envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker: must be at least 1, got {cfg.envs_per_worker}")
+    if not 0.0 < cfg.value_norm_beta < 1.0:
+        raise ValueError(f"value_norm_beta: must lie in (0, 1), got {cfg.value_norm_beta}")
+
+
+# ----------------------------------------------------------------------------- the environment
+@dataclass
+class TeamDescription:
+    """What the networks are sized from, read off one environment instance."""
+
+    agents: list[str]
+    obs_dim: int
+    state_dim: int
+    action_space: Any
+    masked: bool  # the env hands out action masks (common_spaces)
+
+
+def make_env(cfg: Any, seed: int) -> Any:
+    spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
+    if spec.kind != "parallel":
+        raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a multi-agent "
+                          f"PettingZoo ParallelEnv (kind {spec.kind!r}); use scenario.name: pettingzoo")
+    return spec.make(cfg.scenario.params, seed=seed)
+
+
+def describe_team(cfg: Any, env: Any) -> TeamDescription:
+    """Equal observation and action spaces across agents (one actor and critic serve all), a global
+    state; a ConfigError naming the agents and sizes otherwise."""
+    name, agents = cfg.algorithm.name, list(env.possible_agents)
+    obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
+    if len(set(obs.values())) > 1:
+        listing = ", ".join(f"{a}: {n}" for a, n in obs.items())
+        raise ConfigError(f"algorithm {name}: the agents' observation sizes differ ({listing}); pad them with "
+                          "scenario.common_spaces: true")
+    acts = {a: env.action_space(a) for a in agents}
+    first = acts[agents[0]]
+    for a, space in acts.items():
+        try:
+            distribution_for(space)
+        except ValueError as exc:
+            raise ConfigError(f"algorithm {name}: agent {a!r}: {exc}") from None
+        if type(space) is not type(first) or getattr(space, "shape", None) != getattr(first, "shape", None) or \
+                getattr(space, "n", None) != getattr(first, "n", None):
+            listing = ", ".join(f"{b}: {s}" for b, s in acts.items())
+            raise ConfigError(f"algorithm {name}: the agents' action spaces differ ({listing}); pad discrete ones "
+                              "with scenario.common_spaces: true")
+    state_dim = int(np.asarray(env.state()).size) if callable(getattr(env, "state", None)) else 0
+    if cfg.algorithm.name in CENTRAL and state_dim == 0:
+        raise ConfigError(f"algorithm {name}: scenario {cfg.scenario.name!r} offers no global state() for the "
+                          "centralised critic")
+    masked = callable(getattr(env, "action_mask", None)) and hasattr(first, "n")
+    return TeamDescription(agents, obs[agents[0]], state_dim, first, masked)
+
+
+# ----------------------------------------------------------------------------- networks
+class PerAgent(nn.Module):
+    """One head per agent behind one ``features -> outputs`` interface: the last ``n`` input columns
+    are the one-hot agent id; row i goes through head argmax(id_i) (the id columns stripped)."""
+
+    def __init__(self, heads: list[nn.Module]) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = len(self.heads)
+        feats, ids = x[:, :-n], x[:, -n:].argmax(dim=1)
+        outs = [head(feats[ids == i]) for i, head in enumerate(self.heads)]
+        out = outs[0].new_empty((x.shape[0], outs[0].shape[1]))
+        for i, o in enumerate(outs):
+            out[ids == i] = o
+        return out
+
+
+def input_dims(cfg: Any, desc: TeamDescription) -> tuple[int, int]:
+    """The actor's and the critic's input sizes (id columns included)."""
+    ids = len(desc.agents) if uses_ids(cfg) else 0
+    critic_base = desc.state_dim if cfg.algorithm.name in CENTRAL else desc.obs_dim
+    return desc.obs_dim + ids, critic_base + ids
+
+
+def uses_ids(cfg: Any) -> bool:
+    return bool(cfg.algorithm.agent_id or not cfg.algorithm.share_params)
+
+
+def build_team_models(cfg: Any, desc: TeamDescription) -> tuple[nn.Module, nn.Module, Any]:
+    """The decentralised actor, the critic and the action distribution, from one seed on every
+    worker and the server (so they all start from the same parameters)."""
+    dist = distribution_for(desc.action_space)
+    actor_in, critic_in = input_dims(cfg, desc)
+    n = len(desc.agents)
+    torch.manual_seed(cfg.run.seed)
+
+    def actor_head(in_dim: int) -> nn.Module:
+        head = build_head(cfg.actor, in_dim, head_out_dim(dist))
+        return LogStd(head, dist.dim, cfg.algorithm.init_log_std) if isinstance(dist, DiagGaussian) else head
+
+    if cfg.algorithm.share_params:
+        actor, critic = actor_head(actor_in), build_head(cfg.critic, critic_in, 1)
+    else:
+        actor = PerAgent([actor_head(actor_in - n) for _ in range(n)])
+        critic = PerAgent([build_head(cfg.critic, critic_in - n, 1) for _ in range(n)])
+    return actor, critic, dist
+
+
+# ----------------------------------------------------------------------------- worker
+class TeamWorker(ActorCriticWorker):
+    """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once."""
+
+    def __init__(self, cfg: Any, index: int) -> None:
+        self.cfg = cfg
+        self.ac = cfg.algorithm.params
+        self.name = worker_name(index)
+        self.seed = worker_seed(cfg.run.seed, index)
+        self.rng = np.random.default_rng(self.seed)
+        torch.manual_seed(self.seed)
+        self.envs = [make_env(cfg, derive(cfg.run.seed, "env_copy", index, k)) for k in range(self.ac.envs_per_worker)]
+        self.desc = describe_team(cfg, self.envs[0])
+        self.actor, self.critic, self.dist = build_team_models(cfg, self.desc)
+        self.flat = FlatParameters(self.actor, self.critic)
+        self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
+        self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
+        self.version, self.waiting, self.seq = -1, True, 0
+        self._reuse_act_forward, self._np_heads, self._rollout_np, self._rollout_logits = False, None, None, None
+        self.reset_env()
+
+    # the ids appended to every agent's row, and where each row's agent sits
+    def reset_env(self) -> None:
+        E, N = len(self.envs), len(self.desc.agents)
+        self.ids = np.tile(np.eye(N, dtype=np.float32), (E, 1)) if uses_ids(self.cfg) else None
+        self.central = self.cfg.algorithm.name in CENTRAL
+        self.pending_reset = np.ones(E, dtype=bool)
+        self.obs = [dict() for _ in range(E)]
+        self.infos = [dict() for _ in range(E)]
+        self.ep_return = np.zeros(E)
+        self.ep_length = np.zeros(E, dtype=np.int64)
+
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+        """Actor inputs, critic inputs and availability for every (env, agent) row, from the current
+        observations (zeros for an agent not in play)."""
+        d, E, N = self.desc, len(self.envs), len(self.desc.agents)
+        obs = np.zeros((E, N, d.obs_dim), dtype=np.float32)
+        avail = np.ones((E, N, d.action_space.n), dtype=np.float32) if d.masked else None
+        for e in range(E):
+            for i, a in enumerate(d.agents):
+                if a in self.obs[e]:
+                    obs[e, i] = self.obs[e][a]
+                    if avail is not None and "action_mask" in (self.infos[e].get(a) or {}):
+                        avail[e, i] = self.infos[e][a]["action_mask"]
+        obs = obs.reshape(E * N, -1)
+        if self.central:
+            states = np.stack([np.asarray(env.state(), dtype=np.float32).reshape(-1) for env in self.envs])
+            critic = np.repeat(states, N, axis=0)
+        else:
+            critic = obs
+        if self.ids is not None:
+            obs = np.concatenate([obs, self.ids], axis=1)
+            critic = np.concatenate([critic, self.ids], axis=1)
+        return obs, critic, None if avail is None else avail.reshape(E * N, -1)
+
+    def check_scenario(self, spec: Any) -> None:  # make_env checks the kind
+        pass
+
+    def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+        T, E, N, d = self.ac.n_steps, len(self.envs), len(self.desc.agents), self.desc
+        rows = E * N
+        act_shape = self.dist.action_shape()
+        batch: dict[str, np.ndarray] = {
+            "actions": np.zeros((T, rows) + act_shape, dtype=self.dist.action_dtype()),
+            "rewards": np.zeros((T, rows)), "terminated": np.zeros((T, rows), dtype=bool),
+            "dones": np.zeros((T, rows), dtype=bool), "valid": np.zeros((T, rows), dtype=bool)}
+        obs_l, critic_l, avail_l = [], [], []
+        episodes: list[dict[str, Any]] = []
+        steps = 0
+        for t in range(T):
+            obs, critic_obs, avail = self._rows()
+            obs_l.append(obs)
+            critic_l.append(critic_obs)
+            if avail is not None:
+                avail_l.append(avail)
+            with torch.no_grad():
+                out = self.actor(torch.from_numpy(obs)).numpy()
+            actions = self.dist.sample(out, self.rng, avail)
+            batch["actions"][t] = actions
+            env_actions = self.dist.to_env(actions)
+            for e, env in enumerate(self.envs):
+                r = slice(e * N, (e + 1) * N)
+                if self.pending_reset[e]:  # the step after an episode ended restarts it (masked out)
+                    self.obs[e], self.infos[e] = env.reset()
+                    self.pending_reset[e] = False
+                    continue
+                live = [i for i, a in enumerate(d.agents) if a in self.obs[e]]
+                self.obs[e], rew, term, trunc, self.infos[e] = env.step(
+                    {d.agents[i]: env_actions[e * N + i] if self.dist.continuous else int(env_actions[e * N + i])
+                     for i in live})
+                steps += 1
+                for i in live:
+                    a = d.agents[i]
+                    batch["valid"][t, e * N + i] = True
+                    batch["rewards"][t, e * N + i] = float(rew.get(a, 0.0))
+                    batch["terminated"][t, e * N + i] = bool(term.get(a, False))
+                    batch["dones"][t, e * N + i] = bool(term.get(a, False) or trunc.get(a, False))
+                self.ep_return[e] += float(sum(rew.values()))
+                self.ep_length[e] += 1
+                if not env.agents or all(batch["dones"][t, r][live]):
+                    batch["dones"][t, r] = True
+                    episodes.append({"return": float(self.ep_return[e]), "length": int(self.ep_length[e]),
+                                     "version": self.version})
+                    self.ep_return[e], self.ep_length[e] = 0.0, 0
+                    self.pending_reset[e] = True
+        obs, critic_obs, avail = self._rows()  # after the last step: the bootstrap rows
+        batch["obs"] = np.stack(obs_l + [obs])
+        batch["critic_obs"] = np.stack(critic_l + [critic_obs])
+        if avail_l:
+            batch["avail"] = np.stack(avail_l)
+        return batch, episodes, steps
+
+    def learn(self, batch: dict[str, np.ndarray]) -> None:
+        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
+                            dist=self.dist, value_norm=self.value_norm)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+# ----------------------------------------------------------------------------- algorithm
+CENTRAL = ("mappo", "maa2c")
+
+
+class TeamActorCritic(ActorCritic):
+    """The actor-critic algorithm with a team rollout; the server side is ActorCritic's."""
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        super().check_config(cfg)
+        env = make_env(cfg, cfg.run.seed)
+        try:
+            describe_team(cfg, env)
+        finally:
+            env.close()
+
+    def build_models(self) -> tuple[nn.Module, nn.Module]:
+        env = make_env(self.cfg, self.cfg.run.seed)
+        try:
+            actor, critic, _ = build_team_models(self.cfg, describe_team(self.cfg, env))
+        finally:
+            env.close()
+        return actor, critic
+
+    def make_worker(self, index: int) -> TeamWorker:
+        return TeamWorker(self.cfg, index)
+
+
+for _name, _config, _help in (
+        ("ippo", MultiAgentPPOConfig, "IPPO: decentralised PPO actors, each critic V(o_i) on its own observation"),
+        ("mappo", MultiAgentPPOConfig, "MAPPO: decentralised PPO actors, a centralised critic V(s, i)"),
+        ("ia2c", MultiAgentA2CConfig, "IA2C: decentralised A2C actors with critics V(o_i)"),
+        ("maa2c", MultiAgentA2CConfig, "MAA2C: decentralised A2C actors with a centralised critic V(s, i)")):
+    ALGORITHMS.add(_name, TeamActorCritic, config=_config, help=_help)

@@ -1,0 +1,187 @@
+"""Any PettingZoo ParallelEnv as the learners see it: flat float32 observations, a global state, and
+optionally common spaces and agent ids.
+
+``FlatParallelEnv(inner, common_spaces=..., agent_id=..., state=...)`` is itself a ParallelEnv
+(it passes PettingZoo's ``parallel_api_test``):
+
+- **Observations** must be ``Box`` spaces; they are flattened to float32 vectors. A ``Dict``,
+  ``Tuple``, ``Discrete`` or image (``uint8`` Box of rank 2 or more) observation space is an error
+  that names the agent and the space: marl-q's heads take flat vectors.
+- **Actions** must be ``Discrete`` or a rank-1 ``Box`` (continuous); anything else is an error
+  naming the agent and the space.
+- ``common_spaces: true`` zero-pads every agent's observation to the largest size and every
+  discrete action space to the largest ``n``. Each step's ``infos[agent]["action_mask"]`` marks
+  the agent's real actions (1) and the padding (0); a padded action is played as the agent's
+  action 0 (never chosen by a learner that honours the mask).
+- ``agent_id: true`` appends a one-hot agent index to each observation (after padding), so that
+  one shared network can tell agents apart.
+- ``state``: ``env`` (the inner env's ``state()``, flattened; an error if it has none), ``concat``
+  (every agent's flat observation, padded when ``common_spaces``, concatenated in
+  ``possible_agents`` order; zeros for an agent no longer in play), or ``auto`` (``env`` when the
+  inner env implements ``state()``, else ``concat``).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+STATE_CHOICES = ("auto", "concat", "env")
+
+
+class SpaceError(ValueError):
+    """An agent's space marl-q cannot drive; the message names the agent and the space."""
+
+
+def flat_obs_size(agent: str, space: spaces.Space) -> int:
+    """The length of a Box observation flattened; a SpaceError for any other kind of space."""
+    if isinstance(space, spaces.Box):
+        if space.dtype == np.uint8 and len(space.shape) >= 2:
+            raise SpaceError(f"agent {agent!r}: image observations ({space}) are not supported; marl-q's heads "
+                             "take flat vectors (wrap the env with a feature extractor, or use a vector observation)")
+        return int(np.prod(space.shape))
+    raise SpaceError(f"agent {agent!r}: observation space {space} is not supported; marl-q's heads take flat "
+                     "Box vectors (flatten Dict/Tuple/Discrete observations in a wrapper)")
+
+
+def check_action_space(agent: str, space: spaces.Space) -> None:
+    """Discrete, or a rank-1 Box; a SpaceError naming the agent otherwise."""
+    if isinstance(space, spaces.Discrete):
+        return
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        return
+    raise SpaceError(f"agent {agent!r}: action space {space} is not supported (Discrete or a 1-D Box)")
+
+
+def has_state(env: Any) -> bool:
+    """Whether ``env`` implements ``state()`` (PettingZoo's base class raises NotImplementedError)."""
+    if not callable(getattr(env, "state", None)):
+        return False
+    try:
+        env.state()
+    except NotImplementedError:
+        return False
+    except Exception:  # not reset yet, or a state that needs a step: it exists
+        return True
+    return True
+
+
+class FlatParallelEnv(ParallelEnv):
+    """See the module docstring."""
+
+    def __init__(self, inner: ParallelEnv, common_spaces: bool = False, agent_id: bool = False,
+                 state: str = "auto") -> None:
+        if state not in STATE_CHOICES:
+            raise ValueError(f"scenario.state must be one of {', '.join(STATE_CHOICES)}, got {state!r}")
+        self.inner = inner
+        self.possible_agents = list(inner.possible_agents)
+        self.agents: list[str] = []
+        self.metadata = dict(getattr(inner, "metadata", {}) or {})
+        self.render_mode = getattr(inner, "render_mode", None)
+        self.common_spaces, self.agent_id = bool(common_spaces), bool(agent_id)
+        self._obs_dims = {a: flat_obs_size(a, inner.observation_space(a)) for a in self.possible_agents}
+        self._inner_act = {a: inner.action_space(a) for a in self.possible_agents}
+        for a, space in self._inner_act.items():
+            check_action_space(a, space)
+        self._obs_dim = max(self._obs_dims.values())
+        self._index = {a: i for i, a in enumerate(self.possible_agents)}
+        self._masks: dict[str, np.ndarray] = {}
+        self._n = 0
+        if self.common_spaces:
+            discrete = [isinstance(s, spaces.Discrete) for s in self._inner_act.values()]
+            if not all(discrete):
+                sizes = {a: s.shape for a, s in self._inner_act.items() if isinstance(s, spaces.Box)}
+                if any(discrete) or len({s for s in sizes.values()}) > 1:
+                    raise SpaceError("scenario.common_spaces pads discrete action spaces only; the agents' action "
+                                     f"spaces are {', '.join(f'{a}: {s}' for a, s in self._inner_act.items())}")
+            else:
+                self._n = max(int(s.n) for s in self._inner_act.values())
+                self._masks = {a: (np.arange(self._n) < int(s.n)).astype(np.int8) for a, s in self._inner_act.items()}
+        self._state_from_env = state == "env" or (state == "auto" and has_state(inner))
+        if state == "env" and not callable(getattr(inner, "state", None)):
+            raise SpaceError("scenario.state: env, but the environment has no state(); use state: concat")
+        self._state_dim: Optional[int] = None if self._state_from_env else len(self.possible_agents) * self._own_dim(None)
+
+    # -- spaces -----------------------------------------------------------------------------------
+    def _own_dim(self, agent: Optional[str]) -> int:
+        base = self._obs_dim if (self.common_spaces or agent is None) else self._obs_dims[agent]
+        return base + (len(self.possible_agents) if self.agent_id and agent is not None else 0)
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(-np.inf, np.inf, (self._own_dim(agent),), np.float32)
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent: str) -> spaces.Space:
+        if self._masks:
+            return spaces.Discrete(self._n)
+        return self._inner_act[agent]
+
+    @property
+    def state_space(self) -> spaces.Space:
+        if self._state_dim is None:
+            self._state_dim = int(np.asarray(self.inner.state()).size)
+        return spaces.Box(-np.inf, np.inf, (self._state_dim,), np.float32)
+
+    def action_mask(self, agent: str) -> np.ndarray:
+        """1 for the agent's real actions, 0 for padding (all ones without common_spaces)."""
+        if self._masks:
+            return self._masks[agent].copy()
+        space = self._inner_act[agent]
+        return np.ones(int(space.n), dtype=np.int8) if isinstance(space, spaces.Discrete) else np.ones(0, np.int8)
+
+    # -- conversion -------------------------------------------------------------------------------
+    def _flat(self, agent: str, o: Any) -> np.ndarray:
+        flat = np.asarray(o, dtype=np.float32).reshape(-1)
+        size = self._own_dim(agent)
+        if size == flat.size:
+            return flat
+        out = np.zeros(size, dtype=np.float32)
+        out[: flat.size] = flat
+        if self.agent_id:
+            out[size - len(self.possible_agents) + self._index[agent]] = 1.0
+        return out
+
+    def _convert(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        self._last = {a: self._flat(a, o) for a, o in obs.items()}
+        return dict(self._last)
+
+    def _with_masks(self, infos: dict[str, Any], agents: Any) -> dict[str, dict]:
+        if not self._masks:
+            return {a: dict(infos.get(a, {}) or {}) for a in agents}
+        return {a: {**(infos.get(a, {}) or {}), "action_mask": self.action_mask(a)} for a in agents}
+
+    # -- the Parallel API -------------------------------------------------------------------------
+    def state(self) -> np.ndarray:
+        if self._state_from_env:
+            return np.asarray(self.inner.state(), dtype=np.float32).reshape(-1)
+        width = self._own_dim(None)
+        out = np.zeros(len(self.possible_agents) * width, dtype=np.float32)
+        for a, o in getattr(self, "_last", {}).items():
+            i = self._index[a]
+            raw = o[: self._obs_dims[a]] if not self.common_spaces else o[: self._obs_dim]
+            out[i * width: i * width + raw.size] = raw
+        return out
+
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
+        obs, infos = self.inner.reset(seed=seed, options=options)
+        self.agents = list(self.inner.agents)
+        return self._convert(obs), self._with_masks(infos, obs)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if self._masks:
+            actions = {a: (int(u) if 0 <= int(u) < int(self._inner_act[a].n) else 0) for a, u in actions.items()}
+        obs, rewards, terminated, truncated, infos = self.inner.step(actions)
+        self.agents = list(self.inner.agents)
+        if not obs:
+            self._last = {}
+        return self._convert(obs), rewards, terminated, truncated, self._with_masks(infos, obs)
+
+    def render(self) -> Any:
+        return self.inner.render()
+
+    def close(self) -> None:
+        self.inner.close()
