@@ -31,6 +31,7 @@ from agents.returns import rollout_targets
 from agents.value_norm import ValueNorm
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
+from marl_q.evaluation import eval_progress
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
@@ -449,6 +450,39 @@ class ActorCritic(Algorithm):
         out.update(episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window))
         out.update(self.architectures())
         return out
+
+    def current_models(self) -> tuple[nn.Module, nn.Module]:
+        """The actor and critic at the server's current parameters (built once, reloaded per call)."""
+        if getattr(self, "_eval_models", None) is None:
+            with torch.random.fork_rng():  # building reseeds torch: keep the run's own stream as it is
+                self._eval_models = self.build_models()
+        FlatParameters(*self._eval_models).load(self.service.param.numpy())
+        return self._eval_models
+
+    def evaluate_returns(self, episodes: int, seed: int) -> list[float]:
+        """``episodes`` greedy episodes (the policy's mode) of the server's current actor, in a fresh
+        copy of the scenario's vector env seeded with ``seed`` (marl_q.evaluation)."""
+        cfg = self.cfg
+        actor, _ = self.current_models()
+        env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=seed)
+        dist = distribution_for(env.single_action_space)
+        obs, _ = env.reset(seed=seed)
+        n = env.num_envs
+        ep_return, prev_done, returns = np.zeros(n), np.zeros(n, dtype=bool), []
+        with eval_progress(episodes, cfg.run.progress) as bar:
+            while len(returns) < episodes:
+                with torch.no_grad():
+                    act = dist.mode(actor(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy())
+                obs, rew, term, trunc, _ = env.step(dist.to_env(act))
+                valid = ~prev_done  # next-step autoreset: a step after an episode's end only resets
+                ep_return += np.where(valid, rew, 0.0)
+                prev_done = term | trunc
+                for i in np.flatnonzero(prev_done & valid):
+                    returns.append(float(ep_return[i]))
+                    ep_return[i] = 0.0
+                    bar.update()
+        env.close()
+        return returns[:episodes]
 
     def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
         """The shared actor at the checkpoint's parameters; every agent (environment) acts with it."""

@@ -42,6 +42,7 @@ from agents.distributions import DiagGaussian, LogStd, distribution_for, head_ou
 from agents.heads import FlatParameters, build_head
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
+from marl_q.evaluation import eval_progress
 from marl_q.protocol import worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
 from marl_q.seeding import derive, worker_seed
@@ -311,6 +312,40 @@ class TeamWorker(ActorCriticWorker):
             batch["avail"] = np.stack(avail_l)
         return batch, episodes, steps
 
+    def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> list[float]:
+        """Team returns of ``episodes`` episodes with every agent taking its policy's mode; the env
+        copies are reset with seeds drawn from ``seed`` (the training bookkeeping is left as it was)."""
+        saved = (self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length)
+        seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
+        self.reset_env()
+        d, N = self.desc, len(self.desc.agents)
+        for e, env in enumerate(self.envs):
+            self.obs[e], self.infos[e] = env.reset(seed=int(seeds[e]))
+        self.pending_reset[:] = False
+        returns: list[float] = []
+        with eval_progress(episodes, progress) as bar:
+            while len(returns) < episodes:
+                obs, _, avail = self._rows()
+                with torch.no_grad():
+                    act = self.dist.to_env(self.dist.mode(self.actor(torch.from_numpy(obs)).numpy(), avail))
+                for e, env in enumerate(self.envs):
+                    if self.pending_reset[e]:
+                        self.obs[e], self.infos[e] = env.reset()
+                        self.pending_reset[e] = False
+                        continue
+                    live = [i for i, a in enumerate(d.agents) if a in self.obs[e]]
+                    self.obs[e], rew, term, trunc, self.infos[e] = env.step(
+                        {d.agents[i]: act[e * N + i] if self.dist.continuous else int(act[e * N + i]) for i in live})
+                    self.ep_return[e] += float(sum(rew.values()))
+                    if not env.agents or all(term.get(d.agents[i], False) or trunc.get(d.agents[i], False) for i in live):
+                        if len(returns) < episodes:
+                            returns.append(float(self.ep_return[e]))
+                            bar.update()
+                        self.ep_return[e] = 0.0
+                        self.pending_reset[e] = True
+        self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length = saved
+        return returns
+
     def learn(self, batch: dict[str, np.ndarray]) -> None:
         actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
                             dist=self.dist, value_norm=self.value_norm)
@@ -346,6 +381,16 @@ class TeamActorCritic(ActorCritic):
 
     def make_worker(self, index: int) -> TeamWorker:
         return TeamWorker(self.cfg, index)
+
+    def evaluate_returns(self, episodes: int, seed: int) -> list[float]:
+        """``episodes`` greedy team episodes of the server's current actor (marl_q.evaluation), played
+        by a worker of its own whose environments are seeded from ``seed``."""
+        with torch.random.fork_rng():  # building reseeds torch: keep the run's own stream as it is
+            if getattr(self, "_evaluator", None) is None:
+                self._evaluator = TeamWorker(self.cfg, 0)
+        worker = self._evaluator
+        worker.flat.load(self.service.param.numpy())
+        return worker.play_greedy(episodes, seed, self.cfg.run.progress)
 
 
 for _name, _config, _help in (

@@ -38,6 +38,9 @@ class RunConfig:
     solve_return: Optional[float] = None  # a training mean that counts as solved (CartPole: 475)
     solve_window: int = 100  # episodes in that mean
     plots: bool = True  # draw plots into the run directory when the run ends
+    # every this many env steps: eval_episodes greedy episodes of the current policy -> eval.csv
+    eval_every: Optional[int] = None
+    eval_episodes: int = 10
 
 
 @dataclass
@@ -350,6 +353,14 @@ def validate_cross(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"run.checkpoint_every: must be >= 0, got {cfg.run.checkpoint_every}")
     if cfg.run.keep_checkpoints < 1:
         raise ConfigError(f"run.keep_checkpoints: must be at least 1, got {cfg.run.keep_checkpoints}")
+    if cfg.run.eval_every is not None and cfg.run.eval_every < 1:
+        raise ConfigError(f"run.eval_every: must be positive or null, got {cfg.run.eval_every}")
+    if cfg.run.eval_episodes < 1:
+        raise ConfigError(f"run.eval_episodes: must be at least 1, got {cfg.run.eval_episodes}")
+    if cfg.run.eval_every is not None and not callable(getattr(ALGORITHMS.get(cfg.algorithm.name).obj,
+                                                               "evaluate_returns", None)):
+        raise ConfigError(f"run.eval_every: algorithm {cfg.algorithm.name!r} has no evaluation during training "
+                          "(the actor-critic family, mappo/ippo/ia2c/maa2c and the COMA family have)")
     if cfg.run.stop_after_updates is not None and cfg.run.stop_after_updates < 1:
         raise ConfigError(f"run.stop_after_updates: must be positive or null, got {cfg.run.stop_after_updates}")
     if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:

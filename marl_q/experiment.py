@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import torch
 
+from marl_q.evaluation import EVAL_FILE, cut_eval_csv
 from marl_q.config import ExperimentConfig, apply_override, build_config, read_yaml
 from marl_q.errors import CheckpointError, ConfigError, RunDirError
 from marl_q.registry import BACKENDS
@@ -18,8 +19,8 @@ from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
-                  "run.stop_after_updates", "run.progress", "run.plots")
-RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "summary.json")
+                  "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes")
+RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "summary.json")
 
 
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:
@@ -101,6 +102,7 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
                               f"steps, {point.meta['episodes']} episodes); raise it to continue, e.g. "
                               "--set run.total_env_steps=N")
         _set_aside(run_dir, point)
+        cut_eval_csv(run_dir / EVAL_FILE, int(point.meta["env_steps"]))
         return _execute(cfg, run_dir, backend, point, plots)
     finally:
         lock.close()

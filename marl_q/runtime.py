@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from marl_q.config import ExperimentConfig
+from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger
 from marl_q.protocol import Work, worker_names
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
                            service_arrays, write_json_atomic)
+from marl_q.seeding import derive
 from marl_q.server import Server
 
 CHECKPOINT_FORMAT = 2
@@ -68,6 +70,9 @@ class Runtime:
         # taken only at the backend's safe points (see safe_point)
         self.snapshot: Optional[Callable[[], dict[str, Any]]] = None
         self.stopped = False  # run.stop_after_updates was reached
+        self.evals = EvalWriter(out / EVAL_FILE if out else None)
+        every = cfg.run.eval_every
+        self._next_eval = (self.env_steps // every + 1) * every if every else None
         self._progress = _Progress(cfg, self.env_steps, self.episodes) if cfg.run.progress else None
 
     def _restore(self, resume: ResumePoint) -> None:
@@ -95,6 +100,21 @@ class Runtime:
             self.metrics.write(row)
         if self._progress is not None:
             self._progress.update(self, work)
+        if self._next_eval is not None and self.env_steps >= self._next_eval:
+            self.evaluate(t)
+
+    def evaluate(self, t: float) -> None:
+        """``run.eval_episodes`` greedy episodes of the server's current policy -> one eval.csv row."""
+        every = self.cfg.run.eval_every
+        index = self.env_steps // every
+        self._next_eval = (index + 1) * every
+        if self._progress is not None:
+            self._progress.bar.clear()
+        returns = self.algorithm.evaluate_returns(self.cfg.run.eval_episodes, derive(self.cfg.run.seed, "eval", index))
+        row = eval_row(t, self.env_steps, self.service.updates(), returns)
+        self.evals.write(row)
+        if self._progress is not None:
+            self._progress.eval_return = row["eval_return"]
 
     def deliver(self, msg, t: float):
         """Hand a message to the server; checkpoint when enough updates have been applied (unless the
@@ -233,6 +253,7 @@ class _Progress:
                         initial=env_steps if self.by_steps else episodes)
         self._recent: list[float] = []
         self._next_postfix = 0.0
+        self.eval_return: Optional[float] = None  # the latest eval.csv row's mean, shown beside the return
 
     def update(self, rt: Runtime, work: Work) -> None:
         self.bar.update(work.env_steps if self.by_steps else len(work.episodes))
@@ -244,7 +265,8 @@ class _Progress:
             self._next_postfix = now + 1.0
             self._recent = self._recent[-100:]
             ret = f"{sum(self._recent) / len(self._recent):.1f}" if self._recent else "-"
-            self.bar.set_postfix(ret=ret, v=rt.server.version, refresh=False)
+            extra = {} if self.eval_return is None else {"eval": f"{self.eval_return:.1f}"}
+            self.bar.set_postfix(ret=ret, **extra, v=rt.server.version, refresh=False)
 
     def close(self) -> None:
         self.bar.close()
