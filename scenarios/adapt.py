@@ -155,9 +155,21 @@ class FlatParallelEnv(ParallelEnv):
         return {a: {**(infos.get(a, {}) or {}), "action_mask": self.action_mask(a)} for a in agents}
 
     # -- the Parallel API -------------------------------------------------------------------------
+    def _env_state(self) -> None:
+        """Read the inner env's state after a reset or a step. Some envs cannot compute one once the
+        episode is over (multiwalker removes fallen walkers); the last state then stands for the final
+        one, which only a bootstrap at a time limit would read."""
+        try:
+            self._state = np.asarray(self.inner.state(), dtype=np.float32).reshape(-1)
+        except Exception:
+            if self.agents:
+                raise
+
     def state(self) -> np.ndarray:
         if self._state_from_env:
-            return np.asarray(self.inner.state(), dtype=np.float32).reshape(-1)
+            if getattr(self, "_state", None) is None:
+                self._env_state()
+            return self._state.copy()
         width = self._own_dim(None)
         out = np.zeros(len(self.possible_agents) * width, dtype=np.float32)
         for a, o in getattr(self, "_last", {}).items():
@@ -169,6 +181,9 @@ class FlatParallelEnv(ParallelEnv):
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
         obs, infos = self.inner.reset(seed=seed, options=options)
         self.agents = list(self.inner.agents)
+        if self._state_from_env:
+            self._state = None
+            self._env_state()
         return self._convert(obs), self._with_masks(infos, obs)
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
@@ -178,6 +193,8 @@ class FlatParallelEnv(ParallelEnv):
         self.agents = list(self.inner.agents)
         if not obs:
             self._last = {}
+        if self._state_from_env:
+            self._env_state()
         return self._convert(obs), rewards, terminated, truncated, self._with_masks(infos, obs)
 
     def render(self) -> Any:

@@ -23,7 +23,12 @@ BUDGET = {"linear_mdp_regret.yaml": ["run.total_episodes=300"],
           "routing_amarl.yaml": ["run.total_env_steps=600", "algorithm.eval_days=0.05"],
           "routing_single_ppo.yaml": ["run.total_env_steps=600", "algorithm.eval_days=0.05"],
           "vehicular_a3c.yaml": ["run.total_env_steps=1500"],
-          "penalty_cue_coma.yaml": ["run.total_env_steps=2000"]}
+          "penalty_cue_coma.yaml": ["run.total_env_steps=2000"],
+          # eight pursuers on a grid, three walkers in Box2D: one rollout each
+          "pursuit_ippo.yaml": ["run.total_env_steps=400", "algorithm.envs_per_worker=2", "algorithm.n_steps=100"],
+          "multiwalker_mappo.yaml": ["run.total_env_steps=512", "algorithm.envs_per_worker=2"]}
+# scenario files whose env needs an optional extra, and the module that tells it is installed
+NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D"}
 DEFAULT_BUDGET = ["run.total_env_steps=3000"]
 COMMON = ["run.progress=false", "run.plots=false", "run.checkpoint_every=0", "run.seed=0"]
 
