@@ -36,6 +36,7 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
+from marl_q.seeding import worker_seed
 from marl_q.services import PARAMS, ParameterService
 
 
@@ -234,7 +235,7 @@ class ActorCriticWorker(Worker):
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
         self.name = worker_name(index)
-        self.seed = cfg.run.seed * 1000 + index
+        self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
         spec = SCENARIOS.get(cfg.scenario.name).obj

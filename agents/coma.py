@@ -36,10 +36,10 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name,
                              worker_names)
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
+from marl_q.seeding import coma_eval_seed, worker_seed
 
 TRAJECTORY = "trajectory"
 PARAMS = "params"
-EVAL_SEED_OFFSET = 100_003
 
 
 # ----------------------------------------------------------------------------- config
@@ -254,7 +254,7 @@ class ComaWorker(Worker):
         self.cfg = cfg
         self.hp: ComaConfig = cfg.algorithm.params
         self.name = worker_name(index)
-        self.seed = cfg.run.seed * 1000 + index
+        self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)
         self.env = make_env(cfg, self.seed)
         self.desc = describe_env(cfg, self.env)
@@ -523,12 +523,12 @@ class CentralizedCriticAlgorithm(Algorithm):
         """Mean team return of ``episodes`` greedy episodes of the server's current actor."""
         if self.service is None or episodes == 0:
             return None
-        env = make_env(self.cfg, self.cfg.run.seed + EVAL_SEED_OFFSET)
-        rng = np.random.default_rng(self.cfg.run.seed + EVAL_SEED_OFFSET)
+        env = make_env(self.cfg, coma_eval_seed(self.cfg.run.seed))
+        rng = np.random.default_rng(coma_eval_seed(self.cfg.run.seed))
         returns = []
         for i in range(episodes):
             ep = play_episode(env, self.service.learner.actor, self.desc, 0.0, rng, self.cfg.algorithm.team_reward,
-                              greedy=True, seed=self.cfg.run.seed + EVAL_SEED_OFFSET + i)
+                              greedy=True, seed=coma_eval_seed(self.cfg.run.seed, i))
             returns.append(float(ep["rewards"].sum()))
         env.close()
         return float(np.mean(returns))

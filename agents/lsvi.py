@@ -28,6 +28,7 @@ from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.seeding import lsvi_worker_entropy
 
 UPLOAD, STATISTICS = "upload", "statistics"
 
@@ -65,7 +66,7 @@ class LsviWorker(Worker):
         self.name = worker_name(index)
         self.index = index
         self.agent = agent
-        self.rng = np.random.default_rng([seed, index])
+        self.rng = np.random.default_rng(lsvi_worker_entropy(seed, index))
 
     def start(self) -> list[Message]:
         return []

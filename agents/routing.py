@@ -28,6 +28,7 @@ from marl_q.errors import ConfigError, UserError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
+from marl_q.seeding import routing_demand_entropy, routing_eval_seed, worker_seed
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
                                evaluate_routing, summarize_outcomes)
 from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
@@ -35,7 +36,6 @@ from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
 COMMIT, RELEASE, POLICY = "commit", "release", "policy"
 FRESH_START = "fresh_start"   # info flag on a worker's first message: release what earlier incarnations held
 ACCEPT, REFUSE, SNAPSHOT = "accept", "refuse", "snapshot"
-EVAL_SEED_OFFSET = 10_000   # evaluation demand is independent of every training stream
 
 
 # ----------------------------------------------------------------------------- heuristics
@@ -316,7 +316,7 @@ class CommitService(Service):
             out["eval_skipped"] = f"workers {missing} never uploaded a policy (run shorter than n_steps?)"
         elif algo.eval_days > 0:
             scenario = self.cfg.scenario.params
-            seed = EVAL_SEED_OFFSET + self.cfg.run.seed
+            seed = routing_eval_seed(self.cfg.run.seed)
             policy = self.acting_policy()
             out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(policy), self.service_onehot,
                                           algo.eval_shifts, algo.eval_days, seed, "eval_"))
@@ -336,11 +336,11 @@ class RoutingPPOWorker(Worker):
         self.cfg = cfg
         self.ac: RoutingPPOConfig = cfg.algorithm.params
         self.name = worker_name(index)
-        seed = cfg.run.seed * 1000 + index
+        seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.world = RoutingWorld(cfg.scenario.params)
-        self.stream = AgentStream(self.world, services, np.random.default_rng([seed, 1]), service_onehot,
+        self.stream = AgentStream(self.world, services, np.random.default_rng(routing_demand_entropy(seed)), service_onehot,
                                   first_id=index, id_step=cfg.backend.workers)
         obs_space, act_space = routing_spaces(self.world, service_onehot)
         self.actor, self.critic = build_models(cfg, obs_space, act_space)
