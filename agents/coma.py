@@ -37,9 +37,9 @@ from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outc
                              worker_names)
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.seeding import coma_eval_seed, worker_seed
+from marl_q.services import PARAMS
 
 TRAJECTORY = "trajectory"
-PARAMS = "params"
 
 
 # ----------------------------------------------------------------------------- config
