@@ -183,8 +183,7 @@ class LsviAlgorithm(Algorithm):
     sync_request = False
 
     def __init__(self, cfg: Any) -> None:
-        super().__init__(cfg)
-        self.check_config(cfg)
+        super().__init__(cfg)  # check_config ran when the config was loaded (marl_q.config.validate_cross)
         self.mdp = build_mdp(cfg)
         self.workers = cfg.backend.workers
         self.total_episodes = cfg.run.total_episodes or max(1, (cfg.run.total_env_steps or 1) // self.mdp.horizon)
@@ -201,8 +200,6 @@ class LsviAlgorithm(Algorithm):
             raise ConfigError(f"algorithm.lam: must be > 0, got {algo.lam}")
         if not 0 < algo.delta < 1:
             raise ConfigError(f"algorithm.delta: must lie in (0, 1), got {algo.delta}")
-        if cfg.backend.workers < 1:
-            raise ConfigError(f"backend.workers: must be at least 1, got {cfg.backend.workers}")
         for key in ("n_states", "n_actions", "d", "horizon"):
             value = getattr(cfg.scenario.params, key, None)
             if value is not None and value < 1:
