@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from marl_q.messages import SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
 from marl_q.seeding import lsvi_worker_entropy
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 UPLOAD, STATISTICS = "upload", "statistics"
 
@@ -162,7 +165,7 @@ class LsviService(Service):
 
 
 # ----------------------------------------------------------------------------- algorithms
-def build_mdp(cfg: Any) -> Any:
+def build_mdp(cfg: ExperimentConfig) -> Any:
     """The scenario's finite linear MDP; a clear error if the scenario is not one."""
     spec = SCENARIOS.get(cfg.scenario.name).obj
     try:
@@ -182,7 +185,7 @@ class LsviAlgorithm(Algorithm):
     broadcast = False
     sync_request = False
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)  # check_config ran when the config was loaded (marl_q.config.validate_cross)
         self.mdp = build_mdp(cfg)
         self.workers = cfg.backend.workers
@@ -192,7 +195,7 @@ class LsviAlgorithm(Algorithm):
         self._cum_regret = 0.0
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         algo = cfg.algorithm
         if algo.beta_scale < 0:
             raise ConfigError(f"algorithm.beta_scale: must be >= 0, got {algo.beta_scale}")
@@ -242,7 +245,7 @@ class AsyncCoopLsvi(LsviAlgorithm):
     """Each agent uploads on the determinant trigger and downloads only then."""
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         super().check_config(cfg)
         alpha = cfg.algorithm.alpha
         if alpha is not None and not alpha > 0:
@@ -270,7 +273,7 @@ class CoopLsvi(LsviAlgorithm):
     sync_request = True
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         super().check_config(cfg)
         if not cfg.algorithm.sync_threshold > 0:
             raise ConfigError(f"algorithm.sync_threshold: must be > 0, got {cfg.algorithm.sync_threshold}")

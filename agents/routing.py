@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import gymnasium
 import numpy as np
@@ -32,6 +32,9 @@ from marl_q.seeding import routing_demand_entropy, routing_eval_seed, worker_see
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
                                evaluate_routing, summarize_outcomes)
 from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 COMMIT, RELEASE, POLICY = "commit", "release", "policy"
 FRESH_START = "fresh_start"   # info flag on a worker's first message: release what earlier incarnations held
@@ -135,7 +138,8 @@ def evaluate_on_shifts(scenario: RoutingConfig, policy_for: Callable[[], Policy]
 class CommitService(Service):
     """The shared resource environment on the server: optimistic commits, releases, policy uploads."""
 
-    def __init__(self, cfg: Any, owners: dict[str, list[str]], service_onehot: bool, n_params: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, owners: dict[str, list[str]], service_onehot: bool,
+                 n_params: int) -> None:
         self.cfg = cfg
         self.world = RoutingWorld(cfg.scenario.params)
         self.resources = self.world.new_resources()
@@ -332,7 +336,7 @@ class RoutingPPOWorker(Worker):
     """Routes one request stream, one decision per step, and learns with the actor-critic core's
     PPO update (``agents.actor_critic.actor_critic_update``)."""
 
-    def __init__(self, cfg: Any, index: int, services: list[str], service_onehot: bool) -> None:
+    def __init__(self, cfg: ExperimentConfig, index: int, services: list[str], service_onehot: bool) -> None:
         self.cfg = cfg
         self.ac: RoutingPPOConfig = cfg.algorithm.params
         self.name = worker_name(index)
@@ -490,7 +494,7 @@ class RoutingPPO(Algorithm):
         raise NotImplementedError
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         if cfg.scenario.name != "routing":
             raise ConfigError(f"algorithm.name {cfg.algorithm.name!r} needs scenario.name: routing, "
                               f"got {cfg.scenario.name!r}")
