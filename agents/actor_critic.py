@@ -17,7 +17,7 @@ algorithm (service, summary).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 import torch
@@ -37,7 +37,11 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
+from marl_q.seeding import worker_seed
 from marl_q.services import PARAMS, ParameterService
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 
 # ----------------------------------------------------------------------------- config
@@ -231,11 +235,11 @@ class ActorCriticWorker(Worker):
     """Rolls out `n_steps` in `num_envs` vectorised environments with the last pulled parameters,
     then pushes a gradient or a parameter delta and waits for fresh parameters."""
 
-    def __init__(self, cfg: Any, index: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
         self.name = worker_name(index)
-        self.seed = cfg.run.seed * 1000 + index
+        self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
         spec = SCENARIOS.get(cfg.scenario.name).obj
@@ -381,7 +385,7 @@ class ActorCriticWorker(Worker):
         self.env.close()
 
 
-def build_models(cfg: Any, obs_space: Any, act_space: Any) -> tuple[nn.Module, nn.Module]:
+def build_models(cfg: ExperimentConfig, obs_space: Any, act_space: Any) -> tuple[nn.Module, nn.Module]:
     """The actor (obs -> logits, or a Gaussian's mean and log-std for a Box action space) and the
     critic (obs -> V) the config's heads name."""
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 import torch
@@ -36,10 +36,13 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name,
                              worker_names)
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
+from marl_q.seeding import coma_eval_seed, worker_seed
+from marl_q.services import PARAMS
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 TRAJECTORY = "trajectory"
-PARAMS = "params"
-EVAL_SEED_OFFSET = 100_003
 
 
 # ----------------------------------------------------------------------------- config
@@ -116,7 +119,7 @@ class EnvDescription:
     dims: Dims
 
 
-def make_env(cfg: Any, seed: int) -> Any:
+def make_env(cfg: ExperimentConfig, seed: int) -> Any:
     """The scenario's PettingZoo ParallelEnv; any other kind is a config error naming the scenario."""
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
     if spec.kind != "parallel":
@@ -125,7 +128,7 @@ def make_env(cfg: Any, seed: int) -> Any:
     return spec.make(cfg.scenario.params, seed=seed)
 
 
-def describe_env(cfg: Any, env: Any) -> EnvDescription:
+def describe_env(cfg: ExperimentConfig, env: Any) -> EnvDescription:
     """Check that one shared actor can serve every agent (same discrete action space, same observation
     size) and that a global state exists; raise a ConfigError naming the mismatch otherwise."""
     agents = list(env.possible_agents)
@@ -154,7 +157,7 @@ def describe_env(cfg: Any, env: Any) -> EnvDescription:
     return EnvDescription(agents, dims)
 
 
-def build_actor(cfg: Any, dims: Dims) -> nn.Module:
+def build_actor(cfg: ExperimentConfig, dims: Dims) -> nn.Module:
     """The shared actor: (obs ++ one-hot agent id) -> action logits, from the ``actor`` head."""
     torch.manual_seed(cfg.run.seed)
     return build_head(cfg.actor, dims.obs_dim + dims.n_agents, dims.n_actions)
@@ -250,11 +253,11 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
 class ComaWorker(Worker):
     """An actor process: plays one episode per step with the last pulled actor, pushes it, waits."""
 
-    def __init__(self, cfg: Any, index: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         self.cfg = cfg
         self.hp: ComaConfig = cfg.algorithm.params
         self.name = worker_name(index)
-        self.seed = cfg.run.seed * 1000 + index
+        self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)
         self.env = make_env(cfg, self.seed)
         self.desc = describe_env(cfg, self.env)
@@ -355,7 +358,7 @@ def trajectory_problem(payload: dict[str, np.ndarray], info: dict[str, Any], age
 class TrajectoryService(Service):
     """Server side of COMA/IAC/central-V: buffers pushed episodes, learns, publishes the actor."""
 
-    def __init__(self, cfg: Any, desc: EnvDescription, actor: nn.Module, critic: nn.Module) -> None:
+    def __init__(self, cfg: ExperimentConfig, desc: EnvDescription, actor: nn.Module, critic: nn.Module) -> None:
         self.cfg, self.desc, self.hp = cfg, desc, cfg.algorithm.params
         self.learner = ComaLearner(cfg.algorithm.name, actor, critic, desc.dims, self.hp)
         self.specs = {TRAJECTORY: trajectory_spec(desc.dims)}
@@ -454,7 +457,7 @@ class CentralizedCriticAlgorithm(Algorithm):
     metric_fields = ["return", "length", "version"]
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         """At load time: the scenario can serve a shared actor and the aggregation is one we handle."""
         if not holds_rounds(AGGREGATIONS.get(cfg.server.aggregation).obj):
             choices = [e.name for e in AGGREGATIONS if holds_rounds(e.obj)]
@@ -474,7 +477,7 @@ class CentralizedCriticAlgorithm(Algorithm):
             except ValueError as exc:  # a head that cannot take this input/output size
                 raise ConfigError(f"{section}: {exc}") from None
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
         env = make_env(cfg, cfg.run.seed)
         self.desc = describe_env(cfg, env)
@@ -523,12 +526,12 @@ class CentralizedCriticAlgorithm(Algorithm):
         """Mean team return of ``episodes`` greedy episodes of the server's current actor."""
         if self.service is None or episodes == 0:
             return None
-        env = make_env(self.cfg, self.cfg.run.seed + EVAL_SEED_OFFSET)
-        rng = np.random.default_rng(self.cfg.run.seed + EVAL_SEED_OFFSET)
+        env = make_env(self.cfg, coma_eval_seed(self.cfg.run.seed))
+        rng = np.random.default_rng(coma_eval_seed(self.cfg.run.seed))
         returns = []
         for i in range(episodes):
             ep = play_episode(env, self.service.learner.actor, self.desc, 0.0, rng, self.cfg.algorithm.team_reward,
-                              greedy=True, seed=self.cfg.run.seed + EVAL_SEED_OFFSET + i)
+                              greedy=True, seed=coma_eval_seed(self.cfg.run.seed, i))
             returns.append(float(ep["rewards"].sum()))
         env.close()
         return float(np.mean(returns))

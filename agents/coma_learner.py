@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from agents.coma_estimators import counterfactual_advantage, epsilon_floored_policy, n_step_targets, td_lambda_targets
+from marl_q.seeding import coma_bootstrap_seed
 
 CRITIC_KINDS = ("coma", "central_v", "iac")
-BOOTSTRAP_SEED = 7_919  # base seed of the joint actions drawn for expected bootstrap values
 
 
 class Dims(NamedTuple):
@@ -162,7 +162,7 @@ class ComaLearner:
         baseline (agent a's own action summed out under pi^a) averaged over ``bootstrap_samples`` draws
         of the other agents' joint action from the current actor. Draws are seeded by the update count,
         so a run (and a resumed one) is reproducible."""
-        gen = torch.Generator().manual_seed(BOOTSTRAP_SEED + self.updates)
+        gen = torch.Generator().manual_seed(coma_bootstrap_seed(self.updates))
         with torch.no_grad():
             pi = policy(self.actor, batch.obs, batch.avail, epsilon)  # (B, T+1, A, U)
             flat = pi.reshape(-1, pi.shape[-1])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.seeding import lsvi_worker_entropy
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 UPLOAD, STATISTICS = "upload", "statistics"
 
@@ -65,7 +69,7 @@ class LsviWorker(Worker):
         self.name = worker_name(index)
         self.index = index
         self.agent = agent
-        self.rng = np.random.default_rng([seed, index])
+        self.rng = np.random.default_rng(lsvi_worker_entropy(seed, index))
 
     def start(self) -> list[Message]:
         return []
@@ -161,7 +165,7 @@ class LsviService(Service):
 
 
 # ----------------------------------------------------------------------------- algorithms
-def build_mdp(cfg: Any) -> Any:
+def build_mdp(cfg: ExperimentConfig) -> Any:
     """The scenario's finite linear MDP; a clear error if the scenario is not one."""
     spec = SCENARIOS.get(cfg.scenario.name).obj
     try:
@@ -181,9 +185,8 @@ class LsviAlgorithm(Algorithm):
     broadcast = False
     sync_request = False
 
-    def __init__(self, cfg: Any) -> None:
-        super().__init__(cfg)
-        self.check_config(cfg)
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        super().__init__(cfg)  # check_config ran when the config was loaded (marl_q.config.validate_cross)
         self.mdp = build_mdp(cfg)
         self.workers = cfg.backend.workers
         self.total_episodes = cfg.run.total_episodes or max(1, (cfg.run.total_env_steps or 1) // self.mdp.horizon)
@@ -192,7 +195,7 @@ class LsviAlgorithm(Algorithm):
         self._cum_regret = 0.0
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         algo = cfg.algorithm
         if algo.beta_scale < 0:
             raise ConfigError(f"algorithm.beta_scale: must be >= 0, got {algo.beta_scale}")
@@ -200,8 +203,6 @@ class LsviAlgorithm(Algorithm):
             raise ConfigError(f"algorithm.lam: must be > 0, got {algo.lam}")
         if not 0 < algo.delta < 1:
             raise ConfigError(f"algorithm.delta: must lie in (0, 1), got {algo.delta}")
-        if cfg.backend.workers < 1:
-            raise ConfigError(f"backend.workers: must be at least 1, got {cfg.backend.workers}")
         for key in ("n_states", "n_actions", "d", "horizon"):
             value = getattr(cfg.scenario.params, key, None)
             if value is not None and value < 1:
@@ -244,7 +245,7 @@ class AsyncCoopLsvi(LsviAlgorithm):
     """Each agent uploads on the determinant trigger and downloads only then."""
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         super().check_config(cfg)
         alpha = cfg.algorithm.alpha
         if alpha is not None and not alpha > 0:
@@ -272,7 +273,7 @@ class CoopLsvi(LsviAlgorithm):
     sync_request = True
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         super().check_config(cfg)
         if not cfg.algorithm.sync_threshold > 0:
             raise ConfigError(f"algorithm.sync_threshold: must be > 0, got {cfg.algorithm.sync_threshold}")

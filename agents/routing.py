@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import gymnasium
 import numpy as np
@@ -28,14 +28,17 @@ from marl_q.errors import ConfigError, UserError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
+from marl_q.seeding import routing_demand_entropy, routing_eval_seed, worker_seed
 from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
                                evaluate_routing, summarize_outcomes)
 from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
 
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
+
 COMMIT, RELEASE, POLICY = "commit", "release", "policy"
 FRESH_START = "fresh_start"   # info flag on a worker's first message: release what earlier incarnations held
 ACCEPT, REFUSE, SNAPSHOT = "accept", "refuse", "snapshot"
-EVAL_SEED_OFFSET = 10_000   # evaluation demand is independent of every training stream
 
 
 # ----------------------------------------------------------------------------- heuristics
@@ -135,7 +138,8 @@ def evaluate_on_shifts(scenario: RoutingConfig, policy_for: Callable[[], Policy]
 class CommitService(Service):
     """The shared resource environment on the server: optimistic commits, releases, policy uploads."""
 
-    def __init__(self, cfg: Any, owners: dict[str, list[str]], service_onehot: bool, n_params: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, owners: dict[str, list[str]], service_onehot: bool,
+                 n_params: int) -> None:
         self.cfg = cfg
         self.world = RoutingWorld(cfg.scenario.params)
         self.resources = self.world.new_resources()
@@ -316,7 +320,7 @@ class CommitService(Service):
             out["eval_skipped"] = f"workers {missing} never uploaded a policy (run shorter than n_steps?)"
         elif algo.eval_days > 0:
             scenario = self.cfg.scenario.params
-            seed = EVAL_SEED_OFFSET + self.cfg.run.seed
+            seed = routing_eval_seed(self.cfg.run.seed)
             policy = self.acting_policy()
             out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(policy), self.service_onehot,
                                           algo.eval_shifts, algo.eval_days, seed, "eval_"))
@@ -332,15 +336,15 @@ class RoutingPPOWorker(Worker):
     """Routes one request stream, one decision per step, and learns with the actor-critic core's
     PPO update (``agents.actor_critic.actor_critic_update``)."""
 
-    def __init__(self, cfg: Any, index: int, services: list[str], service_onehot: bool) -> None:
+    def __init__(self, cfg: ExperimentConfig, index: int, services: list[str], service_onehot: bool) -> None:
         self.cfg = cfg
         self.ac: RoutingPPOConfig = cfg.algorithm.params
         self.name = worker_name(index)
-        seed = cfg.run.seed * 1000 + index
+        seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.world = RoutingWorld(cfg.scenario.params)
-        self.stream = AgentStream(self.world, services, np.random.default_rng([seed, 1]), service_onehot,
+        self.stream = AgentStream(self.world, services, np.random.default_rng(routing_demand_entropy(seed)), service_onehot,
                                   first_id=index, id_step=cfg.backend.workers)
         obs_space, act_space = routing_spaces(self.world, service_onehot)
         self.actor, self.critic = build_models(cfg, obs_space, act_space)
@@ -490,7 +494,7 @@ class RoutingPPO(Algorithm):
         raise NotImplementedError
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         if cfg.scenario.name != "routing":
             raise ConfigError(f"algorithm.name {cfg.algorithm.name!r} needs scenario.name: routing, "
                               f"got {cfg.scenario.name!r}")

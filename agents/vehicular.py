@@ -14,6 +14,7 @@ import numpy as np
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker
 from marl_q.errors import ConfigError
 from marl_q.registry import ALGORITHMS
+from marl_q.seeding import vehicular_episode_seed
 from scenarios.vehicular_road import (CHANNELS, DECELERATE, KEEP, LANE_LEFT, LANE_RIGHT,
                                       VehicularRelayConfig)
 
@@ -165,7 +166,7 @@ class VehicularA3CWorker(ActorCriticWorker):
         self._start_episode()
 
     def _start_episode(self) -> None:
-        self.obs, _ = self.env.reset(seed=self.seed + 7919 * self.episode)
+        self.obs, _ = self.env.reset(seed=vehicular_episode_seed(self.seed, self.episode))
         self.ep_return = 0.0
         self.ep_length = 0
         self.ep_coverage: list[float] = []

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from marl_q.errors import UserError
+from marl_q.seeding import coma_critic_probe_seed
 
 PolicyFn = Callable[[dict[str, Any]], np.ndarray]  # observations dict -> (A, U) action probabilities
 
@@ -127,11 +128,11 @@ def check_run(run_dir: Path, checkpoint: Optional[Path] = None, states: int = 40
         return team_reward(rewards, agents, hp.team_reward)
 
     rng = np.random.default_rng(seed)
-    env = make_env(cfg, cfg.run.seed + 7_777)
+    env = make_env(cfg, coma_critic_probe_seed(cfg.run.seed))
     critic_rows, mc_rows, half_rows = [], [], ([], [])
     half = rollouts // 2
     for episode in range(states):
-        obs_d, _ = env.reset(seed=cfg.run.seed + 7_777 + episode)
+        obs_d, _ = env.reset(seed=coma_critic_probe_seed(cfg.run.seed, episode))
         stop = int(rng.integers(0, max_t))
         for _ in range(stop):
             if not env.agents:

@@ -22,6 +22,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 from analysis.stats import mean_ci
+from marl_q.seeding import (vehicular_eval_episode_seed, vehicular_eval_seed,
+                             vehicular_traffic_seed)
 
 POLICIES = ("learned", "no_control", "greedy", "random")
 LABELS = {"learned": "A3C (shared policy)", "no_control": "no control (traffic model)",
@@ -258,7 +260,7 @@ def evaluate_policy(env, policy, seed: int, episodes: int = 1) -> dict[str, floa
     coverage, relay length and agent reward per step."""
     coverage, relay, relay_max, reward = [], [], [], []
     for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + 1000 * ep)
+        obs, _ = env.reset(seed=vehicular_eval_episode_seed(seed, ep))
         while env.agents:
             actions = policy({a: obs[a] for a in env.agents})
             obs, rew, _, _, _ = env.step(actions)
@@ -311,7 +313,7 @@ def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int,
 
     learned = LearnedPolicy(run_dir, act=act)
     cfg = learned.cfg
-    seed = 100_000 + cfg.run.seed * 100
+    seed = vehicular_eval_seed(cfg.run.seed)
     rows = []
     for p in penetrations:
         env = make_relay_env(cfg.scenario.params, penetration=float(p))
@@ -375,13 +377,13 @@ def reachability(config: str, p: float = 0.2, seeds: int = 4, snapshot_s: int = 
                 **{f"oracle_edge_hold_speed_{v}": EdgeHold(env, v) for v in (0, 1, 2)}}
     out: dict = {"p": p, "seeds": seeds, "coverage": {}}
     for name, policy in policies.items():
-        values = [evaluate_policy(env, policy, seed=100_000 + s)["coverage"] for s in range(seeds)]
+        values = [evaluate_policy(env, policy, seed=vehicular_traffic_seed(s))["coverage"] for s in range(seeds)]
         out["coverage"][name] = mean_ci95(values)
     base = out["coverage"]["no_control"][0]
     out["ratio_vs_no_control"] = {name: v[0] / base for name, v in out["coverage"].items()}
     snaps = []
     for s in range(seeds):
-        env.reset(seed=100_000 + s)
+        env.reset(seed=vehicular_traffic_seed(s))
         for _ in range(snapshot_s):
             env.step({})
         snaps.append(placement_bound(env.road))

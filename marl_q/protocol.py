@@ -6,11 +6,14 @@ backend; backends only move messages and keep time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from marl_q.messages import Message
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 
 def worker_name(index: int) -> str:
@@ -130,11 +133,11 @@ class Algorithm:
     # (which must be byte-identical for a seed on sim)
     wall_fields: tuple[str, ...] = ()
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: ExperimentConfig) -> None:
         self.cfg = cfg
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         """Cross-section checks at load time (raise ConfigError)."""
 
     def make_service(self) -> Service:

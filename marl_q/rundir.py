@@ -19,11 +19,14 @@ import pickle
 import time
 import zipfile
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from marl_q.errors import CheckpointError, RunDirError, UserError
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 RUN_FILES = ("config.yaml", "metrics.csv", "comm.csv", "summary.json")
 CKPT_META = "__meta__"
@@ -309,7 +312,7 @@ class TrainedPolicies:
     the file the parameters came from; ``agents``, ``models`` and ``info`` are the algorithm's (see
     ``marl_q.protocol.ActingPolicy``)."""
 
-    def __init__(self, run_dir: Path, checkpoint: Path, cfg: Any, policy: Any) -> None:
+    def __init__(self, run_dir: Path, checkpoint: Path, cfg: ExperimentConfig, policy: Any) -> None:
         self.run_dir, self.checkpoint, self.cfg, self.policy = Path(run_dir), Path(checkpoint), cfg, policy
 
     @property

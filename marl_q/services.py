@@ -15,7 +15,7 @@ from marl_q.messages import SERVER, Message
 from marl_q.optim import FlatOptimizer
 from marl_q.protocol import Context, MessageSpec, Outcome, Service
 
-PARAMS = "params"
+PARAMS = "params"  # the message kind (and payload key) of a parameter snapshot sent to a worker
 
 
 class ParameterService(Service):

@@ -12,7 +12,6 @@ Also a PettingZoo ParallelEnv (``marlq/linear_mdp-v0``) in which each agent play
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pettingzoo
@@ -64,7 +63,7 @@ class LinearMDP:
         self._optimal: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "LinearMDP":
+    def from_config(cls, cfg: LinearMDPConfig) -> LinearMDP:
         """Build from a ``scenario`` config section (any object with the LinearMDPConfig fields)."""
         return cls(cfg.n_states, cfg.n_actions, cfg.d, cfg.horizon, cfg.seed)
 
@@ -170,10 +169,9 @@ class LinearMDPParallelEnv(ParallelEnv):
         return None
 
 
-def make_linear_mdp(cfg: Any, seed: int = 0) -> LinearMDP:
+def make_linear_mdp(cfg: LinearMDPConfig, seed: int = 0) -> LinearMDP:
     """Scenario factory: the MDP is fixed by ``scenario.seed``; the run seed only drives episodes."""
-    _require_positive(n_states=cfg.n_states, n_actions=cfg.n_actions, d=cfg.d, horizon=cfg.horizon)
-    return LinearMDP.from_config(cfg)
+    return LinearMDP.from_config(cfg)  # LinearMDP checks the sizes
 
 
 pettingzoo.register("parallel", "marlq/linear_mdp-v0", entry_point=LinearMDPParallelEnv)

@@ -92,13 +92,13 @@ def speaker_listener_env(max_cycles: int = 25, common_spaces: bool = False) -> P
     return FlatParallelEnv(env, common_spaces=True, state="env") if common_spaces else env
 
 
-def _make_spread(cfg: Any, seed: int) -> ParallelEnv:
+def _make_spread(cfg: SpreadConfig, seed: int) -> ParallelEnv:
     env = spread_env(cfg.n_agents, cfg.max_cycles, cfg.local_ratio, cfg.engine)
     env.reset(seed=seed)
     return env
 
 
-def _make_speaker_listener(cfg: Any, seed: int) -> ParallelEnv:
+def _make_speaker_listener(cfg: SpeakerListenerConfig, seed: int) -> ParallelEnv:
     env = speaker_listener_env(cfg.max_cycles, cfg.common_spaces)
     env.reset(seed=seed)
     return env

@@ -130,7 +130,7 @@ class PenaltyCueEnv(ParallelEnv):
         return obs, rewards, terminated, truncated, infos
 
 
-def make_penalty_cue(cfg: Any, seed: int) -> PenaltyCueEnv:
+def make_penalty_cue(cfg: PenaltyCueConfig, seed: int) -> PenaltyCueEnv:
     """The scenario factory: a seeded PenaltyCueEnv from the ``scenario`` config section."""
     env = PenaltyCueEnv(cfg.n_agents, cfg.n_cues, cfg.episode_length, cfg.penalty, cfg.cues)
     env.reset(seed=seed)

@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from marl_q.seeding import SCRIPTED_SPREAD_FIRST_SEED, scripted_episode_seed
 from scenarios.spread_native import SpreadNative
 
 POLICIES = ("noop", "nearest", "by_index", "assignment")
@@ -75,7 +76,7 @@ def episode_returns(policy: str, episodes: int, seed: int = 0, n_agents: int = 3
     env = SpreadNative(N=n_agents, local_ratio=local_ratio, max_cycles=max_cycles)
     out = np.zeros(episodes)
     for e in range(episodes):
-        obs, _ = env.reset(seed=seed + e)
+        obs, _ = env.reset(seed=scripted_episode_seed(seed, e))
         while env.agents:
             agents = list(env.agents)
             acts = joint_action(policy, [obs[a] for a in agents])
@@ -87,7 +88,7 @@ def episode_returns(policy: str, episodes: int, seed: int = 0, n_agents: int = 3
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="mean team return of scripted simple_spread policies")
     parser.add_argument("--episodes", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=100_000, help="first reset seed")
+    parser.add_argument("--seed", type=int, default=SCRIPTED_SPREAD_FIRST_SEED, help="first reset seed")
     parser.add_argument("--n-agents", type=int, default=3)
     parser.add_argument("--local-ratio", type=float, default=0.5)
     args = parser.parse_args(argv)

@@ -104,7 +104,7 @@ class TeamCueEnv(ParallelEnv):
         return obs, rewards, terminated, truncated, infos
 
 
-def make_team_cue(cfg: Any, seed: int) -> TeamCueEnv:
+def make_team_cue(cfg: TeamCueConfig, seed: int) -> TeamCueEnv:
     """The scenario factory: a seeded TeamCueEnv from the ``scenario`` config section."""
     env = TeamCueEnv(cfg.n_agents, cfg.n_cues, cfg.episode_length, cfg.id_shift)
     env.reset(seed=seed)

@@ -27,10 +27,10 @@ import numpy as np
 from marl_q.messages import Message, stamp_life
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
+from marl_q.seeding import duplicate_seed
 
 STOP = "stop"
 POLL_S = 0.5
-DUP_SEED_OFFSET = 104729  # duplicate draws are independent of learning randomness
 
 
 class Duplicator:
@@ -43,7 +43,7 @@ class Duplicator:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.p = rt.cfg.backend.faults.duplicate
-        self.rng = np.random.default_rng(rt.cfg.run.seed + DUP_SEED_OFFSET)
+        self.rng = np.random.default_rng(duplicate_seed(rt.cfg.run.seed))
 
     def copies(self, msg: Message, t: float) -> int:
         if self.p and self.rng.random() < self.p:

@@ -32,13 +32,16 @@ import traceback
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from marl_q.backends.local import Duplicator, kill_schedule
 from marl_q.errors import ConfigError
 from marl_q.messages import Message, stamp_life
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 POLL_S = 0.5  # the driver's loop: kills, liveness, progress
 MAIL_WAIT_S = 1.0  # a blocked worker's long poll for mail
@@ -61,7 +64,7 @@ def run_ray(rt: Runtime) -> dict:
 
 
 @contextmanager
-def ray_instance(cfg: Any) -> Iterator[Any]:
+def ray_instance(cfg: ExperimentConfig) -> Iterator[Any]:
     """The ray module, connected as ``cfg`` says (see connect) for the ``with`` block.
 
     An instance this started is shut down at the end; one already running (a test's, a notebook's, an
@@ -149,7 +152,7 @@ def probe_cluster(address: str, timeout_s: float) -> None:
         raise ConfigError(f"backend.ray.address: could not join the Ray cluster at {address}: {hint}")
 
 
-def connect(ray: Any, cfg: Any) -> bool:
+def connect(ray: Any, cfg: ExperimentConfig) -> bool:
     """Join backend.ray.address, or start a small local instance; True if this call did (and must shut down)."""
     rc = cfg.backend.ray
     if rc.address:  # before anything can wait on it: a wrong address is a user error in bounded time
@@ -177,7 +180,7 @@ def connect(ray: Any, cfg: Any) -> bool:
     return True
 
 
-def check_resources(ray: Any, cfg: Any) -> None:
+def check_resources(ray: Any, cfg: ExperimentConfig) -> None:
     """A cluster that cannot place every worker actor would leave the run waiting forever: refuse it."""
     rc = cfg.backend.ray
     have = ray.cluster_resources()
@@ -557,7 +560,7 @@ def _say(kind: str, name: str, detail: str) -> None:
 class _Bar:
     """The driver's progress bar, refreshed from the server actor once a second."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: ExperimentConfig) -> None:
         from tqdm import tqdm
 
         self.by_steps = cfg.run.total_env_steps is not None

@@ -23,8 +23,7 @@ from marl_q.messages import SERVER, Message, stamp_life
 from marl_q.protocol import Work, Worker
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
-
-TIMING_SEED_OFFSET = 7919  # timing randomness is independent of learning randomness
+from marl_q.seeding import timing_seed
 
 
 @BACKENDS.register("sim", help="one process, virtual clock, deterministic (the default)")
@@ -51,7 +50,7 @@ def run_sim(rt: Runtime) -> dict:
 class _Timing:
     def __init__(self, rt: Runtime) -> None:
         b = rt.cfg.backend
-        self.rng = np.random.default_rng(rt.cfg.run.seed + TIMING_SEED_OFFSET)
+        self.rng = np.random.default_rng(timing_seed(rt.cfg.run.seed))
         self.compute, self.network = b.compute, b.network
         self.factor = [b.compute.straggler_factor if i in b.compute.stragglers else 1.0 for i in range(b.workers)]
 
@@ -231,7 +230,7 @@ class _ScheduleSim:
             self.workers: list[Worker] = [rt.algorithm.make_worker(i) for i in range(b.workers)]
             self.k = 0
             self.now = 0.0
-            self.pick_rng = np.random.default_rng(rt.cfg.run.seed + TIMING_SEED_OFFSET)
+            self.pick_rng = np.random.default_rng(timing_seed(rt.cfg.run.seed))
             self.started = False
         self.index = {w.name: i for i, w in enumerate(self.workers)}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from marl_q.bench.memory import MemorySampler
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 
 @dataclass
@@ -47,7 +50,7 @@ class PushFloodWorker(Worker):
     After `seconds` it stops pushing, waits until every push has been answered (so each one has
     been through the server, on every backend), and then reports its counts as one episode."""
 
-    def __init__(self, cfg: Any, index: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         self.p: PushFloodConfig = cfg.algorithm.params
         self.name = worker_name(index)
         self.good = np.ones(self.p.size, dtype=np.float32)
