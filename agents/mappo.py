@@ -30,7 +30,7 @@ time-limit truncation bootstraps from the final observation. A metrics row per f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 import torch
@@ -46,6 +46,9 @@ from marl_q.evaluation import eval_progress
 from marl_q.protocol import worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
 from marl_q.seeding import derive, worker_seed
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
 
 
 # ----------------------------------------------------------------------------- config
@@ -94,7 +97,7 @@ class MultiAgentA2CConfig(ActorCriticConfig):
         _validate_multi_agent(self)
 
 
-def _validate_multi_agent(cfg: Any) -> None:
+def _validate_multi_agent(cfg: MultiAgentPPOConfig | MultiAgentA2CConfig) -> None:
     if cfg.envs_per_worker < 1:
         raise ValueError(f"envs_per_worker: must be at least 1, got {cfg.envs_per_worker}")
     if not 0.0 < cfg.value_norm_beta < 1.0:
@@ -113,7 +116,7 @@ class TeamDescription:
     masked: bool  # the env hands out action masks (common_spaces)
 
 
-def make_env(cfg: Any, seed: int) -> Any:
+def make_env(cfg: ExperimentConfig, seed: int) -> Any:
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
     if spec.kind != "parallel":
         raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a multi-agent "
@@ -121,7 +124,7 @@ def make_env(cfg: Any, seed: int) -> Any:
     return spec.make(cfg.scenario.params, seed=seed)
 
 
-def describe_team(cfg: Any, env: Any) -> TeamDescription:
+def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
     """Equal observation and action spaces across agents (one actor and critic serve all), a global
     state; a ConfigError naming the agents and sizes otherwise."""
     name, agents = cfg.algorithm.name, list(env.possible_agents)
@@ -169,18 +172,18 @@ class PerAgent(nn.Module):
         return out
 
 
-def input_dims(cfg: Any, desc: TeamDescription) -> tuple[int, int]:
+def input_dims(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[int, int]:
     """The actor's and the critic's input sizes (id columns included)."""
     ids = len(desc.agents) if uses_ids(cfg) else 0
     critic_base = desc.state_dim if cfg.algorithm.name in CENTRAL else desc.obs_dim
     return desc.obs_dim + ids, critic_base + ids
 
 
-def uses_ids(cfg: Any) -> bool:
+def uses_ids(cfg: ExperimentConfig) -> bool:
     return bool(cfg.algorithm.agent_id or not cfg.algorithm.share_params)
 
 
-def build_team_models(cfg: Any, desc: TeamDescription) -> tuple[nn.Module, nn.Module, Any]:
+def build_team_models(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[nn.Module, nn.Module, Any]:
     """The decentralised actor, the critic and the action distribution, from one seed on every
     worker and the server (so they all start from the same parameters)."""
     dist = distribution_for(desc.action_space)
@@ -204,7 +207,7 @@ def build_team_models(cfg: Any, desc: TeamDescription) -> tuple[nn.Module, nn.Mo
 class TeamWorker(ActorCriticWorker):
     """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once."""
 
-    def __init__(self, cfg: Any, index: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         self.cfg = cfg
         self.ac = cfg.algorithm.params
         self.name = worker_name(index)
@@ -363,7 +366,7 @@ class TeamActorCritic(ActorCritic):
     """The actor-critic algorithm with a team rollout; the server side is ActorCritic's."""
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: ExperimentConfig) -> None:
         super().check_config(cfg)
         env = make_env(cfg, cfg.run.seed)
         try:
