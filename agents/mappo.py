@@ -289,7 +289,10 @@ class TeamWorker(ActorCriticWorker):
                     self.obs[e], self.infos[e] = env.reset()
                     self.pending_reset[e] = False
                     continue
-                live = [i for i, a in enumerate(d.agents) if a in self.obs[e]]
+                # in play: still in env.agents (the step that ends an agent returns its final
+                # observation, kept for a truncation's bootstrap, but the agent acts no more)
+                in_play = set(env.agents)
+                live = [i for i, a in enumerate(d.agents) if a in self.obs[e] and a in in_play]
                 self.obs[e], rew, term, trunc, self.infos[e] = env.step(
                     {d.agents[i]: env_actions[e * N + i] if self.dist.continuous else int(env_actions[e * N + i])
                      for i in live})

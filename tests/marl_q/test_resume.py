@@ -36,6 +36,17 @@ CASES = {
     "lsvi_schedule": ("linear_mdp_regret.yaml", ["run.total_episodes=60", "backend.workers=3"], 20),
     "routing_commits": ("routing_amarl.yaml", ["run.total_env_steps=600"], 8),
     "vehicular": ("vehicular_a3c.yaml", ["run.total_env_steps=300"], 2),
+    # mappo: the team rollout over env copies, per-worker value normalisation and minibatch draws
+    # (on the native spread: mpe2's own envs pickle by EzPickle, i.e. rebuilt unreset, not resumable)
+    "mappo_team": ("cartpole_a3c.yaml",
+                   ["scenario={name: spread, n_agents: 2, max_cycles: 10}",
+                    "algorithm={name: mappo, envs_per_worker: 2, n_steps: 5, epochs: 2, minibatches: 2}",
+                    "actor={head: mlp, hidden: [16]}", "critic={head: mlp, hidden: [16]}",
+                    "run.total_env_steps=400"], 6),
+    # ppo with a Gaussian policy (learned log-std) on a Box action space
+    "ppo_gaussian": ("cartpole_a3c.yaml", ["scenario={name: gymnasium, env: Pendulum-v1, num_envs: 2}",
+                                           "algorithm={name: ppo, n_steps: 16, epochs: 2, minibatches: 2}",
+                                           "run.total_env_steps=1000"], 9),
 }
 
 

@@ -1,0 +1,58 @@
+"""agents/value_norm.py (MAPPO's ValueNorm) against a hand computation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.value_norm import ValueNorm
+
+BATCHES = [np.array([1.0, 2.0, 3.0]), np.array([4.0]), np.array([-2.0, 0.0])]
+
+
+def test_first_update_is_the_batch_mean_and_variance():
+    vn = ValueNorm(beta=0.9)
+    vn.update(BATCHES[0])
+    # m = 0.1 * 2, s = 0.1 * 14/3, d = 0.1 -> mu = 2, var = 14/3 - 4 = 2/3
+    mu, var = vn.mean_var()
+    assert mu == pytest.approx(2.0) and var == pytest.approx(2.0 / 3.0)
+
+
+def test_three_updates_by_hand_with_beta_0_9():
+    vn = ValueNorm(beta=0.9)
+    for x in BATCHES:
+        vn.update(x)
+    # by hand, step by step: m, s, d after each update
+    m = s = d = 0.0
+    for mean_x, mean_x2 in ((2.0, 14.0 / 3.0), (4.0, 16.0), (-1.0, 2.0)):
+        m, s, d = 0.9 * m + 0.1 * mean_x, 0.9 * s + 0.1 * mean_x2, 0.9 * d + 0.1
+    assert d == pytest.approx(0.271)
+    # a second reference: the debiased EMA is the beta^(K-k)-weighted average of the batch moments
+    w = np.array([0.81, 0.9, 1.0])
+    mu_w = (w * [2.0, 4.0, -1.0]).sum() / w.sum()
+    var_w = (w * [14.0 / 3.0, 16.0, 2.0]).sum() / w.sum() - mu_w ** 2
+    mu, var = vn.mean_var()
+    assert mu == pytest.approx(m / d) == pytest.approx(mu_w)
+    assert var == pytest.approx(s / d - (m / d) ** 2) == pytest.approx(var_w)
+    x = np.array([-3.0, 0.5, 10.0])
+    np.testing.assert_allclose(vn.normalize(x), (x - mu_w) / np.sqrt(var_w))
+
+
+def test_normalize_and_denormalize_are_inverse_and_variance_is_floored():
+    vn = ValueNorm(beta=0.9)
+    x = np.linspace(-50, 50, 11)
+    np.testing.assert_allclose(vn.denormalize(vn.normalize(x)), x)  # before any update too
+    for b in BATCHES:
+        vn.update(b * 10)
+    np.testing.assert_allclose(vn.denormalize(vn.normalize(x)), x, atol=1e-12)
+    np.testing.assert_allclose(vn.normalize(vn.denormalize(x)), x, atol=1e-12)
+    const = ValueNorm(beta=0.9)
+    const.update(np.full(4, 7.0))
+    assert const.mean_var() == pytest.approx((7.0, 1e-2))  # zero variance floored at min_var
+    const.update(np.array([]))  # an empty batch changes nothing
+    assert const.mean_var() == pytest.approx((7.0, 1e-2))
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0, -0.1])
+def test_beta_outside_the_open_unit_interval_is_refused(beta):
+    with pytest.raises(ValueError, match="value_norm_beta"):
+        ValueNorm(beta=beta)
