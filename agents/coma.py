@@ -35,7 +35,8 @@ from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name,
                              worker_names)
-from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
+from marl_q.registry import AGGREGATIONS, ALGORITHMS
+from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import coma_eval_seed, worker_seed
 from marl_q.services import PARAMS
 
@@ -121,11 +122,7 @@ class EnvDescription:
 
 def make_env(cfg: ExperimentConfig, seed: int) -> Any:
     """The scenario's PettingZoo ParallelEnv; any other kind is a config error naming the scenario."""
-    spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
-    if spec.kind != "parallel":
-        raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a multi-agent "
-                          f"PettingZoo ParallelEnv (kind {spec.kind!r})")
-    return spec.make(cfg.scenario.params, seed=seed)
+    return make_scenario_env(cfg, seed, "parallel")
 
 
 def describe_env(cfg: ExperimentConfig, env: Any) -> EnvDescription:

@@ -44,7 +44,8 @@ from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.protocol import worker_name
-from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.registry import ALGORITHMS
+from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, worker_seed
 
 if TYPE_CHECKING:
@@ -117,11 +118,8 @@ class TeamDescription:
 
 
 def make_env(cfg: ExperimentConfig, seed: int) -> Any:
-    spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
-    if spec.kind != "parallel":
-        raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a multi-agent "
-                          f"PettingZoo ParallelEnv (kind {spec.kind!r}); use scenario.name: pettingzoo")
-    return spec.make(cfg.scenario.params, seed=seed)
+    """The scenario's PettingZoo ParallelEnv; any other kind is a config error naming the scenario."""
+    return make_scenario_env(cfg, seed, "parallel")
 
 
 def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
