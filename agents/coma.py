@@ -31,6 +31,7 @@ from agents.numpy_heads import numpy_head
 from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
 from marl_q.errors import ConfigError
+from marl_q.evaluation import eval_progress
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name,
@@ -520,18 +521,26 @@ class CentralizedCriticAlgorithm(Algorithm):
                             info={"env_steps": service.env_steps, "epsilon": epsilon, "desc": desc})
 
     def evaluate(self, episodes: int) -> Optional[float]:
-        """Mean team return of ``episodes`` greedy episodes of the server's current actor."""
+        """Mean team return of ``episodes`` greedy episodes of the server's current actor (the end of
+        the run's ``eval_return``), with a progress bar."""
         if self.service is None or episodes == 0:
             return None
-        env = make_env(self.cfg, coma_eval_seed(self.cfg.run.seed))
-        rng = np.random.default_rng(coma_eval_seed(self.cfg.run.seed))
+        return float(np.mean(self.evaluate_returns(episodes, coma_eval_seed(self.cfg.run.seed))))
+
+    def evaluate_returns(self, episodes: int, seed: int) -> list[float]:
+        """Team returns of ``episodes`` greedy episodes of the server's current actor in an env seeded
+        from ``seed`` (the end-of-run evaluation passes coma_eval_seed; run.eval_every its own)."""
+        env = make_env(self.cfg, seed)
+        rng = np.random.default_rng(seed)
         returns = []
-        for i in range(episodes):
-            ep = play_episode(env, self.service.learner.actor, self.desc, 0.0, rng, self.cfg.algorithm.team_reward,
-                              greedy=True, seed=coma_eval_seed(self.cfg.run.seed, i))
-            returns.append(float(ep["rewards"].sum()))
+        with eval_progress(episodes, self.cfg.run.progress, desc="eval (greedy)") as bar:
+            for i in range(episodes):
+                ep = play_episode(env, self.service.learner.actor, self.desc, 0.0, rng, self.cfg.algorithm.team_reward,
+                                  greedy=True, seed=seed + i)
+                returns.append(float(ep["rewards"].sum()))
+                bar.update()
         env.close()
-        return float(np.mean(returns))
+        return returns
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         out = episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window)

@@ -25,6 +25,7 @@ import torch
 from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
 from agents.heads import FlatParameters, count_params
 from marl_q.errors import ConfigError, UserError
+from marl_q.evaluation import EvalProgress, eval_progress
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
@@ -123,14 +124,18 @@ def greedy_policy(policy: ActingPolicy) -> Policy:
 
 
 def evaluate_on_shifts(scenario: RoutingConfig, policy_for: Callable[[], Policy], service_onehot: bool,
-                       shifts: list[str], days: float, seed: int, prefix: str) -> dict[str, float]:
-    """GoS and latency of a policy on each demand (nominal and shifted), one exact replay each."""
+                       shifts: list[str], days: float, seed: int, prefix: str,
+                       bar: Optional[EvalProgress] = None) -> dict[str, float]:
+    """GoS and latency of a policy on each demand (nominal and shifted), one exact replay each
+    (``bar``: a progress bar ticked once per replay)."""
     out: dict[str, float] = {}
     for shift in shifts:
         world = RoutingWorld(scenario, shift)
         outcomes = evaluate_routing(world, policy_for(), service_onehot, 0.0, days * scenario.day_seconds, seed)
         for key, value in summarize_outcomes(outcomes, world.services).items():
             out[f"{prefix}{shift}_{key}"] = value
+        if bar is not None:
+            bar.update()
     return out
 
 
@@ -322,12 +327,14 @@ class CommitService(Service):
             scenario = self.cfg.scenario.params
             seed = routing_eval_seed(self.cfg.run.seed)
             policy = self.acting_policy()
-            out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(policy), self.service_onehot,
-                                          algo.eval_shifts, algo.eval_days, seed, "eval_"))
-            if algo.eval_baselines:
-                for name, make in HEURISTICS.items():
-                    out.update(evaluate_on_shifts(scenario, lambda: make(seed), False, algo.eval_shifts,
-                                                  algo.eval_days, seed, f"baseline_{name}_"))
+            replays = len(algo.eval_shifts) * (1 + (len(HEURISTICS) if algo.eval_baselines else 0))
+            with eval_progress(replays, self.cfg.run.progress, desc="eval (demand replays)") as bar:
+                out.update(evaluate_on_shifts(scenario, lambda: greedy_policy(policy), self.service_onehot,
+                                              algo.eval_shifts, algo.eval_days, seed, "eval_", bar))
+                if algo.eval_baselines:
+                    for name, make in HEURISTICS.items():
+                        out.update(evaluate_on_shifts(scenario, lambda: make(seed), False, algo.eval_shifts,
+                                                      algo.eval_days, seed, f"baseline_{name}_", bar))
         return out
 
 
