@@ -14,7 +14,7 @@
 #
 # Env vars: VENV (default /work/peers/benchmarl-venv), OUT (default /work/peers/out),
 #           FRAMES (300000), SMOKE_FRAMES (6000), ALGOS ("mappo ippo"), SEEDS ("0 1 2"),
-#           CPU (core to pin with taskset, default 0), EXTRA_ARGS (passed to the driver).
+#           CPU (core to pin with taskset, default 0), NICE (default 19), EXTRA_ARGS (passed to the driver).
 #
 # Why these pins: benchmarl 1.5.2 requires torchrl>=0.10,<0.12; torchrl 0.11.1
 # requires tensordict>=0.11,<0.12 and torch>=2.1 (works with torch 2.13 CPU; its
@@ -61,7 +61,7 @@ run_one() {  # algo seed frames tag
     local log="$OUT/${algo}_s${seed}${tag}.log"
     echo "[benchmarl_spread] $(date -u +%FT%TZ) start $algo seed=$seed frames=$frames -> $log"
     # run from OUT so nothing lands in the repository
-    (cd "$OUT" && nice -n 19 "${PIN[@]}" "$VENV/bin/python" "$HERE/benchmarl_spread.py" \
+    (cd "$OUT" && nice -n "${NICE:-19}" "${PIN[@]}" "$VENV/bin/python" "$HERE/benchmarl_spread.py" \
         --algo "$algo" --seed "$seed" --frames "$frames" --tag "$tag" \
         --out "$OUT" --pip-freeze "$OUT/pip_freeze.txt" $EXTRA_ARGS) > "$log" 2>&1 \
         && echo "[benchmarl_spread] $(date -u +%FT%TZ) done  $algo seed=$seed" \

@@ -31,9 +31,13 @@ def t_interval(values: list[float]) -> tuple[float, float]:
     return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
 
 
-def marlq_return_at(run: Path, at: int, window: int = 100) -> float:
+def marlq_return_at(run: Path, at: int, window: int = 100) -> float | None:
+    """The mean of the last ``window`` episodes at or before ``at``; None if the run has not reached it."""
     with (run / "metrics.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["env_steps"]) <= at]
+        rows = list(csv.DictReader(f))
+    if not rows or int(rows[-1]["env_steps"]) < at:
+        return None
+    rows = [r for r in rows if int(r["env_steps"]) <= at]
     return float(np.mean([float(r["return"]) for r in rows[-window:]]))
 
 
@@ -70,13 +74,17 @@ def main() -> int:
           f"mean ± 95% t over seeds)")
     print(f"{'peer':10} {'algo':6} {'seeds':>5} {'team sum':>16} {'per agent':>16}")
     for algo, runs in sorted(marlq_runs(args.marlq).items()):
-        team = [marlq_return_at(r, args.at) for r in runs]
+        team = [t for t in (marlq_return_at(r, args.at) for r in runs) if t is not None]
+        if not team:
+            continue
         print(f"{'marl-q':10} {algo:6} {len(team):5d} {fmt(t_interval(team)):>16} "
               f"{fmt(t_interval([t / N_AGENTS for t in team])):>16}")
     for algo, runs in sorted(benchmarl_runs(args.benchmarl).items()):
         runs = [d for d in runs if d["frames"] >= args.at]
         team = [d["final_return"]["team_sum"] for d in runs]
         agent = [d["final_return"]["per_agent_mean"] for d in runs]
+        if not team:
+            continue
         print(f"{'BenchMARL':10} {algo:6} {len(team):5d} {fmt(t_interval(team)):>16} {fmt(t_interval(agent)):>16}")
     if args.speed is not None:
         bm = [json.loads(p.read_text())["env_steps_per_s"] for p in sorted(args.speed.glob("mappo_s*_speed_r*.json"))]
