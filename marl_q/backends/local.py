@@ -310,11 +310,11 @@ class LocalRun:
             if not p.is_alive():
                 why = f"process exited with code {p.exitcode}"
             elif name in self.starting and now - self.starting[name] > self.hello_s:
-                why = (f"never said hello within {self.hello_s:.0f} s of starting (backend.hello_timeout_s; "
+                why = (f"never said hello within {self.hello_s:.3g} s of starting (backend.hello_timeout_s; "
                        f"load {load_average()} on {cpu_cores()} cores)")
             elif (name not in self.starting and self.last_sent[name] > self.last_heard[name]
                   and now - self.last_sent[name] > self.cfg.backend.reply_timeout_s):
-                why = f"silent for {self.cfg.backend.reply_timeout_s:.0f} s after a reply (backend.reply_timeout_s)"
+                why = f"silent for {self.cfg.backend.reply_timeout_s:.3g} s after a reply (backend.reply_timeout_s)"
             else:
                 continue
             if self.failed(name, why):
