@@ -87,3 +87,24 @@ def test_ctrl_c_while_workers_start_says_there_is_nothing_to_resume(small_raw, t
     assert "nothing to resume" in err[-1] and "marlq resume" not in "\n".join(err)
     assert latest_checkpoint(out) is None
     assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+
+
+def test_ctrl_c_on_ray_prints_one_line_checkpoints_what_was_learned_and_resumes(small_raw, tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'marl-q[ray]')")
+    small_raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 0.5}})
+    small_raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 20})
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    proc, out = _start(small_raw, tmp_path)  # its own local Ray instance, in its process group
+    _wait_for(lambda: latest_checkpoint(out) is not None, proc)
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    # Ray may print a start-up notice of its own; with it, still at most 3 lines
+    assert len(err) <= 3 and not any("Traceback" in ln for ln in err), err
+    assert err[-1] == f"marlq: interrupted; continue with `marlq resume {out}`"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["updates"] > 0
+    assert load_checkpoint(latest_checkpoint(out))[1]["updates"] == summary["updates"]
+    more = summary["env_steps"] + 200
+    assert main(["resume", str(out), "--quiet", "--set", f"run.total_env_steps={more}"]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["resumes"][-1]["updates"] == summary["updates"]
