@@ -108,7 +108,10 @@ def _with_hint(exc: RunWriteError, out: Path) -> RunWriteError:
         hint = f"the last good checkpoint {last.name} is kept: make room (or restore {out}), then `marlq resume {out}`"
     else:
         hint = "no checkpoint was written before it, so nothing to resume: fix the disk and run it again"
-    return RunWriteError(exc.path, exc.reason, hint=f"the run is stopped; {hint}")
+    # a copy re-raised through another process (Ray's) may lack the attributes: keep it to one line
+    path = getattr(exc, "path", None) or "a run file"
+    reason = getattr(exc, "reason", None) or one_line(str(exc))
+    return RunWriteError(path, reason, hint=f"the run is stopped; {hint}")
 
 
 def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Optional[Path] = None,

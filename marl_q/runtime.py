@@ -182,17 +182,17 @@ class Runtime:
             state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
             snap_path = folder / f"ckpt_{updates}.sim.pkl"
             snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
-        arrays = {f"{SERVICE_PREFIX}{k}": v for k, v in self.service.state_dict().items()}
-        meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,
-                "env_steps": self.env_steps, "episodes": self.episodes, "t": t,
-                "wall_s": time.perf_counter() - self._wall0,
-                "algorithm": self.cfg.algorithm.name, "backend": self.cfg.backend.name,
-                "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
-                "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
-                "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
         try:
+            arrays = {f"{SERVICE_PREFIX}{k}": v for k, v in self.service.state_dict().items()}
+            meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,
+                    "env_steps": self.env_steps, "episodes": self.episodes, "t": t,
+                    "wall_s": time.perf_counter() - self._wall0,
+                    "algorithm": self.cfg.algorithm.name, "backend": self.cfg.backend.name,
+                    "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
+                    "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
+                    "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
             save_checkpoint(path, arrays, meta)
-        except RunWriteError:  # the snapshot without its checkpoint is of no use (and may be what filled the disk)
+        except RunWriteError:  # (a CSV flush or the archive) a snapshot without its checkpoint is of no use
             if snapshot_meta is not None:
                 (folder / snapshot_meta["file"]).unlink(missing_ok=True)
             raise
