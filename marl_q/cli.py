@@ -1,5 +1,7 @@
-"""`marlq`: run, resume, sweep, plot, list, bench. Exit codes: 0 ok, 2 bad input (named), 1 failure,
-130 interrupted (the run directory keeps what was computed; `marlq resume` continues it)."""
+"""`marlq`: run, resume, sweep, plot, list, bench. Exit codes: 0 ok, 2 bad input (named), 1 failure
+(a worker that keeps failing, or a run file that cannot be written: no space, directory removed or
+read-only, named with the last good checkpoint), 130 interrupted (the run directory keeps what was
+computed; the one line printed says whether `marlq resume` can continue it)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
-from marl_q.errors import ConfigError, UserError
+from marl_q.errors import ConfigError, RunWriteError, UserError
 
 EXIT_OK, EXIT_FAIL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 BUILTIN = {"run", "resume", "sweep", "plot", "list", "bench"}
@@ -87,8 +89,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as exc:
         print(f"marlq: error: {exc}", file=sys.stderr)
         return EXIT_USER
-    except KeyboardInterrupt:
-        print("marlq: interrupted", file=sys.stderr)
+    except RunWriteError as exc:  # the disk failed the run (no space, directory gone or read-only)
+        print(f"marlq: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt as exc:  # one line: whether and how the run can be continued
+        print(str(exc) if str(exc).startswith("marlq:") else "marlq: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `marlq ... | head`: the reader left; the run itself is saved
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -149,6 +149,11 @@ class BackendConfig:
     threads_per_worker: int = 1  # torch threads inside each worker
     max_restarts: int = 3  # local, ray: a worker process that dies is restarted up to this many times
     reply_timeout_s: float = 120.0  # local: a silent worker for this long is treated as failed
+    # local: a worker process that has not said hello this long after it started is treated as failed
+    # (the limit is multiplied by workers per core when there are more workers than cores)
+    hello_timeout_s: float = 30.0
+    # local: run even when workers exceed 4 per CPU core (refused otherwise, naming both numbers)
+    oversubscribe: bool = False
     # local, ray, for tests and fault studies: worker index -> its first process exits (code 3)
     # after that many steps, as if killed
     crash_after_steps: dict[int, int] = field(default_factory=dict)
@@ -384,6 +389,9 @@ def validate_cross(cfg: ExperimentConfig) -> None:
         raise ConfigError("backend.network.bandwidth_bytes_per_s: must be positive")
     if cfg.backend.compute.straggler_factor <= 0:
         raise ConfigError("backend.compute.straggler_factor: must be positive")
+    for key in ("reply_timeout_s", "hello_timeout_s"):
+        if getattr(cfg.backend, key) <= 0:
+            raise ConfigError(f"backend.{key}: must be positive, got {getattr(cfg.backend, key)}")
     check = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "check_config", None)
     if check is not None:
         check(cfg)

@@ -16,3 +16,18 @@ class CheckpointError(UserError):
 
 class RunDirError(UserError):
     """A path given as a run directory is not one."""
+
+
+class RunWriteError(Exception):
+    """A run file could not be written (no space left, directory removed or read-only): exit code 1.
+
+    Not a UserError: the input was fine, the machine failed the run. ``path`` is the file that could not
+    be written; the message names it and what to do."""
+
+    def __init__(self, path: object, exc: "BaseException | str", hint: str = "") -> None:
+        self.path = path
+        if isinstance(exc, OSError):
+            self.reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+        else:
+            self.reason = str(exc)
+        super().__init__(f"cannot write {path} ({self.reason})" + (f"; {hint}" if hint else ""))

@@ -77,11 +77,16 @@ class EvalWriter:
         if self.path is None:
             return
         new = not self.path.exists()
-        with self.path.open("a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            if new:
-                w.writeheader()
-            w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+        try:
+            with self.path.open("a", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=FIELDS)
+                if new:
+                    w.writeheader()
+                w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+        except OSError as exc:  # no space, directory gone: the run ends naming the file
+            from marl_q.errors import RunWriteError
+
+            raise RunWriteError(self.path, exc) from None
 
 
 def cut_eval_csv(path: Path, env_steps: int) -> None:

@@ -12,10 +12,10 @@ import torch
 
 from marl_q.evaluation import EVAL_FILE, cut_eval_csv
 from marl_q.config import ExperimentConfig, apply_override, build_config, read_yaml
-from marl_q.errors import CheckpointError, ConfigError, RunDirError
+from marl_q.errors import CheckpointError, ConfigError, RunDirError, RunWriteError
 from marl_q.registry import BACKENDS
-from marl_q.rundir import checkpoints, is_run_dir, load_checkpoint, load_snapshot, lock_run_dir, make_run_dir
-from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime
+from marl_q.rundir import checkpoints, is_run_dir, latest_checkpoint, load_checkpoint, load_snapshot, lock_run_dir, make_run_dir
+from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, one_line
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
@@ -26,10 +26,18 @@ RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "ev
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:
     """Run ``cfg`` on its backend; write everything under ``out`` (None: keep nothing on disk)."""
     backend = BACKENDS.get(cfg.backend.name, key="backend.name").obj
+    _preflight(backend, cfg)
     if out is not None:
         out = make_run_dir(Path(out))
         (out / "config.yaml").write_text(cfg.to_yaml())
     return _execute(cfg, out, backend, None, plots)
+
+
+def _preflight(backend: Any, cfg: ExperimentConfig) -> None:
+    """A backend's checks of this machine (local: workers per core) before anything is written."""
+    check = getattr(backend, "preflight", None)
+    if check is not None:
+        check(cfg)
 
 
 def _execute(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],
@@ -48,16 +56,25 @@ def _execute_locked(cfg: ExperimentConfig, out: Optional[Path], backend: Any, re
     rt = Runtime(cfg, out, resume=resume)
     try:
         summary = backend(rt)
+    except RunWriteError as exc:
+        # the disk failed the run: stop writing; the last good checkpoint is untouched (checkpoints are
+        # written to a temporary file and renamed), and the rows after it are cut on resume
+        rt.abandon()
+        raise (exc if out is None else _with_hint(exc, out)) from None
     except KeyboardInterrupt:
-        # keep what was computed: flushed metrics and ledger, a summary saying so; the last periodic
-        # checkpoint is where `marlq resume` continues (the state at the interrupt may be mid-update)
-        try:
-            rt.finish(0.0, virtual=False, status="interrupted", checkpoint=False)
-        except Exception as exc:  # never mask the interrupt
-            print(f"marlq: could not write the summary of the interrupted run ({exc})", file=sys.stderr)
-        if out is not None:
-            print(f"marlq: interrupted; continue with `marlq resume {out}`", file=sys.stderr)
-        raise
+        # keep what was computed: flushed metrics and ledger, a summary saying so. A backend that can stop
+        # at a safe point (local, ray) has already finished the run and checkpointed what it learned;
+        # otherwise the last periodic checkpoint is where `marlq resume` continues (the state at the
+        # interrupt may be mid-update)
+        if not rt.finished:
+            try:
+                rt.finish(0.0, virtual=False, status="interrupted", checkpoint=False)
+            except Exception as exc:  # never mask the interrupt
+                print(f"marlq: could not write the summary of the interrupted run ({one_line(str(exc))})",
+                      file=sys.stderr)
+        raise Interrupted(interrupt_note(out)) from None
+    if summary.get("status") == "interrupted":  # the backend caught the interrupt and stopped cleanly
+        raise Interrupted(interrupt_note(out))
     if out is not None and (cfg.run.plots if plots is None else plots):
         try:
             from marl_q.registry import PLOTS
@@ -66,6 +83,35 @@ def _execute_locked(cfg: ExperimentConfig, out: Optional[Path], backend: Any, re
         except Exception as exc:  # a plot failure must not lose the run
             print(f"marlq: plotting failed ({exc}); the run itself is saved", file=sys.stderr)
     return summary
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was interrupted and what it computed is saved; ``str()`` says whether and how it can be
+    continued (the CLI prints that one line and exits 130)."""
+
+
+def interrupt_note(out: Optional[Path]) -> str:
+    """The line printed for an interrupted run: the resume hint only when there is a checkpoint to
+    resume from."""
+    if out is None:
+        return "marlq: interrupted"
+    if latest_checkpoint(out) is None:
+        return (f"marlq: interrupted before the run learned anything; nothing to resume in {out} "
+                "(start it again with `marlq run`)")
+    return f"marlq: interrupted; continue with `marlq resume {out}`"
+
+
+def _with_hint(exc: RunWriteError, out: Path) -> RunWriteError:
+    """The write error, saying what is kept and how to go on."""
+    last = latest_checkpoint(out) if out.is_dir() else None
+    if last is not None:
+        hint = f"the last good checkpoint {last.name} is kept: make room (or restore {out}), then `marlq resume {out}`"
+    else:
+        hint = "no checkpoint was written before it, so nothing to resume: fix the disk and run it again"
+    # a copy re-raised through another process (Ray's) may lack the attributes: keep it to one line
+    path = getattr(exc, "path", None) or "a run file"
+    reason = getattr(exc, "reason", None) or one_line(str(exc))
+    return RunWriteError(path, reason, hint=f"the run is stopped; {hint}")
 
 
 def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Optional[Path] = None,
@@ -94,6 +140,7 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
         apply_override(raw, item)
     cfg = build_config(raw, source=str(run_dir / "config.yaml"))
     backend = BACKENDS.get(cfg.backend.name, key="backend.name").obj
+    _preflight(backend, cfg)
     lock = lock_run_dir(run_dir)  # before anything is read for the resume, let alone cut or moved
     try:
         point = _resume_point(run_dir, checkpoint, cfg)

@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from marl_q.errors import CheckpointError, RunDirError, UserError
+from marl_q.errors import CheckpointError, RunDirError, RunWriteError, UserError
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -92,12 +92,18 @@ class MetricsWriter:
 
     def flush(self) -> None:
         if self._writer and self._pending:
-            self._writer.writerows(self._pending)
-            self._wall_writer.writerows(self._walls)
-            self._file.flush()
-            self._wall_file.flush()
+            try:
+                self._write_rows()
+            except OSError as exc:  # no space, directory gone: the run ends naming the file
+                raise RunWriteError(self._file.name, exc) from None
         self._pending.clear()
         self._walls.clear()
+
+    def _write_rows(self) -> None:
+        self._writer.writerows(self._pending)
+        self._wall_writer.writerows(self._walls)
+        self._file.flush()
+        self._wall_file.flush()
 
     def close(self) -> None:
         self.flush()
@@ -191,8 +197,13 @@ def is_run_dir(path: Path) -> bool:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise RunWriteError(path, exc) from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -210,11 +221,23 @@ def save_checkpoint(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, A
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     header = np.frombuffer(json.dumps(meta, sort_keys=True, default=_json_default).encode(), dtype=np.uint8)
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **{CKPT_META: header}, **{k: np.asarray(v) for k, v in arrays.items()})
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **{CKPT_META: header}, **{k: np.asarray(v) for k, v in arrays.items()})
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # no space, directory removed or read-only: the older checkpoints are untouched
+        _discard(tmp)
+        raise RunWriteError(path, exc) from None
+
+
+def _discard(path: Path) -> None:
+    """Remove a half-written temporary file if it can be (it may be what filled the disk)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -272,11 +295,15 @@ def save_snapshot(path: Path, obj: Any) -> str:
     torch.save(obj, buf, pickle_protocol=pickle.HIGHEST_PROTOCOL)
     blob = buf.getvalue()
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise RunWriteError(path, exc) from None
     return hashlib.sha256(blob).hexdigest()
 
 

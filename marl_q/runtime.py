@@ -21,7 +21,7 @@ from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger
 from marl_q.protocol import Work, worker_names
 from marl_q.registry import ALGORITHMS
-from marl_q.errors import CheckpointError
+from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
                            service_arrays, write_json_atomic)
 from marl_q.seeding import derive
@@ -74,6 +74,7 @@ class Runtime:
         every = cfg.run.eval_every
         self._next_eval = (self.env_steps // every + 1) * every if every else None
         self._progress = _Progress(cfg, self.env_steps, self.episodes) if cfg.run.progress else None
+        self.finished = False  # finish() wrote the summary (an interrupt handler must not write it again)
 
     def _restore(self, resume: ResumePoint) -> None:
         meta = resume.meta
@@ -160,8 +161,11 @@ class Runtime:
                 or (run.total_episodes is not None and self.episodes >= run.total_episodes))
 
     def record_fault(self, kind: str, worker: str, detail: str, t: float) -> None:
+        """A fault in the summary (in full) and on the console as it happens (one line)."""
         self.faults.append({"kind": kind, "worker": worker, "detail": detail, "t": t})
-        print(f"marlq: {kind} {worker}: {detail}", file=sys.stderr)
+        if self._progress is not None:
+            self._progress.bar.clear()
+        print(f"marlq: {kind} {worker}: {one_line(detail)}", file=sys.stderr, flush=True)
 
     # -- persistence --------------------------------------------------------------------------
     def checkpoint(self, t: float) -> Optional[Path]:
@@ -178,15 +182,20 @@ class Runtime:
             state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
             snap_path = folder / f"ckpt_{updates}.sim.pkl"
             snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
-        arrays = {f"{SERVICE_PREFIX}{k}": v for k, v in self.service.state_dict().items()}
-        meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,
-                "env_steps": self.env_steps, "episodes": self.episodes, "t": t,
-                "wall_s": time.perf_counter() - self._wall0,
-                "algorithm": self.cfg.algorithm.name, "backend": self.cfg.backend.name,
-                "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
-                "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
-                "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
-        save_checkpoint(path, arrays, meta)
+        try:
+            arrays = {f"{SERVICE_PREFIX}{k}": v for k, v in self.service.state_dict().items()}
+            meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,
+                    "env_steps": self.env_steps, "episodes": self.episodes, "t": t,
+                    "wall_s": time.perf_counter() - self._wall0,
+                    "algorithm": self.cfg.algorithm.name, "backend": self.cfg.backend.name,
+                    "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
+                    "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
+                    "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
+            save_checkpoint(path, arrays, meta)
+        except RunWriteError:  # (a CSV flush or the archive) a snapshot without its checkpoint is of no use
+            if snapshot_meta is not None:
+                (folder / snapshot_meta["file"]).unlink(missing_ok=True)
+            raise
         self._last_ckpt_updates = updates
         try:
             load_checkpoint(path)  # verify before pruning: the previous good checkpoints stay otherwise
@@ -236,7 +245,36 @@ class Runtime:
             self.metrics.close()
             self.ledger.close()
             write_json_atomic(self.out / "summary.json", summary)
+        self.finished = True
         return summary
+
+    def abandon(self) -> None:
+        """A run file could not be written: close what is open without writing more (each close may
+        fail the same way; the last good checkpoint is what a resume starts from)."""
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+        for writer in (self.metrics, self.ledger):
+            for attr in ("_pending", "_walls", "_rows"):
+                if isinstance(getattr(writer, attr, None), list):
+                    getattr(writer, attr).clear()
+            for fh in (getattr(writer, "_file", None), getattr(writer, "_wall_file", None)):
+                try:
+                    if fh is not None:
+                        fh.close()
+                except OSError:
+                    pass
+            writer._file = writer._wall_file = None
+            writer._writer = None
+        self.out = None  # nothing more is written for this run
+
+
+def one_line(detail: str) -> str:
+    """A fault's detail for the console: a traceback shortened to its first and last lines."""
+    lines = [ln.strip() for ln in str(detail).splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ... {lines[-1]}"
 
 
 class _Progress:

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from multiprocessing import connection as mp_connection
+import os
 import queue
+import signal
+import sys
+import threading
 import time
 import traceback
 import uuid
@@ -24,6 +28,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from marl_q.config import ExperimentConfig
+from marl_q.errors import ConfigError
 from marl_q.messages import Message, stamp_life
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
@@ -31,6 +37,40 @@ from marl_q.seeding import duplicate_seed
 
 STOP = "stop"
 POLL_S = 0.5
+MAX_WORKERS_PER_CORE = 4  # beyond this, local refuses unless backend.oversubscribe
+STOP_GRACE_S = 5.0  # how long stopping workers may take before they are terminated
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def load_average() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):
+        return "unknown"
+
+
+def check_overload(cfg: ExperimentConfig) -> None:
+    """Refuse, before anything is written, a local run with far more workers than cores (each worker is
+    a process that imports torch and steps its environments: 64 of them on 2 cores spend minutes starting
+    and time out instead of learning); with backend.oversubscribe: true, warn and go on."""
+    workers, cores = cfg.backend.workers, cpu_cores()
+    if workers <= MAX_WORKERS_PER_CORE * cores:
+        return
+    if not cfg.backend.oversubscribe:
+        raise ConfigError(
+            f"backend.workers={workers} on {cores} CPU cores (load {load_average()}): local runs one process per "
+            f"worker, more than {MAX_WORKERS_PER_CORE} per core would spend the run starting up and timing out. "
+            f"Use at most {MAX_WORKERS_PER_CORE * cores} workers, backend.name=sim to simulate {workers}, or "
+            "--set backend.oversubscribe=true to run anyway")
+    print(f"marlq: warning: backend.workers={workers} on {cores} CPU cores (load {load_average()}): oversubscribed "
+          "(backend.oversubscribe); start-up will be slow", file=sys.stderr, flush=True)
 
 
 class Duplicator:
@@ -108,6 +148,9 @@ def run_local(rt: Runtime) -> dict:
     return LocalRun(rt).run()
 
 
+run_local.preflight = check_overload  # type: ignore[attr-defined]  # before the run directory is made
+
+
 class LocalRun:
     """The main process of a local run: serve the workers' queues until the run is done.
 
@@ -149,21 +192,52 @@ class LocalRun:
         self.turn = 0  # whose queue is served first, rotating
         self.status = "completed"
         self.last_check = self.t0
+        # a fresh process that has not said hello: when it was started (its hello is due within hello_s;
+        # start-up takes longer when workers outnumber cores, so the limit grows with workers per core)
+        self.starting: dict[str, float] = {}
+        self.hello_s = self.cfg.backend.hello_timeout_s * max(1.0, len(self.names) / cpu_cores())
+        # failures of each worker since any worker last finished a step: every worker at 2 or more means
+        # the run cannot make progress (the machine is overloaded, or every worker hits the same error)
+        self.streak = {name: 0 for name in self.names}
+        self.interrupts = 0  # Ctrl-C presses seen by the main loop's handler
 
     def run(self) -> dict:
-        for i in range(len(self.names)):
-            self.spawn(i)
-        self.last_check = time.perf_counter()
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self.on_interrupt) if main else None
         try:
-            while not self.rt.done() and self.status == "completed":
-                now = self.serve_next()
-                self.run_due_kills(now)
-                if now - self.last_check >= POLL_S:
-                    self.last_check = now  # liveness, checked on the clock whether or not others keep talking
-                    self.check_liveness(now)
+            try:
+                for i in range(len(self.names)):
+                    if self.interrupts:
+                        break
+                    self.spawn(i)
+                self.last_check = time.perf_counter()
+                while not self.rt.done() and self.status == "completed":
+                    if self.interrupts:
+                        self.status = "interrupted"
+                        break
+                    now = self.serve_next()
+                    self.run_due_kills(now)
+                    if now - self.last_check >= POLL_S:
+                        self.last_check = now  # liveness, checked on the clock whether or not others keep talking
+                        self.check_liveness(now)
+                if self.interrupts:
+                    self.status = "interrupted"
+            finally:
+                self.stop_workers(grace_s=1.0 if self.interrupts else STOP_GRACE_S)
+            # between turns the server's state is whole: an interrupted run keeps what it learned in a
+            # checkpoint, so that `marlq resume` can continue it (nothing learned: nothing to resume)
+            learned = self.rt.service.updates() > 0
+            return self.rt.finish(time.perf_counter() - self.t0, virtual=False, status=self.status,
+                                  checkpoint=self.status != "interrupted" or learned)
         finally:
-            self.stop_workers()
-        return self.rt.finish(time.perf_counter() - self.t0, virtual=False, status=self.status)
+            if main:
+                signal.signal(signal.SIGINT, previous)
+
+    def on_interrupt(self, signum: int, frame: Any) -> None:
+        """Ctrl-C: the main loop stops at its next turn (within POLL_S); a second Ctrl-C stops at once."""
+        self.interrupts += 1
+        if self.interrupts > 1:
+            raise KeyboardInterrupt
 
     # ------------------------------------------------------------------------- one turn of the loop
     def serve_next(self) -> float:
@@ -181,6 +255,8 @@ class LocalRun:
                 self.status = "worker_failed"
         elif kind is not None:
             self.last_heard[name] = now
+            if kind == "work":
+                self.streak = dict.fromkeys(self.streak, 0)  # a step was taken: the run makes progress
             self.receive(kind, name, body, now)
         return now
 
@@ -202,6 +278,7 @@ class LocalRun:
 
     def said_hello(self, name: str, now: float) -> None:
         self.unheard.discard(name)
+        self.starting.pop(name, None)
         if self.t_run is None:
             self.greeted.add(name)
             self.t_run = now if len(self.greeted) == len(self.names) else None
@@ -230,13 +307,19 @@ class LocalRun:
 
     def check_liveness(self, now: float) -> None:
         for name, p in list(self.procs.items()):
-            owes = self.last_sent[name] > self.last_heard[name]
-            silent = owes and now - self.last_sent[name] > self.cfg.backend.reply_timeout_s
-            if not p.is_alive() or silent:
-                why = f"process exited with code {p.exitcode}" if not p.is_alive() else "silent too long"
-                if self.failed(name, why):
-                    self.status = "worker_failed"
-                    break
+            if not p.is_alive():
+                why = f"process exited with code {p.exitcode}"
+            elif name in self.starting and now - self.starting[name] > self.hello_s:
+                why = (f"never said hello within {self.hello_s:.3g} s of starting (backend.hello_timeout_s; "
+                       f"load {load_average()} on {cpu_cores()} cores)")
+            elif (name not in self.starting and self.last_sent[name] > self.last_heard[name]
+                  and now - self.last_sent[name] > self.cfg.backend.reply_timeout_s):
+                why = f"silent for {self.cfg.backend.reply_timeout_s:.3g} s after a reply (backend.reply_timeout_s)"
+            else:
+                continue
+            if self.failed(name, why):
+                self.status = "worker_failed"
+                break
 
     # ------------------------------------------------------------------------- the worker processes
     def spawn(self, i: int) -> None:
@@ -244,10 +327,12 @@ class LocalRun:
         self.inboxes[name], self.outboxes[name] = self.ctx.Queue(), self.ctx.Queue()
         p = self.ctx.Process(target=_worker_main, daemon=True,
                              args=(self.cfg_dict, i, self.inboxes[name], self.outboxes[name], self.restarts[name]))
-        p.start()
+        with _sigint_ignored():  # inherited by the new process: Ctrl-C reaches the main process only
+            p.start()
         self.procs[name] = p
         self.last_sent[name] = time.perf_counter()  # a fresh process owes us its hello
         self.last_heard[name] = self.last_sent[name] - 1e-9
+        self.starting[name] = self.last_sent[name]
 
     def kill(self, name: str, at_s: float) -> bool:
         """Kill a worker's process as scheduled; True if the run must end."""
@@ -264,6 +349,14 @@ class LocalRun:
         if self.restarts[name] >= self.cfg.backend.max_restarts:
             self.rt.record_fault("worker_failed", name, f"{detail}; no restarts left", now)
             return True
+        self.streak[name] += 1
+        if min(self.streak.values()) >= 2:
+            self.rt.record_fault("worker_failed", name, (
+                f"{detail}; every worker has now failed twice with no step taken by any, so the run is "
+                f"stopped: see the first failure above; on a busy machine ({len(self.names)} workers, "
+                f"{cpu_cores()} cores, load {load_average()}) use fewer backend.workers or raise "
+                "backend.hello_timeout_s"), now)
+            return True
         self.restarts[name] += 1
         self.rt.record_fault("worker_restarted", name, f"{detail}; restart {self.restarts[name]}", now)
         p = self.procs[name]
@@ -278,13 +371,34 @@ class LocalRun:
         self.held[:] = [r for r in self.held if r.dst != name]  # its answer died with it; its successor says hello
         return False
 
-    def stop_workers(self) -> None:
+    def stop_workers(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Tell every worker to stop; terminate those still running after ``grace_s`` (all together)."""
         for name in self.names:
-            self.inboxes[name].put(STOP)
+            if name in self.inboxes:
+                self.inboxes[name].put(STOP)
+        deadline = time.perf_counter() + grace_s
         for p in self.procs.values():
-            p.join(timeout=5)
+            p.join(timeout=max(0.0, deadline - time.perf_counter()))
+        for p in self.procs.values():
             if p.is_alive():
-                p.terminate()
+                p.terminate()  # SIGTERM: a worker still importing ends without a traceback
+        for p in self.procs.values():
+            p.join(timeout=1.0)
+
+
+class _sigint_ignored:
+    """SIGINT ignored for the ``with`` block (main thread only): a process started inside inherits the
+    ignored disposition, and Python then never turns Ctrl-C into a KeyboardInterrupt there (a terminal's
+    Ctrl-C goes to the whole process group; the main process alone decides how the run ends)."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _next_item(outboxes: dict[str, Any], timeout: float, turn: int = 0) -> tuple[Any, Any, Any]:

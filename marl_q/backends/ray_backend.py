@@ -327,6 +327,11 @@ class ServerHost:
     async def finish(self, status: str) -> dict:
         self.closed = True
         self._wake_all()
+        if status == "interrupted" and self.error is None:
+            # the actor runs one call at a time, so its state is whole here: keep what was learned, so that
+            # the interrupt's resume hint is true (nothing learned: no checkpoint, and the hint says so)
+            return self.rt.finish(self.now(), virtual=False, status=status,
+                                  checkpoint=self.rt.service.updates() > 0)
         if status in ("interrupted", "failed"):  # the state may be mid-update: keep the last periodic checkpoint
             return self.rt.finish(self.now(), virtual=False, status=status, checkpoint=False)
         return self.rt.finish(self.now(), virtual=False, status=status)
@@ -554,7 +559,9 @@ class Driver:
 
 
 def _say(kind: str, name: str, detail: str) -> None:
-    print(f"marlq: {kind} {name}: {detail}", file=sys.stderr)
+    from marl_q.runtime import one_line
+
+    print(f"marlq: {kind} {name}: {one_line(detail)}", file=sys.stderr, flush=True)
 
 
 class _Bar:

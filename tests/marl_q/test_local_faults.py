@@ -79,3 +79,59 @@ def test_only_duplicates_are_injected_on_real_backends(small_raw):
         build_config(small_raw)
     small_raw["backend"]["faults"] = {"duplicate": 0.1}
     assert build_config(small_raw).backend.faults.duplicate == 0.1
+
+
+# ----------------------------------------------------------------------------- overload
+def test_far_more_workers_than_cores_is_refused_before_anything_is_written(small_raw, tmp_path, monkeypatch):
+    from marl_q.backends import local
+
+    monkeypatch.setattr(local, "cpu_cores", lambda: 2)
+    small_raw["backend"].update({"name": "local", "workers": 64})
+    with pytest.raises(ConfigError, match=r"backend.workers=64 on 2 CPU cores.*backend.oversubscribe=true"):
+        run_experiment(build_config(small_raw), tmp_path / "r")
+    assert not (tmp_path / "r").exists()  # the same --out works once the command is fixed
+    small_raw["backend"]["workers"] = 8  # 4 per core is allowed
+    local.check_overload(build_config(small_raw))
+
+
+def test_oversubscribe_runs_with_a_warning(small_raw, monkeypatch, capsys):
+    from marl_q.backends import local
+
+    monkeypatch.setattr(local, "cpu_cores", lambda: 2)
+    small_raw["backend"].update({"name": "local", "workers": 64, "oversubscribe": True})
+    local.check_overload(build_config(small_raw))
+    err = capsys.readouterr().err
+    assert "warning: backend.workers=64 on 2 CPU cores" in err and len(err.strip().splitlines()) == 1
+
+
+def test_workers_that_never_say_hello_fail_fast_and_the_run_stops_when_all_keep_failing(small_raw, tmp_path,
+                                                                                         capsys):
+    """A hello timeout far shorter than start-up: every worker fails, is restarted (one console line
+    each, as it happens), fails again, and the run stops with worker_failed and what to do, long
+    before reply_timeout_s x max_restarts."""
+    small_raw["backend"].update({"name": "local", "hello_timeout_s": 0.01, "reply_timeout_s": 600, "max_restarts": 5})
+    summary = run_experiment(build_config(small_raw), tmp_path / "r")
+    assert summary["status"] == "worker_failed" and summary["env_steps"] == 0
+    kinds = [f["kind"] for f in summary["faults"]]
+    # each worker fails twice: one restart each, one more of the first to fail, then the run stops
+    assert kinds == ["worker_restarted"] * 3 + ["worker_failed"]
+    assert all("never said hello within 0.01 s" in f["detail"] for f in summary["faults"])
+    assert "every worker has now failed twice" in summary["faults"][-1]["detail"]
+    assert "fewer backend.workers or raise backend.hello_timeout_s" in summary["faults"][-1]["detail"]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("marlq: worker_")]
+    assert len(lines) == 4 and sum("worker_restarted" in ln for ln in lines) == 3
+
+
+@pytest.mark.parametrize("key", ["hello_timeout_s", "reply_timeout_s"])
+def test_timeouts_must_be_positive(small_raw, key):
+    small_raw["backend"].update({"name": "local", key: 0})
+    with pytest.raises(ConfigError, match=f"backend.{key}: must be positive"):
+        build_config(small_raw)
+
+
+def test_a_fault_shows_on_the_console_as_one_line():
+    from marl_q.runtime import one_line
+
+    assert one_line("raised an exception:\nTraceback (most recent call last):\n  File x\nValueError: bad") == \
+        "raised an exception: ... ValueError: bad"
+    assert one_line("killed by backend.kill at 1 s") == "killed by backend.kill at 1 s"

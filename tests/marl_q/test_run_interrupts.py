@@ -1,0 +1,110 @@
+"""Ctrl-C on a real backend, as a terminal sends it (SIGINT to the whole process group): one short
+message, exit 130, a checkpoint of what was learned so that the printed resume hint is true, and no
+hint (but "nothing to resume") when nothing was learned."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from marl_q.cli import main
+from marl_q.rundir import latest_checkpoint, load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start(raw: dict, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "r"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.Popen([sys.executable, "-m", "marl_q.cli", "run", str(cfg), "--out", str(out), "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own process group, like a job in a terminal
+    return proc, out
+
+
+def _wait_for(cond, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended early (exit {proc.returncode}): {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("the run made no progress in time")
+        time.sleep(0.05)
+
+
+def _interrupt(proc: subprocess.Popen) -> tuple[int, list[str]]:
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: every process of the group
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the interrupted run did not end")
+    return proc.returncode, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def _local(raw: dict) -> dict:
+    raw["backend"].update({"name": "local", "workers": 2})
+    raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 20})
+    return raw
+
+
+def test_ctrl_c_on_local_prints_one_line_checkpoints_what_was_learned_and_resumes(small_raw, tmp_path):
+    proc, out = _start(_local(small_raw), tmp_path)
+    _wait_for(lambda: latest_checkpoint(out) is not None, proc)  # it has learned something
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    assert len(err) <= 3 and not any("Traceback" in ln for ln in err), err
+    assert err[-1] == f"marlq: interrupted; continue with `marlq resume {out}`"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["updates"] > 0
+    # the checkpoint holds the state at the interrupt, not only the last periodic one
+    assert load_checkpoint(latest_checkpoint(out))[1]["updates"] == summary["updates"]
+    # the hint is true
+    more = summary["env_steps"] + 200
+    assert main(["resume", str(out), "--quiet", "--set", f"run.total_env_steps={more}"]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["env_steps"] >= more
+    assert resumed["resumes"][-1]["updates"] == summary["updates"]
+
+
+def test_ctrl_c_while_workers_start_says_there_is_nothing_to_resume(small_raw, tmp_path):
+    proc, out = _start(_local(small_raw), tmp_path)
+    _wait_for(lambda: (out / "metrics.csv").is_file(), proc)  # the run has begun; its workers are importing
+    time.sleep(0.3)
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    assert len(err) <= 3 and not any("Traceback" in ln for ln in err), err
+    assert "nothing to resume" in err[-1] and "marlq resume" not in "\n".join(err)
+    assert latest_checkpoint(out) is None
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+
+
+def test_ctrl_c_on_ray_prints_one_line_checkpoints_what_was_learned_and_resumes(small_raw, tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'marl-q[ray]')")
+    small_raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 0.5}})
+    small_raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 20})
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    proc, out = _start(small_raw, tmp_path)  # its own local Ray instance, in its process group
+    _wait_for(lambda: latest_checkpoint(out) is not None, proc)
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    # Ray may print a start-up notice of its own; with it, still at most 3 lines
+    assert len(err) <= 3 and not any("Traceback" in ln for ln in err), err
+    assert err[-1] == f"marlq: interrupted; continue with `marlq resume {out}`"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["updates"] > 0
+    assert load_checkpoint(latest_checkpoint(out))[1]["updates"] == summary["updates"]
+    more = summary["env_steps"] + 200
+    assert main(["resume", str(out), "--quiet", "--set", f"run.total_env_steps={more}"]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["resumes"][-1]["updates"] == summary["updates"]
