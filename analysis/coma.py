@@ -2,8 +2,8 @@
 
 Usage (after ``marlq sweep ... --grid algorithm.name=coma,iac,central_v``):
 
-    python -m analysis.coma SWEEP_OR_RUN_DIRS... --out curves.png [--by algorithm.name]
-        [--x env_steps|t] [--window 100] [--threshold 8] [--title "..."]
+    marlq coma SWEEP_OR_RUN_DIRS... --out curves.png [--by algorithm.name]
+        [--x env_steps|t] [--window N] [--threshold 8] [--title "..."]
 
 Runs are grouped by a config key (``--by``, dotted, read from each run's config.yaml); each group's
 curve is the mean over seeds of the trailing ``window``-episode mean return, on a common x grid, and
@@ -177,8 +177,8 @@ def summary_table(runs: list[Run], threshold: Optional[float], window: int) -> l
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI: plot grouped learning curves with bands and print the table."""
-    p = argparse.ArgumentParser(prog="python -m analysis.coma", description=__doc__.splitlines()[0])
+    """Learning curves of runs grouped by a config key (COMA and its baselines), 95% bands over seeds, and a table."""
+    p = argparse.ArgumentParser(prog="marlq coma", description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True, help="PNG file")
     p.add_argument("--by", default="algorithm.name", help="config key that names a curve")
@@ -202,7 +202,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         runs = [load_run(d, args.by, args.x) for d in find_run_dirs(args.paths)]
     except RunDirError as exc:
-        print(f"analysis.coma: {exc}", file=sys.stderr)
+        print(f"marlq coma: error: {exc}", file=sys.stderr)
         return 2
     curves = group_curves(runs, args.window)
     x_label = "environment steps (all workers)" if args.x == "env_steps" else "time (s; virtual in sim)"
