@@ -185,9 +185,14 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
         if len(keys) == 1:
             label = str(g[0].flat.get(keys[0]))
         else:
-            named = [f"{short_key(k)}={g[0].flat.get(k)}" for k in keys[:LABEL_KEYS_MAX]]
-            more = len(keys) - LABEL_KEYS_MAX
-            label = ", ".join(named) + (f", +{more} more" if more > 0 else "")
+            named = [f"{short_key(k)}={g[0].flat.get(k)}" for k in keys]
+
+            def text(n: int) -> str:
+                return ", ".join(named[:n]) + (f", +{len(named) - n} more" if n < len(named) else "")
+            n = min(len(named), LABEL_KEYS_MAX)
+            while n > 1 and len(text(n)) > LABEL_CHARS_MAX:  # fewer keys, counted, rather than cut text
+                n -= 1
+            label = text(n)
         label = _clip(label) if keys else f"group {len(out) + 1}"
         while label in out:  # two groups that read the same after clipping
             label += "'"
