@@ -2,8 +2,8 @@
 
 Usage (after ``marlq sweep ... --grid algorithm.name=coma,iac,central_v``):
 
-    python -m analysis.coma SWEEP_OR_RUN_DIRS... --out curves.png [--by algorithm.name]
-        [--x env_steps|t] [--window 100] [--threshold 8] [--title "..."]
+    marlq coma SWEEP_OR_RUN_DIRS... --out curves.png [--by algorithm.name]
+        [--x env_steps|t] [--window N] [--threshold 8] [--title "..."]
 
 Runs are grouped by a config key (``--by``, dotted, read from each run's config.yaml); each group's
 curve is the mean over seeds of the trailing ``window``-episode mean return, on a common x grid, and
@@ -37,6 +37,7 @@ class Run:
     x: np.ndarray  # env steps or virtual time at each finished episode
     returns: np.ndarray
     summary: dict
+    solve_window: int = 100  # the run's run.solve_window: the default smoothing, as in `marlq plot`
 
 
 def find_run_dirs(paths: Sequence[Path]) -> list[Path]:
@@ -76,7 +77,8 @@ def load_run(path: Path, by: str, x_key: str) -> Run:
         raise RunDirError(f"{path}: metrics.csv has no column {x_key!r}")
     x = np.array([float(r[x_key]) for r in rows])
     returns = np.array([float(r["return"]) for r in rows])
-    return Run(path, config_value(config, by), x, returns, summary)
+    window = int((config.get("run") or {}).get("solve_window") or 100)
+    return Run(path, config_value(config, by), x, returns, summary, window)
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -135,10 +137,11 @@ def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     for group, c in curves.items():
-        (line,) = ax.plot(c.grid, c.mean, label=f"{group} ({c.seeds} seeds)")
-        ax.fill_between(c.grid, c.low, c.high, color=line.get_color(), alpha=0.2)
+        (line,) = ax.plot(c.grid, c.mean, label=f"{group} ({c.seeds} seed{'s' if c.seeds != 1 else ''})")
+        if c.seeds >= 2:  # no band from one seed
+            ax.fill_between(c.grid, c.low, c.high, color=line.get_color(), alpha=0.2, linewidth=0)
     for i, (name, value) in enumerate(references):
         ax.axhline(value, color="0.4", linestyle=(0, (4, 2 + i)), linewidth=1)
         ax.annotate(f"{name} ({value:g})", (0.01, value), xycoords=("axes fraction", "data"),
@@ -147,8 +150,10 @@ def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str,
     ax.set_ylabel(y_label)
     ax.set_title(textwrap.fill(title, 70), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(title="mean over seeds; shaded: 95% t-band,\nclipped to the seeds' range", fontsize=9)
-    fig.tight_layout()
+    banded = sorted({c.seeds for c in curves.values() if c.seeds >= 2})
+    legend = (f"mean over seeds; shaded: 95% t-interval over {'/'.join(map(str, banded))} seeds,\n"
+              "clipped at each x to the seeds' range") if banded else "1 seed per line: no band"
+    ax.legend(title=legend, fontsize=9, title_fontsize=8)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -177,13 +182,15 @@ def summary_table(runs: list[Run], threshold: Optional[float], window: int) -> l
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI: plot grouped learning curves with bands and print the table."""
-    p = argparse.ArgumentParser(prog="python -m analysis.coma", description=__doc__.splitlines()[0])
+    """Learning curves of runs grouped by a config key (COMA and its baselines), 95% bands over seeds, and a table."""
+    p = argparse.ArgumentParser(prog="marlq coma", description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True, help="PNG file")
     p.add_argument("--by", default="algorithm.name", help="config key that names a curve")
     p.add_argument("--x", default="env_steps", choices=["env_steps", "t"], help="x axis: env steps or time (s)")
-    p.add_argument("--window", type=int, default=100, help="episodes in the trailing mean")
+    p.add_argument("--window", type=int, default=None,
+                   help="episodes in the trailing mean (default: the runs' run.solve_window, 100 unless set; "
+                        "the window of steps_to_solve and of `marlq plot`)")
     p.add_argument("--threshold", type=float, help="report the x where each seed first reaches this return")
     p.add_argument("--title", default=None)
     p.add_argument("--reference", action="append", default=[], metavar="NAME=VALUE",
@@ -202,8 +209,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         runs = [load_run(d, args.by, args.x) for d in find_run_dirs(args.paths)]
     except RunDirError as exc:
-        print(f"analysis.coma: {exc}", file=sys.stderr)
+        print(f"marlq coma: error: {exc}", file=sys.stderr)
         return 2
+    if args.window is None:
+        windows = sorted({r.solve_window for r in runs})
+        args.window = windows[-1]
+        if len(windows) > 1:
+            print(f"marlq coma: the runs' run.solve_window differ ({windows}); smoothing over {args.window}",
+                  file=sys.stderr)
+    if args.window < 1:
+        p.error(f"--window: must be at least 1, got {args.window}")
     curves = group_curves(runs, args.window)
     x_label = "environment steps (all workers)" if args.x == "env_steps" else "time (s; virtual in sim)"
     scenario = runs[0].summary.get("scenario", "?")

@@ -1,12 +1,17 @@
 """Plots from run directories alone: learning curves with 95% bands over seeds, traffic, staleness.
 
-Runs whose resolved configs differ only in `run.seed` form one group (one line with a band); the
-legend names each group by the keys that differ between groups.
+Runs whose resolved configs differ only in `run.seed` form one group (one line; a band only where the
+group has at least two seeds). The legend names each group by the few keys that differ between groups;
+the title says what was run (algorithms, heads, aggregation, staleness rule, stragglers, backend, seeds).
+Returns are smoothed over the runs' `run.solve_window` episodes (100 by default), the window
+`steps_to_solve` uses, so a curve crosses the solved line where the summary says it does.
 """
 from __future__ import annotations
 
 import csv
 import json
+import textwrap
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -16,13 +21,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from analysis.stats import mean_ci  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from analysis.stats import clipped_band, mean_ci  # noqa: E402
 import yaml  # noqa: E402
 
 from marl_q.errors import RunDirError  # noqa: E402
 
-SMOOTH_EPISODES = 20
+SMOOTH_EPISODES = 100  # the default of run.solve_window; each run's own solve_window is used when set
 GRID_POINTS = 200
+LABEL_KEYS_MAX = 3  # keys named in a legend label; more are counted ("+2 more")
+LABEL_CHARS_MAX = 40
+IGNORED_KEYS = {"run.seed", "run.progress", "run.plots"}
+QUANTUM_HEADS = {"vqc", "hybrid", "diffqas"}
 
 
 @dataclass
@@ -42,14 +53,24 @@ class Run:
 
 
 
-def save_figure(fig: Any, ax: Any, path: Path) -> Path:
-    """The house finish of a one-axes plot: light grid, legend, tight layout, PNG at 120 dpi; closed."""
+def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1) -> tuple[Any, Any]:
+    """A figure with constrained layout (legends and titles get their room; no tight-layout warnings)."""
+    return plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+
+
+def save_figure(fig: Any, ax: Any, path: Path, legend_title: Optional[str] = None) -> Path:
+    """The house finish of a one-axes plot: light grid, legend, PNG at 120 dpi; closed."""
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, title=legend_title, title_fontsize=8)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def wrap(text: str, width: int = 90) -> str:
+    """Each line of a title wrapped at `width` characters."""
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.splitlines())
 
 def read_csv_columns(path: Path) -> dict[str, np.ndarray]:
     """A CSV file as column arrays (numeric where every value parses)."""
@@ -108,31 +129,176 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _values(runs: list[Run], key: str) -> list[str]:
+    """The distinct values of a flat config key over runs, in order of first appearance."""
+    out: list[str] = []
+    for r in runs:
+        v = str(r.flat.get(key))
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def differing_keys(groups: list[list[Run]]) -> list[str]:
+    """The keys whose value differs between groups, less those a differing choice implies (when
+    `actor.head` differs, the head's own options under `actor.` say nothing more), the title's keys first."""
+    if len(groups) < 2:
+        return []
+    runs = [g[0] for g in groups]
+    all_keys = set().union(*(r.flat for r in runs)) - IGNORED_KEYS
+    differ = {k for k in all_keys if len({str(r.flat.get(k)) for r in runs}) > 1}
+    for choice in ("scenario.name", "algorithm.name", "actor.head", "critic.head"):
+        if choice in differ:
+            section = choice.split(".")[0] + "."
+            differ = {k for k in differ if k == choice or not k.startswith(section)}
+    first = ["algorithm.name", "actor.head", "critic.head", "server.aggregation", "server.staleness.rule",
+             "backend.compute.stragglers", "backend.compute.straggler_factor", "scenario.name"]
+    return [k for k in first if k in differ] + sorted(differ - set(first))
+
+
+def short_key(key: str) -> str:
+    """`algorithm.name` -> algorithm, `actor.head` -> actor, `server.staleness.rule` -> staleness, else the last part."""
+    parts = key.split(".")
+    if parts[-1] in ("name", "head", "rule") and len(parts) > 1:
+        return parts[-2]
+    return parts[-1]
+
+
+def _clip(text: str, limit: int = LABEL_CHARS_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
-    """Group by config minus the seed; label each group by the keys that differ between groups."""
-    ignore = {"run.seed", "run.progress", "run.plots"}
+    """Group by config minus the seed; label each group by the few keys that differ between groups
+    (just the value when one key differs: its name is the legend's title, see `legend_key`)."""
     keyed: dict[tuple, list[Run]] = {}
     for r in runs:
-        key = tuple(sorted((k, str(v)) for k, v in r.flat.items() if k not in ignore))
+        key = tuple(sorted((k, str(v)) for k, v in r.flat.items() if k not in IGNORED_KEYS))
         keyed.setdefault(key, []).append(r)
     groups = list(keyed.values())
     if len(groups) == 1:
         c = groups[0][0].config
-        label = f"{c['algorithm'].get('name')} on {c['scenario'].get('name')}"
-        return {label: groups[0]}
-    all_keys = set().union(*(r.flat for r in runs)) - ignore
-    differing = sorted(k for k in all_keys if len({str(g[0].flat.get(k)) for g in groups}) > 1)
+        return {f"{c['algorithm'].get('name')} on {c['scenario'].get('name')}": groups[0]}
+    keys = differing_keys(groups)
     out: dict[str, list[Run]] = {}
     for g in groups:
-        label = ", ".join(f"{k}={g[0].flat.get(k)}" for k in differing) or str(len(out))
+        if len(keys) == 1:
+            label = str(g[0].flat.get(keys[0]))
+        else:
+            named = [f"{short_key(k)}={g[0].flat.get(k)}" for k in keys]
+
+            def text(n: int) -> str:
+                return ", ".join(named[:n]) + (f", +{len(named) - n} more" if n < len(named) else "")
+            n = min(len(named), LABEL_KEYS_MAX)
+            while n > 1 and len(text(n)) > LABEL_CHARS_MAX:  # fewer keys, counted, rather than cut text
+                n -= 1
+            label = text(n)
+        label = _clip(label) if keys else f"group {len(out) + 1}"
+        while label in out:  # two groups that read the same after clipping
+            label += "'"
         out[label] = g
     return out
 
 
+def legend_key(runs: list[Run]) -> Optional[str]:
+    """The one config key that tells the groups apart, when exactly one does (the legend's title)."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(tuple(sorted((k, str(v)) for k, v in r.flat.items() if k not in IGNORED_KEYS)), r)
+    keys = differing_keys([[r] for r in groups.values()])
+    return keys[0] if len(keys) == 1 else None
+
+
+def _heads(runs: list[Run]) -> str:
+    actor, critic = _values(runs, "actor.head"), _values(runs, "critic.head")
+    if actor == ["mlp"] and critic == ["mlp"]:
+        return "classical heads"
+
+    def one(role: str, names: list[str]) -> str:
+        if names == ["mlp"]:
+            return f"classical {role}"
+        if len(names) == 1:
+            kind = "quantum" if names[0] in QUANTUM_HEADS else "classical"
+            return f"{kind} {role} ({names[0]})"
+        return f"{role} {'/'.join(names)}"
+    return f"{one('actor', actor)}, {one('critic', critic)}"
+
+
+def _stragglers(runs: list[Run]) -> str:
+    found = []
+    for r in runs:
+        who = r.flat.get("backend.compute.stragglers")
+        factor = r.flat.get("backend.compute.straggler_factor", 1.0)
+        text = "no stragglers" if who in (None, "[]") or factor == 1.0 else f"stragglers {who} x{factor:g}"
+        if text not in found:
+            found.append(text)
+    return " / ".join(found)
+
+
+def describe(runs: list[Run]) -> str:
+    """A title from what was run: algorithms (all of them), scenario, heads, aggregation, staleness rule,
+    stragglers, backend and seeds; a value that differs between runs is shown as `a/b/c`."""
+    algos = _values(runs, "algorithm.name")
+    scen = _values(runs, "scenario.name")
+    first = f"{' vs '.join(algos)} on {'/'.join(scen)}, {_heads(runs)}"
+    agg = "/".join(_values(runs, "server.aggregation"))
+    rule = "/".join(_values(runs, "server.staleness.rule"))
+    cap = [v for v in _values(runs, "server.max_staleness") if v != "None"]
+    backend = "/".join(_values(runs, "backend.name"))
+    workers = "/".join(_values(runs, "backend.workers"))
+    per_group: dict[tuple, set] = {}
+    for r in runs:
+        key = tuple(sorted((k, str(v)) for k, v in r.flat.items() if k not in IGNORED_KEYS))
+        per_group.setdefault(key, set()).add(r.flat.get("run.seed"))
+    counts = sorted({len(s) for s in per_group.values()})
+    each = " each" if len(per_group) > 1 else ""
+    seeds = f"{'/'.join(map(str, counts))} seed{'s' if counts != [1] else ''}{each}"
+    second = (f"{agg} aggregation, staleness {rule}{' (max ' + '/'.join(cap) + ')' if cap else ''}, "
+              f"{_stragglers(runs)}, {backend} x{workers} workers, {seeds}")
+    return f"{first}\n{second}"
+
+
+def resolve_labels(items: list[str], groups: dict[str, list[Run]], paths: list[Path]) -> dict[str, str]:
+    """--label KEY=TEXT items -> {group label: TEXT}. KEY names a group by its automatic label, by a run
+    directory in it, or by a path given on the command line that holds runs of that group only."""
+    from marl_q.errors import UserError
+
+    out: dict[str, str] = {}
+    for item in items:
+        hit = None
+        for i in [j for j, ch in enumerate(item) if ch == "="]:
+            key, text = item[:i].strip(), item[i + 1:]
+            if key in groups:
+                hit = (key, text)
+                break
+            where = Path(key).resolve() if key else None
+            owners = {label for label, runs in groups.items() for r in runs
+                      if where is not None and (r.path.resolve() == where or where in r.path.resolve().parents)}
+            if len(owners) == 1:
+                hit = (owners.pop(), text)
+                break
+        if hit is None:
+            names = ", ".join(repr(g) for g in groups)
+            raise UserError(f"--label: {item!r} names no group (a path given, a run directory, or one of {names})")
+        out[hit[0]] = hit[1]
+    return out
+
+
 def mean_band(curves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and a 95% t-interval across rows (NaN where fewer than one value)."""
-    mean, half = mean_ci(np.vstack(curves))
-    return mean, mean - half, mean + half
+    """Mean and the band drawn around it: the 95% t-interval over seeds, clipped at each x to the range
+    the seeds themselves span there (`analysis.stats.clipped_band`), and NaN (no band) where fewer than
+    two seeds have a value."""
+    stack = np.vstack(curves)
+    mean, half = mean_ci(stack)
+    lo, hi = clipped_band(stack, mean, half)
+    few = np.sum(np.isfinite(stack), axis=0) < 2
+    lo, hi = np.where(few, np.nan, lo), np.where(few, np.nan, hi)
+    return mean, lo, hi
+
+
+def solve_window(run: Run) -> int:
+    """The episodes of a run's trailing mean: its `run.solve_window` (what `steps_to_solve` uses)."""
+    return int(run.config.get("run", {}).get("solve_window") or SMOOTH_EPISODES)
 
 
 def smoothed(y: np.ndarray, window: int = SMOOTH_EPISODES) -> np.ndarray:
@@ -144,75 +310,134 @@ def smoothed(y: np.ndarray, window: int = SMOOTH_EPISODES) -> np.ndarray:
 
 
 def _curve(run: Run, xkey: str, grid: np.ndarray) -> np.ndarray:
-    x, y = run.metrics[xkey], smoothed(run.metrics["return"])
+    x, y = run.metrics[xkey], smoothed(run.metrics["return"], solve_window(run))
     out = np.interp(grid, x, y)
     out[(grid < x[0]) | (grid > x[-1])] = np.nan
     return out
 
 
-def plot_learning(groups: dict[str, list[Run]], xkey: str, xlabel: str, title: str, path: Path) -> Optional[Path]:
+def band_text(counts: list[int]) -> Optional[str]:
+    """What the shaded band is and over how many seeds (None when no group has two)."""
+    banded = sorted({n for n in counts if n >= 2})
+    if not banded:
+        return None
+    n = "/".join(map(str, banded))
+    return f"shaded: 95% t-interval over {n} seeds,\nclipped at each x to the seeds' range"
+
+
+def plot_learning(groups: dict[str, list[Run]], xkey: str, xlabel: str, title: str, path: Path,
+                  labels: Optional[dict[str, str]] = None, legend_title: Optional[str] = None) -> Optional[Path]:
     if not any("return" in r.metrics and len(r.metrics["return"]) for g in groups.values() for r in g):
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    labels = labels or {}
+    fig, axes = new_figure((7.5, 4.8))
+    ax = axes[0, 0]
     xmax = max(float(np.max(r.metrics[xkey])) for g in groups.values() for r in g if len(r.metrics[xkey]))
     grid = np.linspace(0.0, xmax, GRID_POINTS)
+    counts = []
     for label, runs in groups.items():
         curves = [_curve(r, xkey, grid) for r in runs if len(r.metrics.get("return", []))]
         if not curves:
             continue
+        counts.append(len(curves))
         mean, lo, hi = mean_band(curves)
-        observed = np.vstack(curves)
-        if np.isfinite(observed).any():
-            lo = np.maximum(lo, np.nanmin(observed))
-            hi = np.minimum(hi, np.nanmax(observed))
-        line, = ax.plot(grid, mean, label=f"{label} (n={len(curves)})")
+        n = f"{len(curves)} seed{'s' if len(curves) > 1 else ''}"
+        line, = ax.plot(grid, mean, label=f"{labels.get(label, label)} ({n})")
         if len(curves) > 1:
-            ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2)
+            ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     solve = next(iter(groups.values()))[0].config.get("run", {}).get("solve_return")
     if solve is not None:
         ax.axhline(solve, color="grey", linestyle=":", linewidth=1, label=f"solved ({solve:g})")
+    windows = sorted({solve_window(r) for g in groups.values() for r in g})
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"episode return (mean of last {SMOOTH_EPISODES}; band: 95% CI over seeds)")
-    ax.set_title(title)
-    return save_figure(fig, ax, path)
+    ax.set_ylabel(f"return, mean of last {'/'.join(map(str, windows))} episodes\n(run.solve_window, as steps_to_solve)")
+    ax.set_title(wrap(title), fontsize=10)
+    band = band_text(counts)
+    parts = [p for p in (legend_title, "line: mean over seeds" if band else None, band,
+                         None if band else "1 seed per line: no band") if p]
+    return save_figure(fig, ax, path, legend_title="\n".join(parts) or None)
 
 
-def plot_traffic(groups: dict[str, list[Run]], title: str, path: Path) -> Optional[Path]:
-    """Cumulative messages and bytes vs time, per worker, uploads solid and downloads dashed."""
+def _cumulative_on(t: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """A cumulative sum of `values` at times `t`, read at each grid time (step function)."""
+    order = np.argsort(t, kind="stable")
+    cum = np.concatenate([[0.0], np.cumsum(values[order])])
+    return cum[np.searchsorted(t[order], grid, side="right")]
+
+
+def workers_differ(per_worker: np.ndarray, tolerance: float = 0.05) -> bool:
+    """Whether workers' cumulative curves (workers, grid) differ: their final totals spread by more than
+    `tolerance` of the mean worker's (workers a step apart in time, with the same totals, are alike)."""
+    if len(per_worker) < 2:
+        return False
+    final = per_worker[:, -1]
+    return float(final.max() - final.min()) > tolerance * max(float(np.mean(final)), 1e-12)
+
+
+def plot_traffic(groups: dict[str, list[Run]], title: str, path: Path,
+                 labels: Optional[dict[str, str]] = None) -> Optional[Path]:
+    """Cumulative messages and bytes vs time, uploads solid and downloads dashed: one line per worker when
+    the workers differ, else the mean worker with the min-max range over workers shaded."""
+    labels = labels or {}
     shown = [(label, runs[0]) for label, runs in groups.items() if runs[0].comm is not None][:4]
     if not shown:
         return None
-    fig, axes = plt.subplots(len(shown), 2, figsize=(11, 3.2 * len(shown)), squeeze=False)
+    fig, axes = new_figure((11, 3.4 * len(shown) + 0.6), len(shown), 2)
     for row, (label, run) in enumerate(shown):
         c = run.comm
         t, nbytes = c["t"], c["bytes"]
         workers = sorted({w for w in np.concatenate([c["src"], c["dst"]]) if w != "server"},
                          key=lambda w: (len(str(w)), str(w)))
-        for i, w in enumerate(workers):
-            color = plt.cm.tab10(i % 10)
-            for direction, mask, style in (("up", c["src"] == w, "-"), ("down", c["dst"] == w, "--")):
-                if not mask.any():
-                    continue
-                axes[row, 0].plot(t[mask], np.arange(1, mask.sum() + 1), style, color=color,
-                                  label=f"{w} {direction}")
-                axes[row, 1].plot(t[mask], np.cumsum(nbytes[mask]) / 1e6, style, color=color)
-        axes[row, 0].set_ylabel("messages (cumulative)")
-        axes[row, 1].set_ylabel("payload (MB, cumulative)")
-        axes[row, 0].set_title(f"{label}: messages", fontsize=9)
-        axes[row, 1].set_title(f"{label}: bytes", fontsize=9)
+        grid = np.linspace(0.0, float(np.max(t)) if len(t) else 1.0, GRID_POINTS)
+        curves = {}
+        for direction, col in (("up", "src"), ("down", "dst")):
+            masks = [c[col] == w for w in workers]
+            curves[direction] = (np.array([_cumulative_on(t[m], np.ones(m.sum()), grid) for m in masks]),
+                                 np.array([_cumulative_on(t[m], nbytes[m], grid) / 1e6 for m in masks]))
+        differ = any(workers_differ(a) for pair in curves.values() for a in pair)
+        for direction, style in (("up", "-"), ("down", "--")):
+            msgs, mbytes = curves[direction]
+            if not msgs.size or not msgs[:, -1].any():
+                continue
+            if differ:
+                for i, w in enumerate(workers):
+                    color = plt.cm.tab10(i % 10)
+                    axes[row, 0].plot(grid, msgs[i], style, color=color, label=str(w) if direction == "up" else None)
+                    axes[row, 1].plot(grid, mbytes[i], style, color=color)
+            else:
+                color = "C0" if direction == "up" else "C1"
+                for col, arr in ((0, msgs), (1, mbytes)):
+                    axes[row, col].plot(grid, arr.mean(axis=0), style, color=color,
+                                        label=(f"{direction}: mean worker" if len(workers) > 1 else direction)
+                                        if col == 0 else None)
+                    if len(workers) > 1:
+                        axes[row, col].fill_between(grid, arr.min(axis=0), arr.max(axis=0), color=color, alpha=0.2,
+                                                    linewidth=0, label=f"{direction}: min-max over {len(workers)} "
+                                                    "workers" if col == 0 else None)
+        axes[row, 0].set_ylabel("messages per worker\n(cumulative)")
+        axes[row, 1].set_ylabel("payload per worker\n(MB, cumulative)")
+        name = _clip(labels.get(label, label), 60)
+        how = "per worker" if differ else ("1 worker" if len(workers) == 1 else f"{len(workers)} alike workers")
+        axes[row, 0].set_title(f"{name}: messages ({how})", fontsize=9)
+        axes[row, 1].set_title(f"{name}: bytes ({how})", fontsize=9)
         for ax in axes[row]:
             ax.set_xlabel(run.clock)
             ax.grid(alpha=0.3)
-        axes[row, 0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"{title}: traffic per worker (solid: up to the server, dashed: down)")
-    fig.tight_layout()
+        if axes[row, 0].get_legend_handles_labels()[0]:
+            ncol = 1 if not differ else min(4, max(1, (len(workers) + 3) // 4))
+            axes[row, 0].legend(fontsize=7, ncol=ncol, loc="upper left",
+                                title="solid: up to the server, dashed: down" if differ else None, title_fontsize=7)
+    fig.suptitle(wrap(f"Traffic (solid: up to the server, dashed: down): {title}", 110),
+                 fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def plot_staleness(groups: dict[str, list[Run]], title: str, path: Path) -> Optional[Path]:
+def plot_staleness(groups: dict[str, list[Run]], title: str, path: Path,
+                   labels: Optional[dict[str, str]] = None, legend_title: Optional[str] = None) -> Optional[Path]:
     """Distribution of the staleness of updates that reached the server (all seeds of a group)."""
+    labels = labels or {}
     data = {}
     for label, runs in groups.items():
         values, dropped = [], 0
@@ -227,20 +452,29 @@ def plot_staleness(groups: dict[str, list[Run]], title: str, path: Path) -> Opti
             data[label] = (np.concatenate(values), dropped)
     if not data:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, axes = new_figure((7.5, 4.5))
+    ax = axes[0, 0]
     top = int(max(v.max() for v, _ in data.values()))
     bins = np.arange(-0.5, top + 1.5, 1.0)
     for label, (values, dropped) in data.items():
         ax.hist(values, bins=bins, density=True, histtype="step", linewidth=1.8,
-                label=f"{label} (mean {values.mean():.2f}, rejected {dropped})")
+                label=f"{labels.get(label, label)} (mean {values.mean():.2f}, rejected {dropped})")
+    ax.set_xlim(-0.5, top + 0.5)
+    # staleness counts versions: whole-number ticks only (MaxNLocator alone falls back to -0.4, 0.25, ...
+    # when fewer than two integers fit, as for a sync run where every update has staleness 0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("staleness (server versions between pull and push)")
     ax.set_ylabel("fraction of accepted updates")
-    ax.set_title(f"{title}: staleness of updates")
-    return save_figure(fig, ax, path)
+    ax.set_title(wrap(f"Staleness of updates: {title}"), fontsize=10)
+    return save_figure(fig, ax, path, legend_title=legend_title)
 
 
-def plot_paths(paths: list[Path], out: Optional[Path] = None) -> list[Path]:
-    """Draw every standard plot for the runs at or below `paths`; return the PNG paths."""
+def plot_paths(paths: list[Path], out: Optional[Path] = None, labels: Optional[list[str]] = None,
+               title: Optional[str] = None) -> list[Path]:
+    """Draw every standard plot for the runs at or below `paths`; return the PNG paths.
+
+    `labels`: ``KEY=TEXT`` items renaming groups in legends (see `resolve_labels`); `title` replaces the
+    title built from what was run."""
     run_dirs = find_runs([Path(p) for p in paths])
     runs = [load_run(p) for p in run_dirs]
     if out is None:
@@ -248,17 +482,18 @@ def plot_paths(paths: list[Path], out: Optional[Path] = None) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs)
-    c = runs[0].config
-    seeds = sorted({r.config.get("run", {}).get("seed") for r in runs})
-    title = (f"{c['algorithm'].get('name')} on {c['scenario'].get('name')}, "
-             f"{c['backend'].get('name')} x{c['backend'].get('workers')} workers, "
-             f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}")
-    made = [
-        plot_learning(groups, "env_steps", "environment steps (all workers)", title, out / "return_vs_steps.png"),
-        plot_learning(groups, "t", runs[0].clock, title, out / "return_vs_time.png"),
-        plot_traffic(groups, title, out / "traffic.png"),
-        plot_staleness(groups, title, out / "staleness.png"),
-    ]
+    names = resolve_labels(list(labels or []), groups, [Path(p) for p in paths])
+    title = title or describe(runs)
+    key = legend_key(runs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No artists with labels found")
+        made = [
+            plot_learning(groups, "env_steps", "environment steps (all workers)", title, out / "return_vs_steps.png",
+                          names, key),
+            plot_learning(groups, "t", runs[0].clock, title, out / "return_vs_time.png", names, key),
+            plot_traffic(groups, title, out / "traffic.png", names),
+            plot_staleness(groups, title, out / "staleness.png", names, key),
+        ]
     return [p for p in made if p is not None]
 
 

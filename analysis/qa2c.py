@@ -1,6 +1,6 @@
 """The quantum A2C reproduction plot (Koelle et al.): learning curves of the four head variants.
 
-    python -m analysis.qa2c RUN_DIR... --out qa2c.png [--window 100] [--solve 475]
+    marlq qa2c RUN_DIR... --out qa2c.png [--window 100] [--solve 475]
 
 Reads only run directories (config.yaml, metrics.csv). A run's variant comes from its resolved
 actor/critic heads. Each curve is the mean over seeds of the trailing ``window``-episode mean
@@ -69,8 +69,8 @@ def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Draw the four variants' learning curves into one PNG and print the table."""
-    p = argparse.ArgumentParser(prog="python -m analysis.qa2c", description=__doc__.splitlines()[0])
+    """The quantum A2C plot (Koelle et al.): learning curves of the four head variants into one PNG, and a table."""
+    p = argparse.ArgumentParser(prog="marlq qa2c", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--window", type=int, default=100)

@@ -6,8 +6,8 @@ Plots (docs/lsvi.md), each with a 95% band over seeds (Student t):
 3. rounds vs M for async at alpha = 1/M^2 (log-log), with an M^2 reference and the fitted slope;
 4. regret (and rounds) vs alpha for async (the trade-off).
 
-Usage: ``python -m analysis.regret SWEEP_DIR`` draws from every LSVI run below SWEEP_DIR;
-``python -m analysis.regret --run CONFIG --seeds 5 --out SWEEP_DIR`` first runs the three sweeps
+Usage: ``marlq regret SWEEP_DIR`` draws from every LSVI run below SWEEP_DIR;
+``marlq regret --run CONFIG --seeds 5 --out SWEEP_DIR`` first runs the three sweeps
 (algorithms at M=10; async over M; async over alpha) through ``marlq sweep``, then draws.
 Run directories only: this module never trains.
 """
@@ -462,8 +462,8 @@ def sweep_commands(config: str, root: Path, seeds: int, jobs: int) -> list[list[
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m analysis.regret SWEEP_DIR`` or ``... --run CONFIG --seeds N --out SWEEP_DIR``."""
-    parser = argparse.ArgumentParser(prog="python -m analysis.regret", description=__doc__.splitlines()[0])
+    """Regret and communication plots of the LSVI family from a sweep folder (--run CONFIG runs the sweeps first)."""
+    parser = argparse.ArgumentParser(prog="marlq regret", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", nargs="?", help="folder holding LSVI run directories")
     parser.add_argument("--run", metavar="CONFIG", help="first run the sweeps for CONFIG into --out")
     parser.add_argument("--seeds", type=int, default=5)

@@ -1,6 +1,6 @@
 """AMARL routing comparison: train both learners over seeds, then tabulate and plot (docs/routing.md).
 
-    python -m analysis.routing --seeds 5 --out sweeps/routing
+    marlq routing --seeds 5 --out sweeps/routing
 
 Runs `marlq run` for scenarios/routing_amarl.yaml and scenarios/routing_single_ppo.yaml once per
 seed (one process at a time; finished runs are kept, so rerunning continues), then reads only the
@@ -302,15 +302,17 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.routing", description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--out", default="sweeps/routing")
+    """AMARL routing comparison: train AMARL and single-agent PPO over seeds, then tabulate and plot."""
+    p = argparse.ArgumentParser(prog="marlq routing", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per learner (default 5)")
+    p.add_argument("--out", default="sweeps/routing", help="folder for the runs, tables and PNGs (default sweeps/routing)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override for both configs, e.g. run.total_env_steps=20000")
     p.add_argument("--plot-only", action="store_true", help="do not train; plot what is there")
     args = p.parse_args(argv)
     if args.seeds < 1:
-        p.error(f"--seeds must be at least 1, got {args.seeds}")
+        p.error(f"--seeds: must be at least 1, got {args.seeds}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:

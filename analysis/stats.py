@@ -37,5 +37,10 @@ def mean_ci(samples: ArrayLike, level: float = 0.95) -> tuple[np.ndarray, np.nda
 
 def clipped_band(curves: np.ndarray, mean: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The band to draw around ``mean`` +- ``half`` for curves (seeds, x): clipped at each x to the range the
-    seeds themselves span, since the t-interval of a few seeds can reach past what any seed scored."""
-    return np.maximum(mean - half, curves.min(axis=0)), np.minimum(mean + half, curves.max(axis=0))
+    seeds themselves span, since the t-interval of a few seeds can reach past what any seed scored. NaNs
+    (a seed's curve that ends early) are ignored at each x."""
+    curves = np.asarray(curves, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an x no seed reaches: NaN, drawn as nothing
+        low, high = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
+    return np.maximum(mean - half, low), np.minimum(mean + half, high)

@@ -1,6 +1,6 @@
 """Vehicular relays (docs/vehicular.md): train over seeds, evaluate at several penetration ratios, plot and summarise.
 
-    python -m analysis.vehicular --config scenarios/vehicular_a3c.yaml --seeds 5 --out sweeps/vehicular
+    marlq vehicular --config scenarios/vehicular_a3c.yaml --seeds 5 --out sweeps/vehicular
 
 Training is ``marlq run`` (one subprocess per seed, skipped when its run directory is complete);
 evaluation is ``marlq vehicular_eval`` (``evaluate_main`` below: one subprocess per run, written to
@@ -330,7 +330,7 @@ def evaluate_run(run_dir: Path, penetrations: list[float], episodes: int,
 
 
 def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
-    """Evaluate one trained run (RUN_DIR --p 0.1 0.2 --episodes 2 --out eval.csv); ``main`` runs it per seed."""
+    """Evaluate one trained run at penetration ratios (RUN_DIR --p 0.1 0.2 --episodes 2 --out eval.csv)."""
     import torch
 
     from marl_q.errors import UserError
@@ -426,8 +426,8 @@ def report(root: Path) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Train ``--seeds`` runs of ``--config``, evaluate each at ``--p``, then plot (``--report-only`` skips the first two)."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    """Vehicular relays: train --seeds runs, evaluate each at penetration ratios --p, then plot and summarise."""
+    parser = argparse.ArgumentParser(prog="marlq vehicular", description=main.__doc__ + " --report-only skips training and evaluation.")
     parser.add_argument("--config", default="scenarios/vehicular_a3c.yaml")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("sweeps/vehicular"))

@@ -62,12 +62,26 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="plot run directories or sweep folders")
     pl.add_argument("paths", nargs="+")
     pl.add_argument("--out", help="folder for the PNGs (default: <path>/plots)")
+    pl.add_argument("--label", action="append", default=[], metavar="KEY=TEXT",
+                    help="legend text for one group; KEY is a path given (or a run directory in the group) or "
+                         "the group's automatic label; repeatable")
+    pl.add_argument("--title", help="figure title (default: built from what was run and what differs)")
 
     sub.add_parser("list", help="list registered algorithms, heads, scenarios, backends, rules")
 
     b = sub.add_parser("bench", help="benchmarks: marlq bench NAME [args]")
     b.add_argument("name")
     b.add_argument("args", nargs=argparse.REMAINDER)
+
+    # the discovered commands (analysis reports) parse their own arguments; listed here for `marlq --help`
+    from marl_q.plugins import load_plugins
+    from marl_q.registry import COMMANDS
+
+    load_plugins()
+    for entry in COMMANDS:
+        if entry.name not in BUILTIN:
+            sub.add_parser(entry.name, help=(entry.help or f"see marlq {entry.name} --help").replace("%", "%%"),
+                           add_help=False)
     return p
 
 
@@ -108,10 +122,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from marl_q.experiment import run_experiment
     from marl_q.config import load_config
 
+    out_arg = out_dir(args.out) if args.out else None
     cfg = load_config(args.config, args.overrides, seed=args.seed)
     if args.quiet:
         cfg.run.progress = False
-    out = Path(args.out) if args.out else default_run_dir(args.config, cfg.run.seed)
+    out = out_arg or default_run_dir(args.config, cfg.run.seed)
     return _report(run_experiment(cfg, out), out)
 
 
@@ -135,6 +150,16 @@ def _report(summary: dict, out: Path) -> int:
     return EXIT_OK if summary.get("status") == "completed" else EXIT_FAIL
 
 
+def out_dir(value: str, option: str = "--out") -> Path:
+    """A directory to write into (new or existing): a path at or above it that is a file is a user error."""
+    path = Path(value)
+    for p in [path, *path.parents]:
+        if p.exists() and not p.is_dir():
+            what = "" if p == path else f" ({p} is a file)"
+            raise UserError(f"{option}: {path} is not a directory{what}; give a folder to write into")
+    return path
+
+
 def default_run_dir(config: str, seed: int) -> Path:
     return Path("runs") / Path(config).stem / f"seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -144,11 +169,11 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
     grid = []
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,...")
+            raise ConfigError(f"--grid: expected KEY=V1,V2,..., got {item!r}")
         key, values = item.split("=", 1)
         vals = [v for v in values.split(",") if v != ""]
         if not key or not vals:
-            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,...")
+            raise ConfigError(f"--grid: expected KEY=V1,V2,..., got {item!r}")
         grid.append((key.strip(), vals))
     return grid
 
@@ -157,6 +182,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from marl_q.config import load_config
 
     grid = parse_grid(args.grid)
+    out_arg = out_dir(args.out) if args.out else None
     if args.seeds < 1:
         raise ConfigError(f"--seeds: must be at least 1, got {args.seeds}")
     if args.jobs < 1:
@@ -165,7 +191,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # validate every combination before starting anything
     for combo in combos:
         load_config(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], seed=0)
-    root = Path(args.out) if args.out else Path("sweeps") / Path(args.config).stem
+    root = out_arg or Path("sweeps") / Path(args.config).stem
     root.mkdir(parents=True, exist_ok=True)
     jobs = []
     for combo in combos:
@@ -228,32 +254,39 @@ def _completed(out: Path) -> bool:
 
 
 def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
+    """Run the jobs `width` at a time under one progress bar over the runs (done/total, elapsed, ETA)."""
+    from tqdm import tqdm
+
     running: list[tuple[Path, subprocess.Popen, float]] = []
     failed: list[Path] = []
-    done = 0
     queue = list(jobs)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    t0 = time.perf_counter()
-    while queue or running:
-        while queue and len(running) < width:
-            out, cmd = queue.pop(0)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            log = open(out.parent / f"{out.name}.log", "w")
-            running.append((out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), time.perf_counter()))
-        time.sleep(0.2)
-        for item in list(running):
-            out, proc, start = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            done += 1
-            elapsed = time.perf_counter() - t0
-            eta = elapsed / done * (len(jobs) - done)
-            status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {out.name}.log)"
-            if proc.returncode != 0:
-                failed.append(out)
-            print(f"sweep: [{done}/{len(jobs)}] {out} {status} in {time.perf_counter() - start:.0f}s; "
-                  f"ETA {eta:.0f}s", flush=True)
+    bar = tqdm(total=len(jobs), desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
+                          "[{elapsed}<{remaining}]{postfix}")
+    try:
+        while queue or running:
+            while queue and len(running) < width:
+                out, cmd = queue.pop(0)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                log = open(out.parent / f"{out.name}.log", "w")
+                running.append((out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
+                                time.perf_counter()))
+                bar.set_postfix_str(f"running {len(running)}", refresh=True)
+            time.sleep(0.2)
+            for item in list(running):
+                out, proc, start = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                if proc.returncode != 0:
+                    failed.append(out)
+                    bar.write(f"sweep: {out} FAILED (exit {proc.returncode}, see {out.name}.log)", file=sys.stderr)
+                bar.set_postfix_str(f"last {out.parent.name}/{out.name} {time.perf_counter() - start:.0f}s"
+                                    + (f", {len(failed)} failed" if failed else ""), refresh=False)
+                bar.update(1)
+    finally:
+        bar.close()
     return failed
 
 
@@ -267,10 +300,20 @@ def _plotter():
     return PLOTS.get("standard").obj
 
 
+def parse_labels(items: list[str]) -> list[str]:
+    """--label KEY=TEXT items, checked for form; the plotter matches KEY (which may hold '=' itself, like an
+    automatic label `lr=0.01`) against the groups."""
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise UserError(f"--label: expected KEY=TEXT, got {item!r}")
+    return list(items)
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.paths]
-    out = Path(args.out) if args.out else None
-    for path in _plotter()(paths, out):
+    out = out_dir(args.out) if args.out else None
+    labels = parse_labels(args.label)
+    for path in _plotter()(paths, out, labels=labels, title=args.title):
         print(f"plot: {path}")
     return EXIT_OK
 

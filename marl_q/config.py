@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 import yaml
 
@@ -257,7 +257,33 @@ def load_config(path: str | Path, overrides: list[str] = (), seed: Optional[int]
         apply_override(raw, item)
     if seed is not None:
         raw.setdefault("run", {})["seed"] = seed
-    return build_config(raw, source=str(path))
+    try:
+        return build_config(raw, source=str(path))
+    except ConfigError as exc:
+        hint = _switched_choice_hint(read_yaml(path), overrides, str(exc))
+        if hint:
+            raise ConfigError(hint) from None
+        raise
+
+
+def _switched_choice_hint(file_raw: dict[str, Any], overrides: Sequence[str], message: str) -> Optional[str]:
+    """When ``--set actor.head=vqc`` leaves the file's options of the old head behind (``actor.hidden``) and
+    they fail, the message names the override the user typed and the way to replace the whole section."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        section, _, field = key.strip().partition(".")
+        if section not in CHOSEN or field != CHOSEN[section][0]:
+            continue
+        old = file_raw.get(section) if isinstance(file_raw.get(section), dict) else {}
+        if str(old.get(field, CHOSEN[section][2])) == value.strip():
+            continue
+        left = [k for k in old if k != field and not any(o.partition("=")[0].strip() == f"{section}.{k}"
+                                                       for o in overrides)]
+        if left and message.startswith(f"{section}"):
+            return (f"--set {item}: the file's {section} options ({', '.join(f'{section}.{k}' for k in left)}) "
+                    f"belong to {field} {old.get(field, CHOSEN[section][2])!r}; replace the whole section "
+                    f"instead, e.g. --set '{section}={{{field}: {value.strip()}, ...}}'")
+    return None
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -451,7 +477,7 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(_join_key(path, str(exc), fields)) from None
     post = getattr(obj, "validate", None)
     if callable(post):
         try:
@@ -459,8 +485,16 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
         except ConfigError:
             raise
         except ValueError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ConfigError(_join_key(path, str(exc), fields)) from None
     return obj
+
+
+def _join_key(path: str, message: str, fields: Any) -> str:
+    """``algorithm`` + ``epochs: must be ...`` -> ``algorithm.epochs: must be ...`` (one style for every error)."""
+    head, sep, _ = message.partition(": ")
+    if sep and head.split(".")[0].split("[")[0] in fields:
+        return f"{path}.{message}"
+    return f"{path}: {message}"
 
 
 def _type_name(tp: Any) -> str:

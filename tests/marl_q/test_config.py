@@ -102,7 +102,7 @@ def test_cross_checks(small_raw):
     ("run: {seed: x, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: a3c}\n", "run.seed: expected an integer"),
     # the actor-critic knobs are checked once, by ActorCriticConfig.validate
     ("run: {seed: 0, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: ppo, epochs: 0}\n",
-     "algorithm: epochs: must be at least 1, got 0"),
+     "algorithm.epochs: must be at least 1, got 0"),
     ("run: {seed: 0, total_env_steps: 10}\nscenario: {name: cartpole}\nalgorithm: {name: a3c, epochs: 2}\n",
      "epochs > 1 needs update: delta"),
 ])

@@ -138,7 +138,7 @@ def test_marl_q_imports_and_lists_ray_without_ray():
 
 def test_ray_config_is_validated(small_raw):
     _on_ray(small_raw)["backend"]["ray"]["num_cpus_per_worker"] = -1
-    with pytest.raises(ConfigError, match="backend.ray: num_cpus_per_worker: must be >= 0"):
+    with pytest.raises(ConfigError, match="backend.ray.num_cpus_per_worker: must be >= 0"):
         build_config(small_raw)
     small_raw["backend"]["ray"] = {"adress": "x:1"}
     with pytest.raises(ConfigError, match="did you mean 'backend.ray.address'"):

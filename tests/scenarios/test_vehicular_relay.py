@@ -161,7 +161,7 @@ def test_cli_exits_2_naming_the_key_and_writes_nothing(tmp_path, capsys, overrid
     err = capsys.readouterr().err
     assert code == 2, err
     section, key = override.split("=")[0].split(".")
-    # e.g. "scenario: penetration: 1.5 is outside [0, 1]"; a value outside a Literal's choices is caught
+    # e.g. "scenario.penetration: 1.5 is outside [0, 1]"; a value outside a Literal's choices is caught
     # by the config loader first ("scenario.reward: unknown value ...")
     assert f"{section}: {key}:" in err or f"{section}.{key}:" in err
     assert not out.exists()

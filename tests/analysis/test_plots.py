@@ -1,0 +1,262 @@
+"""The standard plots (analysis.plots) do not mislead: bands per x and only from two seeds, one smoothing
+window stated on the axis, titles from what was run, short legends, traffic lines only where workers
+differ, integer staleness ticks, --label/--title. Run directories are written by hand (no training)."""
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from analysis import plots
+from marl_q.cli import main
+
+
+def config(algorithm: str = "a3c", seed: int = 0, actor: str = "mlp", window: int = 100, **extra) -> dict:
+    cfg = {
+        "run": {"seed": seed, "total_env_steps": 1000, "solve_return": None, "solve_window": window,
+                "progress": False, "plots": False},
+        "backend": {"name": "sim", "workers": 4,
+                    "compute": {"step_s": 1e-4, "stragglers": [], "straggler_factor": 1.0}},
+        "server": {"aggregation": "hogwild", "staleness": {"rule": "constant"}, "max_staleness": None},
+        "scenario": {"name": "cartpole"},
+        "algorithm": {"name": algorithm, "lr": 0.001},
+        "actor": {"head": actor, "hidden": [64, 64]} if actor == "mlp" else {"head": actor, "n_qubits": 4},
+        "critic": {"head": "mlp", "hidden": [64, 64]},
+    }
+    for dotted, value in extra.items():
+        node = cfg
+        *parents, last = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return cfg
+
+
+def write_run(path: Path, cfg: dict, returns, steps=None, comm_rows=None) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    returns = np.asarray(returns, dtype=float)
+    steps = np.arange(1, len(returns) + 1) * 10 if steps is None else steps
+    with open(path / "metrics.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t", "worker", "env_steps", "episode", "return", "length", "version"])
+        for i, (s, r) in enumerate(zip(steps, returns)):
+            w.writerow([s / 1000, "w0", s, i + 1, r, 10, i])
+    if comm_rows is not None:
+        with open(path / "comm.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
+                        "staleness", "accepted", "reason"])
+            for i, (t, src, dst, nbytes, stale) in enumerate(comm_rows):
+                w.writerow([i, t, src, dst, "grad" if dst == "server" else "params", i, nbytes, 0, 0,
+                            "" if stale is None else stale, 1, ""])
+    (path / "summary.json").write_text(json.dumps({"status": "completed"}))
+    return path
+
+
+def comm(workers: int, per_worker: list[int], stale: int = 0) -> list:
+    rows = []
+    for w in range(workers):
+        for k in range(per_worker[w]):
+            rows.append((0.01 * k + 0.001 * w, f"w{w}", "server", 1000, stale))
+            rows.append((0.01 * k + 0.001 * w + 0.0005, "server", f"w{w}", 2000, None))
+    return sorted(rows)
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plots draw, kept open (plt.close is a no-op) for inspection."""
+    kept = []
+    close = plots.plt.close
+    monkeypatch.setattr(plots.plt, "close", lambda fig=None: kept.append(fig))
+    yield kept
+    for fig in list(kept):
+        if fig is not None:
+            close(fig)
+
+
+def by_name(figs, name: str):
+    """The figure saved as `name` (plot_paths draws in a fixed order)."""
+    order = ["return_vs_steps.png", "return_vs_time.png", "traffic.png", "staleness.png"]
+    return figs[order.index(name)]
+
+
+# ----------------------------------------------------------------------------- bands
+def test_band_is_clipped_per_x_not_to_the_range_over_all_x():
+    a = np.array([0.0, 0.0, 100.0, 0.0])
+    b = np.array([1.0, 1.0, -100.0, 1.0])
+    mean, lo, hi = plots.mean_band([a, b])
+    both = np.vstack([a, b])
+    assert np.all(lo >= both.min(axis=0) - 1e-12) and np.all(hi <= both.max(axis=0) + 1e-12)
+    width = hi - lo
+    assert width[0] == pytest.approx(1.0)  # where the seeds are 1 apart, the band is 1 wide
+    assert width[2] == pytest.approx(200.0)  # and only where they are 200 apart is it 200 wide
+
+
+def test_no_band_from_one_seed_and_nan_where_only_one_seed_reaches():
+    mean, lo, hi = plots.mean_band([np.array([1.0, 2.0, 3.0])])
+    assert np.isnan(lo).all() and np.isnan(hi).all()
+    mean, lo, hi = plots.mean_band([np.array([1.0, 2.0, 3.0]), np.array([2.0, 3.0, np.nan])])
+    assert np.isfinite(lo[:2]).all() and np.isnan(lo[2]) and mean[2] == 3.0
+
+
+def test_learning_plot_band_and_legend_say_what_the_band_is(tmp_path, figures):
+    rng = np.random.default_rng(0)
+    for s in range(3):
+        write_run(tmp_path / "sw" / f"seed{s}", config(seed=s), rng.normal(size=300))
+    plots.plot_paths([tmp_path / "sw"], tmp_path / "out")
+    ax = by_name(figures, "return_vs_steps.png").axes[0]
+    legend = ax.get_legend()
+    assert "95% t-interval over 3 seeds" in legend.get_title().get_text()
+    assert any("(3 seeds)" in t.get_text() for t in legend.get_texts())
+    assert len(ax.collections) == 1  # one band
+    # the band's vertices lie within what the seeds span overall (they may not fill the axes)
+    verts = ax.collections[0].get_paths()[0].vertices
+    curves = np.vstack([plots._curve(plots.load_run(tmp_path / "sw" / f"seed{s}"), "env_steps",
+                                     np.linspace(0, 3000, plots.GRID_POINTS)) for s in range(3)])
+    assert verts[:, 1].max() <= np.nanmax(curves) + 1e-9 and verts[:, 1].min() >= np.nanmin(curves) - 1e-9
+
+
+def test_single_run_has_no_band_and_says_so(tmp_path, figures):
+    write_run(tmp_path / "r", config(), np.arange(150.0))
+    plots.plot_paths([tmp_path / "r"], tmp_path / "out")
+    ax = by_name(figures, "return_vs_steps.png").axes[0]
+    assert len(ax.collections) == 0
+    title = ax.get_legend().get_title().get_text()
+    assert "no band" in title and "95%" not in title and "95%" not in ax.get_ylabel()
+
+
+# ----------------------------------------------------------------------------- smoothing
+def test_smoothing_window_is_the_runs_solve_window_and_stated_on_the_axis(tmp_path, figures):
+    returns = np.r_[np.zeros(50), np.full(50, 10.0)]
+    write_run(tmp_path / "r", config(window=7), returns)
+    plots.plot_paths([tmp_path / "r"], tmp_path / "out")
+    ax = by_name(figures, "return_vs_steps.png").axes[0]
+    assert "last 7 episodes" in ax.get_ylabel() and "solve_window" in ax.get_ylabel()
+    x, y = ax.lines[0].get_data()
+    expect = np.interp(x, np.arange(1, 101) * 10, plots.smoothed(returns, 7))
+    ok = np.isfinite(y)
+    assert np.allclose(y[ok], expect[ok])
+    assert plots.SMOOTH_EPISODES == 100  # the default run.solve_window: marlq plot and marlq coma agree
+
+
+def test_marlq_coma_smooths_over_the_same_window_as_marlq_plot(tmp_path, monkeypatch):
+    from analysis import coma
+
+    write_run(tmp_path / "r", config(window=7), np.arange(40.0))
+    seen = {}
+    real = coma.group_curves
+    monkeypatch.setattr(coma, "group_curves", lambda runs, window, **kw: seen.setdefault("w", window) and real(runs, window))
+    assert main(["coma", str(tmp_path / "r"), "--out", str(tmp_path / "c.png")]) == 0
+    assert seen["w"] == 7
+
+
+# ----------------------------------------------------------------------------- titles and legends
+def test_title_names_every_algorithm_not_the_first(tmp_path):
+    for algo in ("coma", "iac", "central_v"):
+        for s in range(2):
+            write_run(tmp_path / algo / f"seed{s}", config(algorithm=algo, seed=s), np.zeros(20))
+    runs = [plots.load_run(p) for p in plots.find_runs([tmp_path])]
+    title = plots.describe(runs)
+    assert title.startswith("central_v vs coma vs iac on cartpole")
+    assert "2 seeds each" in title
+
+
+def test_title_says_heads_staleness_rule_and_stragglers(tmp_path):
+    cfg = config(actor="vqc", server__staleness={"rule": "poly", "a": 0.5},
+                 backend__compute={"stragglers": [0], "straggler_factor": 10.0})
+    write_run(tmp_path / "q", cfg, np.zeros(10))
+    title = plots.describe([plots.load_run(tmp_path / "q")])
+    assert "quantum actor (vqc)" in title and "classical critic" in title
+    assert "staleness poly" in title and "stragglers [0] x10" in title and "hogwild" in title
+    write_run(tmp_path / "c", config(), np.zeros(10))
+    title = plots.describe([plots.load_run(tmp_path / "c")])
+    assert "classical heads" in title and "no stragglers" in title
+
+
+def test_legend_labels_are_short_and_name_only_differing_keys(tmp_path, figures):
+    write_run(tmp_path / "quickstart", config(), np.zeros(30))
+    write_run(tmp_path / "vqc", config(actor="vqc", algorithm__lr=0.01, algorithm__gamma=0.9,
+                                       algorithm__entropy=0.1, server__aggregation="sync"), np.zeros(30))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Tight layout not applied", no other warning
+        plots.plot_paths([tmp_path / "quickstart", tmp_path / "vqc"], tmp_path / "out")
+    ax = by_name(figures, "return_vs_steps.png").axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(labels) == 2
+    for text in labels:
+        assert len(text) <= plots.LABEL_CHARS_MAX + len(" (1 seed)")
+        assert "hidden" not in text and "n_qubits" not in text  # implied by the differing head
+        assert "seed=" not in text
+    assert any(text.startswith("actor=vqc") for text in labels) and any("more" in text for text in labels)
+    # the legend and the titles sit inside the figure
+    fig = by_name(figures, "return_vs_steps.png")
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    fbox = fig.bbox
+    assert box.x0 >= fbox.x0 and box.x1 <= fbox.x1 and box.y0 >= fbox.y0 and box.y1 <= fbox.y1
+
+
+def test_traffic_subplot_titles_do_not_overlap(tmp_path, figures):
+    for name, agg in (("a", "hogwild"), ("b", "sync")):
+        write_run(tmp_path / name, config(server__aggregation=agg, algorithm__lr=0.5 if name == "b" else 0.1),
+                  np.zeros(10), comm_rows=comm(2, [5, 5]))
+    plots.plot_paths([tmp_path], tmp_path / "out")
+    fig = by_name(figures, "traffic.png")
+    fig.canvas.draw()
+    boxes = [ax.title.get_window_extent() for ax in fig.axes]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)
+
+
+# ----------------------------------------------------------------------------- traffic, staleness
+def test_traffic_one_line_with_range_when_workers_alike_and_per_worker_when_they_differ(tmp_path, figures):
+    write_run(tmp_path / "alike", config(), np.zeros(10), comm_rows=comm(8, [5] * 8))
+    plots.plot_paths([tmp_path / "alike"], tmp_path / "o1")
+    ax = by_name(figures, "traffic.png").axes[0]
+    assert len(ax.lines) == 2  # up and down, each the mean worker
+    assert len(ax.collections) == 2  # with the min-max range shaded
+    assert len(ax.get_legend().get_texts()) == 4
+    figures.clear()
+    write_run(tmp_path / "differ", config(), np.zeros(10), comm_rows=comm(3, [2, 5, 9]))
+    plots.plot_paths([tmp_path / "differ"], tmp_path / "o2")
+    ax = by_name(figures, "traffic.png").axes[0]
+    assert len(ax.lines) == 6  # three workers, up and down
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["w0", "w1", "w2"]
+
+
+@pytest.mark.parametrize("stale", [0, 3])
+def test_staleness_ticks_are_integers(tmp_path, figures, stale):
+    write_run(tmp_path / "r", config(), np.zeros(10), comm_rows=comm(2, [5, 5], stale=stale))
+    plots.plot_paths([tmp_path / "r"], tmp_path / "out")
+    ax = by_name(figures, "staleness.png").axes[0]
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+# ----------------------------------------------------------------------------- --label, --title
+def test_label_and_title_on_marlq_plot(tmp_path, figures, capsys):
+    for algo in ("coma", "iac"):
+        write_run(tmp_path / "sw" / algo / "seed0", config(algorithm=algo), np.zeros(10))
+    rc = main(["plot", str(tmp_path / "sw"), "--out", str(tmp_path / "out"), "--label", "coma=COMA (ours)",
+               "--label", f"{tmp_path / 'sw' / 'iac'}=independent", "--title", "My title"])
+    assert rc == 0
+    ax = figures[0].axes[0]
+    assert ax.get_title() == "My title"
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts == ["COMA (ours) (1 seed)", "independent (1 seed)"]
+
+
+@pytest.mark.parametrize("label", ["nothing=x", "=x", "novalue"])
+def test_bad_label_exits_2_with_one_line(tmp_path, capsys, label):
+    write_run(tmp_path / "r", config(), np.zeros(10))
+    assert main(["plot", str(tmp_path / "r"), "--out", str(tmp_path / "out"), "--label", label]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("marlq: error: --label:")
