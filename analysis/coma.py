@@ -142,10 +142,10 @@ def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str,
         (line,) = ax.plot(c.grid, c.mean, label=f"{group} ({c.seeds} seed{'s' if c.seeds != 1 else ''})")
         if c.seeds >= 2:  # no band from one seed
             ax.fill_between(c.grid, c.low, c.high, color=line.get_color(), alpha=0.2, linewidth=0)
+    # reference levels go in the legend (close levels would print their labels over each other)
     for i, (name, value) in enumerate(references):
-        ax.axhline(value, color="0.4", linestyle=(0, (4, 2 + i)), linewidth=1)
-        ax.annotate(f"{name} ({value:g})", (0.01, value), xycoords=("axes fraction", "data"),
-                    textcoords="offset points", xytext=(0, 3), fontsize=8, color="0.3")
+        ax.axhline(value, color=("0.2", "0.45", "0.6", "0.75")[i % 4], linestyle=(0, (5, 1.5 + 1.5 * i)),
+                   linewidth=1.1, label=f"{name} ({value:g})")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(textwrap.fill(title, 70), fontsize=10)
