@@ -103,19 +103,11 @@ class Ledger:
 
     def flush(self) -> None:
         if self._writer is not None and self._rows:
-            try:
-                self._write_rows()
-            except OSError as exc:  # no space, directory gone: the run ends naming the file
-                from marl_q.errors import RunWriteError
+            from marl_q.rundir import write_row_pair
 
-                raise RunWriteError(self._file.name, exc) from None
+            write_row_pair(self._file, self._writer, self._rows, self._wall_file, self._wall_writer, self._walls)
         self._rows.clear()
         self._walls.clear()
-
-    def _write_rows(self) -> None:
-        self._writer.writerows(self._rows)
-        self._wall_writer.writerows(self._walls)
-        self._file.flush()
 
     def close(self) -> None:
         self.flush()

@@ -32,6 +32,19 @@ RUN_FILES = ("config.yaml", "metrics.csv", "comm.csv", "summary.json")
 CKPT_META = "__meta__"
 
 
+def write_row_pair(file: IO[str], writer: Any, rows: list, wall_file: IO[str], wall_writer: Any, walls: list) -> None:
+    """Append rows to a run file and its wall-clock sidecar (metrics.csv / comm.csv and their
+    *_wall.csv) and flush both; a failed write (no space, directory gone) raises RunWriteError
+    naming the file, which ends the run with one line."""
+    try:
+        writer.writerows(rows)
+        wall_writer.writerows(walls)
+        file.flush()
+        wall_file.flush()
+    except OSError as exc:
+        raise RunWriteError(file.name, exc) from None
+
+
 class MetricsWriter:
     """Streams one row per finished episode to metrics.csv with a fixed column order."""
 
@@ -92,18 +105,9 @@ class MetricsWriter:
 
     def flush(self) -> None:
         if self._writer and self._pending:
-            try:
-                self._write_rows()
-            except OSError as exc:  # no space, directory gone: the run ends naming the file
-                raise RunWriteError(self._file.name, exc) from None
+            write_row_pair(self._file, self._writer, self._pending, self._wall_file, self._wall_writer, self._walls)
         self._pending.clear()
         self._walls.clear()
-
-    def _write_rows(self) -> None:
-        self._writer.writerows(self._pending)
-        self._wall_writer.writerows(self._walls)
-        self._file.flush()
-        self._wall_file.flush()
 
     def close(self) -> None:
         self.flush()

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from marl_q.cli import main
-from marl_q.ledger import Ledger
-from marl_q.rundir import MetricsWriter, checkpoints, load_checkpoint
+from marl_q import rundir
+from marl_q.rundir import checkpoints, load_checkpoint
 
 
 def _fail_on_call(n: int, real):
@@ -64,12 +64,29 @@ def test_a_checkpoint_write_that_fails_keeps_the_previous_one_and_it_resumes(sma
         _run_fails_then_resumes(cfg, tmp_path / "r", capsys, "checkpoints/ckpt_15.npz")
 
 
-@pytest.mark.parametrize("writer, name", [(MetricsWriter, "metrics.csv"), (Ledger, "comm.csv")])
+class _FullDisk:
+    """A csv writer on a full disk."""
+
+    def writerows(self, rows):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("name", ["metrics.csv", "comm.csv"])
 def test_a_csv_write_that_fails_keeps_the_previous_checkpoint_and_it_resumes(small_raw, tmp_path, capsys,
-                                                                             monkeypatch, writer, name):
+                                                                             monkeypatch, name):
+    """The third write of metrics.csv (MetricsWriter) or comm.csv (the Ledger) meets a full disk."""
     cfg = _config(small_raw, tmp_path)
+    real, calls = rundir.write_row_pair, {"n": 0}
+
+    def third_write_fails(file, writer, *rest):
+        if Path(file.name).name == name:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                writer = _FullDisk()
+        return real(file, writer, *rest)
+
     with monkeypatch.context() as m:
-        m.setattr(writer, "_write_rows", _fail_on_call(3, writer._write_rows))
+        m.setattr(rundir, "write_row_pair", third_write_fails)
         _run_fails_then_resumes(cfg, tmp_path / "r", capsys, name)
 
 
