@@ -58,8 +58,10 @@ def _local(raw: dict) -> dict:
     return raw
 
 
-def test_ctrl_c_on_local_prints_one_line_checkpoints_what_was_learned_and_resumes(small_raw, tmp_path):
-    proc, out = _start(_local(small_raw), tmp_path)
+def _interrupt_after_learning_then_resume(raw: dict, tmp_path: Path) -> None:
+    """Ctrl-C once the run has checkpointed: exit 130, at most 3 lines (a backend may add a start-up
+    notice of its own), a checkpoint at the interrupt, and the resume the hint names works."""
+    proc, out = _start(raw, tmp_path)
     _wait_for(lambda: latest_checkpoint(out) is not None, proc)  # it has learned something
     code, err = _interrupt(proc)
     assert code == 130, err
@@ -75,6 +77,10 @@ def test_ctrl_c_on_local_prints_one_line_checkpoints_what_was_learned_and_resume
     resumed = json.loads((out / "summary.json").read_text())
     assert resumed["status"] == "completed" and resumed["env_steps"] >= more
     assert resumed["resumes"][-1]["updates"] == summary["updates"]
+
+
+def test_ctrl_c_on_local_prints_one_line_checkpoints_what_was_learned_and_resumes(small_raw, tmp_path):
+    _interrupt_after_learning_then_resume(_local(small_raw), tmp_path)
 
 
 def test_ctrl_c_while_workers_start_says_there_is_nothing_to_resume(small_raw, tmp_path):
@@ -94,17 +100,5 @@ def test_ctrl_c_on_ray_prints_one_line_checkpoints_what_was_learned_and_resumes(
     small_raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 0.5}})
     small_raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 20})
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    proc, out = _start(small_raw, tmp_path)  # its own local Ray instance, in its process group
-    _wait_for(lambda: latest_checkpoint(out) is not None, proc)
-    code, err = _interrupt(proc)
-    assert code == 130, err
-    # Ray may print a start-up notice of its own; with it, still at most 3 lines
-    assert len(err) <= 3 and not any("Traceback" in ln for ln in err), err
-    assert err[-1] == f"marlq: interrupted; continue with `marlq resume {out}`"
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["updates"] > 0
-    assert load_checkpoint(latest_checkpoint(out))[1]["updates"] == summary["updates"]
-    more = summary["env_steps"] + 200
-    assert main(["resume", str(out), "--quiet", "--set", f"run.total_env_steps={more}"]) == 0
-    resumed = json.loads((out / "summary.json").read_text())
-    assert resumed["status"] == "completed" and resumed["resumes"][-1]["updates"] == summary["updates"]
+    _interrupt_after_learning_then_resume(small_raw, tmp_path)  # its own local Ray instance
+
