@@ -263,7 +263,7 @@ def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     bar = tqdm(total=len(jobs), desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
-                          "[{elapsed}<{remaining}]{postfix}")
+                          "[{elapsed} elapsed, ETA {remaining}]{postfix}")
     try:
         while queue or running:
             while queue and len(running) < width:

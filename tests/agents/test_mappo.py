@@ -28,7 +28,7 @@ from marl_q.config import build_config
 from marl_q.experiment import run_experiment
 
 HAS_SISL = importlib.util.find_spec("pymunk") is not None
-SISL_REASON = "needs the SISL extra (pymunk): pip install 'pettingzoo[sisl]'"
+SISL_REASON = "needs the optional SISL extra (pymunk, Box2D): pip install -e '.[sisl]'"
 REFERENCE = "mpe2.simple_reference_v3:parallel_env"
 LISTENER = "mpe2.simple_speaker_listener_v4:parallel_env"
 ADVERSARY = "mpe2.simple_adversary_v3:parallel_env"

@@ -113,6 +113,6 @@ def test_sweep_shows_one_progress_bar_over_its_runs(tmp_path, capsys):
     failed = cli._run_pool(jobs, 2)
     assert failed == [tmp_path / "bad" / "seed0"]
     err = capsys.readouterr().err
-    assert "4/4 runs" in err and "sweep:" in err and "<" in err  # tqdm's [elapsed<remaining]
+    assert "4/4 runs" in err and "sweep:" in err and "ETA" in err  # the bar has an ETA field
     assert "FAILED (exit 3" in err
     assert err.count("\n") <= 3  # one bar (redrawn in place) and the failure line, not a line per run

@@ -23,7 +23,7 @@ from scenarios.generic import GymnasiumConfig, PettingZooConfig, make_gymnasium,
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_SISL = importlib.util.find_spec("pymunk") is not None
-SISL_REASON = "needs the SISL extra: pip install 'pettingzoo[sisl]'"
+SISL_REASON = "needs the optional SISL extra (pymunk, Box2D): pip install -e '.[sisl]'"
 REFERENCE = "mpe2.simple_reference_v3:parallel_env"
 LISTENER = "mpe2.simple_speaker_listener_v4:parallel_env"
 
