@@ -259,6 +259,29 @@ class TeamWorker(ActorCriticWorker):
     def check_scenario(self, spec: Any) -> None:  # make_env checks the kind
         pass
 
+    def _step_env(self, e: int, env_actions: np.ndarray) -> Optional[tuple[list[int], dict, dict, dict, bool]]:
+        """One step of env copy ``e`` with its agents' rows of ``env_actions``; None when the step only
+        restarts an episode that ended (next-step autoreset). Otherwise (the agents that acted, rewards,
+        terminations, truncations, whether the episode ended); the team return and length accumulate,
+        and an ended episode restarts on the copy's next step."""
+        env, d, N = self.envs[e], self.desc, len(self.desc.agents)
+        if self.pending_reset[e]:
+            self.obs[e], self.infos[e] = env.reset()
+            self.pending_reset[e] = False
+            return None
+        # in play: still in env.agents (the step that ends an agent returns its final observation,
+        # kept for a truncation's bootstrap, but the agent acts no more)
+        in_play = set(env.agents)
+        live = [i for i, a in enumerate(d.agents) if a in self.obs[e] and a in in_play]
+        self.obs[e], rew, term, trunc, self.infos[e] = env.step(
+            {d.agents[i]: env_actions[e * N + i] if self.dist.continuous else int(env_actions[e * N + i])
+             for i in live})
+        self.ep_return[e] += float(sum(rew.values()))
+        self.ep_length[e] += 1
+        ended = not env.agents or all(term.get(d.agents[i], False) or trunc.get(d.agents[i], False) for i in live)
+        self.pending_reset[e] = ended
+        return live, rew, term, trunc, ended
+
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         T, E, N, d = self.ac.n_steps, len(self.envs), len(self.desc.agents), self.desc
         rows = E * N
@@ -281,34 +304,23 @@ class TeamWorker(ActorCriticWorker):
             actions = self.dist.sample(out, self.rng, avail)
             batch["actions"][t] = actions
             env_actions = self.dist.to_env(actions)
-            for e, env in enumerate(self.envs):
-                r = slice(e * N, (e + 1) * N)
-                if self.pending_reset[e]:  # the step after an episode ended restarts it (masked out)
-                    self.obs[e], self.infos[e] = env.reset()
-                    self.pending_reset[e] = False
+            for e in range(E):
+                stepped = self._step_env(e, env_actions)
+                if stepped is None:
                     continue
-                # in play: still in env.agents (the step that ends an agent returns its final
-                # observation, kept for a truncation's bootstrap, but the agent acts no more)
-                in_play = set(env.agents)
-                live = [i for i, a in enumerate(d.agents) if a in self.obs[e] and a in in_play]
-                self.obs[e], rew, term, trunc, self.infos[e] = env.step(
-                    {d.agents[i]: env_actions[e * N + i] if self.dist.continuous else int(env_actions[e * N + i])
-                     for i in live})
+                live, rew, term, trunc, ended = stepped
                 steps += 1
                 for i in live:
-                    a = d.agents[i]
-                    batch["valid"][t, e * N + i] = True
-                    batch["rewards"][t, e * N + i] = float(rew.get(a, 0.0))
-                    batch["terminated"][t, e * N + i] = bool(term.get(a, False))
-                    batch["dones"][t, e * N + i] = bool(term.get(a, False) or trunc.get(a, False))
-                self.ep_return[e] += float(sum(rew.values()))
-                self.ep_length[e] += 1
-                if not env.agents or all(batch["dones"][t, r][live]):
-                    batch["dones"][t, r] = True
+                    a, col = d.agents[i], e * N + i
+                    batch["valid"][t, col] = True
+                    batch["rewards"][t, col] = float(rew.get(a, 0.0))
+                    batch["terminated"][t, col] = bool(term.get(a, False))
+                    batch["dones"][t, col] = bool(term.get(a, False) or trunc.get(a, False))
+                if ended:
+                    batch["dones"][t, e * N:(e + 1) * N] = True
                     episodes.append({"return": float(self.ep_return[e]), "length": int(self.ep_length[e]),
                                      "version": self.version})
                     self.ep_return[e], self.ep_length[e] = 0.0, 0
-                    self.pending_reset[e] = True
         obs, critic_obs, avail = self._rows()  # after the last step: the bootstrap rows
         batch["obs"] = np.stack(obs_l + [obs])
         batch["critic_obs"] = np.stack(critic_l + [critic_obs])
@@ -322,7 +334,6 @@ class TeamWorker(ActorCriticWorker):
         saved = (self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length)
         seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
         self.reset_env()
-        d, N = self.desc, len(self.desc.agents)
         for e, env in enumerate(self.envs):
             self.obs[e], self.infos[e] = env.reset(seed=int(seeds[e]))
         self.pending_reset[:] = False
@@ -332,21 +343,13 @@ class TeamWorker(ActorCriticWorker):
                 obs, _, avail = self._rows()
                 with torch.no_grad():
                     act = self.dist.to_env(self.dist.mode(self.actor(torch.from_numpy(obs)).numpy(), avail))
-                for e, env in enumerate(self.envs):
-                    if self.pending_reset[e]:
-                        self.obs[e], self.infos[e] = env.reset()
-                        self.pending_reset[e] = False
-                        continue
-                    live = [i for i, a in enumerate(d.agents) if a in self.obs[e]]
-                    self.obs[e], rew, term, trunc, self.infos[e] = env.step(
-                        {d.agents[i]: act[e * N + i] if self.dist.continuous else int(act[e * N + i]) for i in live})
-                    self.ep_return[e] += float(sum(rew.values()))
-                    if not env.agents or all(term.get(d.agents[i], False) or trunc.get(d.agents[i], False) for i in live):
+                for e in range(len(self.envs)):
+                    stepped = self._step_env(e, act)
+                    if stepped is not None and stepped[-1]:
                         if len(returns) < episodes:
                             returns.append(float(self.ep_return[e]))
                             bar.update()
-                        self.ep_return[e] = 0.0
-                        self.pending_reset[e] = True
+                        self.ep_return[e], self.ep_length[e] = 0.0, 0
         self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length = saved
         return returns
 
