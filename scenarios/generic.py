@@ -27,6 +27,7 @@ Gymnasium observations are flattened (``FlattenObservation``) when they are a Bo
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 from dataclasses import dataclass, field
@@ -61,6 +62,13 @@ def load_factory(path: str, key: str = "scenario.env") -> Callable[..., Any]:
     return obj
 
 
+def _unknown_id(env: str, registered: list[str], what: str) -> str:
+    """The error for an env that is neither an import path nor a known id, with the closest id."""
+    close = difflib.get_close_matches(env, registered, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"scenario.env: {env!r} is neither an import path (package.module:callable) nor a {what} id{hint}"
+
+
 def _call(factory: Callable[..., Any], what: str, kwargs: dict[str, Any]) -> Any:
     try:
         return factory(**kwargs)
@@ -93,12 +101,7 @@ def raw_parallel_env(cfg: PettingZooConfig) -> ParallelEnv:
     else:
         registered = sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
         if cfg.env not in registered:
-            import difflib
-
-            close = difflib.get_close_matches(cfg.env, registered, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"scenario.env: {cfg.env!r} is neither an import path (package.module:callable) nor a "
-                             f"PettingZoo-registered id{hint}")
+            raise ValueError(_unknown_id(cfg.env, registered, "PettingZoo-registered"))
         kind = "parallel" if cfg.env in pettingzoo.parallel_registry else "aec"
         env = _call(lambda **kw: pettingzoo.make(kind, cfg.env, **kw), repr(cfg.env), dict(cfg.kwargs))
     if isinstance(env, AECEnv):
@@ -143,12 +146,7 @@ def single_env(cfg: GymnasiumConfig) -> gym.Env:
         env = _call(load_factory(cfg.env), repr(cfg.env), dict(cfg.kwargs))
     else:
         if cfg.env not in gym.registry:
-            import difflib
-
-            close = difflib.get_close_matches(cfg.env, list(gym.registry), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"scenario.env: {cfg.env!r} is neither an import path (package.module:callable) nor a "
-                             f"registered Gymnasium id{hint}")
+            raise ValueError(_unknown_id(cfg.env, list(gym.registry), "registered Gymnasium"))
         env = _call(lambda **kw: gym.make(cfg.env, **kw), repr(cfg.env), dict(cfg.kwargs))
     if not isinstance(env, gym.Env):
         raise ValueError(f"scenario.env: {cfg.env!r} returned a {type(env).__name__}, not a gymnasium.Env")
