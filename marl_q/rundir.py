@@ -9,6 +9,7 @@ snapshot is unpickled, so only a snapshot this run wrote is ever loaded.
 """
 from __future__ import annotations
 
+import copyreg
 import csv
 import hashlib
 import io
@@ -16,6 +17,7 @@ import json
 import math
 import os
 import pickle
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -296,7 +298,10 @@ def save_snapshot(path: Path, obj: Any) -> str:
 
     path = Path(path)
     buf = io.BytesIO()
-    torch.save(obj, buf, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        torch.save(obj, buf, pickle_module=_FullStatePickle, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    except (TypeError, pickle.PicklingError, AttributeError) as exc:  # e.g. an env holding a Box2D world
+        raise SnapshotUnavailable(f"{type(exc).__name__}: {exc}") from None
     blob = buf.getvalue()
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -309,6 +314,54 @@ def save_snapshot(path: Path, obj: Any) -> str:
         _discard(tmp)
         raise RunWriteError(path, exc) from None
     return hashlib.sha256(blob).hexdigest()
+
+
+class _FullStatePickler(pickle.Pickler):
+    """Pickles Gymnasium/PettingZoo ``EzPickle`` objects (mpe2's worlds, most wrapped envs) by their
+    full state instead of by their constructor arguments: EzPickle rebuilds an env that was never
+    reset, so a resumed sim run would not continue the episode it stopped in."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if _EZPICKLE is not None and isinstance(obj, _EZPICKLE) and hasattr(obj, "__dict__"):
+            state = {k: v for k, v in obj.__dict__.items() if not _is_render_resource(v)}
+            if len(state) == len(obj.__dict__):
+                return copyreg.__newobj__, (type(obj),), state, None, None, _set_full_state
+            # pygame surfaces and fonts (mpe2 makes them in its constructor) do not pickle: the object
+            # is rebuilt by its constructor for those, then given the rest of its state
+            rebuild = (type(obj), tuple(obj._ezpickle_args), dict(obj._ezpickle_kwargs))
+            return _construct, rebuild, state, None, None, _set_full_state
+        return NotImplemented
+
+
+def _is_render_resource(value: Any) -> bool:
+    return type(value).__module__.startswith("pygame")
+
+
+def _construct(cls: type, args: tuple, kwargs: dict) -> Any:
+    return cls(*args, **kwargs)
+
+
+def _set_full_state(obj: Any, state: dict) -> None:
+    obj.__dict__.update(state)
+
+
+class _FullStatePickle:
+    """The pickle module handed to ``torch.save``: the standard one with ``_FullStatePickler``."""
+
+    Pickler = _FullStatePickler
+    Unpickler = pickle.Unpickler
+    HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+try:
+    from gymnasium.utils import EzPickle as _EZPICKLE
+except ImportError:  # pragma: no cover - gymnasium is a dependency
+    _EZPICKLE = None
+
+class SnapshotUnavailable(Exception):
+    """The sim's state holds an object that cannot be pickled whole (a Box2D world, say): the
+    checkpoint is written without a snapshot, and a resume continues from the server's state with
+    fresh workers, as on ``local`` (not byte-identical)."""
 
 
 def load_snapshot(path: Path, sha256: str) -> Any:

@@ -22,7 +22,7 @@ from marl_q.ledger import Ledger
 from marl_q.protocol import Work, worker_names
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError, RunWriteError
-from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
+from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
                            service_arrays, write_json_atomic)
 from marl_q.seeding import derive
 from marl_q.server import Server
@@ -168,6 +168,13 @@ class Runtime:
         print(f"marlq: {kind} {worker}: {one_line(detail)}", file=sys.stderr, flush=True)
 
     # -- persistence --------------------------------------------------------------------------
+    def _warn_no_snapshot(self, exc: Exception) -> None:
+        """Say once per run that its checkpoints hold no sim snapshot, so a resume is not exact."""
+        if not getattr(self, "_warned_no_snapshot", False):
+            self._warned_no_snapshot = True
+            print(f"marl-q: checkpoints of this run hold no sim snapshot: its state cannot be saved whole ({exc}); "
+                  "a resume continues from the server's state with fresh workers (not byte-identical)", file=sys.stderr)
+
     def checkpoint(self, t: float) -> Optional[Path]:
         """Write the server's full state (and the backend's snapshot, if it has one) atomically; then,
         once the new checkpoint reads back whole, prune all but the last run.keep_checkpoints."""
@@ -181,7 +188,10 @@ class Runtime:
             state = self.snapshot()
             state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
             snap_path = folder / f"ckpt_{updates}.sim.pkl"
-            snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
+            try:
+                snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
+            except SnapshotUnavailable as exc:
+                self._warn_no_snapshot(exc)
         try:
             arrays = {f"{SERVICE_PREFIX}{k}": v for k, v in self.service.state_dict().items()}
             meta = {"format": CHECKPOINT_FORMAT, "updates": updates, "server_version": self.server.version,

@@ -95,9 +95,11 @@ class _EventSim:
             self.seq = 0
             self.busy = [False] * n
             self.alive = [True] * n
-            self.life = [0] * n  # incarnation: events of a crashed worker's past life are void
+            # incarnation: events of a crashed worker's past life are void. A resume without a snapshot
+            # (fresh workers on the server's state) starts a new life, so the server takes their hellos
+            self.life = [len(rt.resumes)] * n
             self.inbox: list[list[Message]] = [[] for _ in range(n)]
-            self.now = 0.0
+            self.now = float(rt.resume.meta.get("t", 0.0)) if rt.resume is not None else 0.0
             self.started = False
         self.index = {w.name: i for i, w in enumerate(self.workers)}
 
@@ -136,14 +138,16 @@ class _EventSim:
         self.push(t + self.timing.compute_s(i, work), "done", (i, self.life[i], work))
 
     def start(self) -> None:
-        """Every worker says hello at time 0 (and starts a step if it may); the crashes are scheduled."""
+        """Every worker says hello at the start (time 0, or the checkpoint's time on a resume without
+        a snapshot) and starts a step if it may; the crashes are scheduled."""
         self.started = True
         for i, w in enumerate(self.workers):
-            self.send_up(stamp_life(w.start(), str(self.life[i])), 0.0)
+            self.send_up(stamp_life(w.start(), str(self.life[i])), self.now)
             if w.ready():
-                self.start_compute(i, 0.0)
+                self.start_compute(i, self.now)
         for i, t_crash in sorted(self.faults.crash.items()):
-            self.push(t_crash, "crash", i)
+            if t_crash >= self.now:  # (a resume without a snapshot starts at the checkpoint's time)
+                self.push(t_crash, "crash", i)
 
     def crash(self, i: int, now: float) -> None:
         """An injected crash: the worker's state, its inbox and its step in progress are lost."""

@@ -43,6 +43,13 @@ CASES = {
                     "algorithm={name: mappo, envs_per_worker: 2, n_steps: 5, epochs: 2, minibatches: 2}",
                     "actor={head: mlp, hidden: [16]}", "critic={head: mlp, hidden: [16]}",
                     "run.total_env_steps=400"], 6),
+    # mpe2's own env (EzPickle: pickled by its full state, not rebuilt from its constructor)
+    "mappo_mpe2": ("cartpole_a3c.yaml",
+                   ["scenario={name: spread, n_agents: 2, max_cycles: 10, engine: mpe2}",
+                    "algorithm={name: mappo, envs_per_worker: 2, n_steps: 5, epochs: 2, minibatches: 2}",
+                    "actor={head: mlp, hidden: [16]}", "critic={head: mlp, hidden: [16]}",
+                    "run.total_env_steps=400"], 6),
+    "coma_speaker_listener": ("speaker_listener_coma.yaml", ["run.total_env_steps=1500"], 2),
     # ppo with a Gaussian policy (learned log-std) on a Box action space
     "ppo_gaussian": ("cartpole_a3c.yaml", ["scenario={name: gymnasium, env: Pendulum-v1, num_envs: 2}",
                                            "algorithm={name: ppo, n_steps: 16, epochs: 2, minibatches: 2}",
@@ -252,3 +259,50 @@ def test_a_run_directory_in_use_is_not_resumed_a_second_time(small_raw, tmp_path
     finally:
         held.close()
     assert resume_experiment(run)["status"] == "completed"  # once it is free, resume goes on
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("cannot pickle '_Unpicklable' object")
+
+
+def test_an_ezpickle_object_is_saved_with_its_state_not_rebuilt_from_its_constructor(tmp_path):
+    from gymnasium.utils import EzPickle
+
+    from marl_q.rundir import save_snapshot
+
+    class Counter(EzPickle):
+        def __init__(self, start: int) -> None:
+            EzPickle.__init__(self, start)
+            self.count = start
+
+    globals()["Counter"] = Counter  # picklable by reference
+    Counter.__qualname__ = "Counter"
+    obj = Counter(3)
+    obj.count = 41  # state the constructor would not give back
+    sha = save_snapshot(tmp_path / "s.pkl", {"env": obj})
+    from marl_q.rundir import load_snapshot
+
+    back = load_snapshot(tmp_path / "s.pkl", sha)["env"]
+    assert type(back) is Counter and back.count == 41
+
+
+def test_a_state_that_cannot_be_pickled_gives_a_checkpoint_without_snapshot_and_an_inexact_resume(
+        small_raw, tmp_path, monkeypatch, capsys):
+    """An env holding something only its constructor can make (a Box2D world): the run says so once,
+    its checkpoints carry no snapshot, and a resume continues from the server's state (exact: false)."""
+    import marl_q.runtime as runtime
+
+    real = runtime.save_snapshot
+
+    def refuse(path, obj):
+        return real(path, {**obj, "env_handle": _Unpicklable()})
+
+    monkeypatch.setattr(runtime, "save_snapshot", refuse)
+    run = _stopped_run(tmp_path, small_raw, stop_at=10)
+    err = capsys.readouterr().err
+    assert err.count("hold no sim snapshot") == 1 and "_Unpicklable" in err
+    assert load_checkpoint(checkpoints(run)[-1])[1]["snapshot"] is None
+    resumed = resume_experiment(run)
+    assert resumed["status"] == "completed" and resumed["resumes"][-1]["exact"] is False
+    assert resumed["env_steps"] >= small_raw["run"]["total_env_steps"]
