@@ -20,6 +20,7 @@ from marl_q.errors import ConfigError, RunWriteError, UserError
 
 EXIT_OK, EXIT_FAIL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 BUILTIN = {"run", "resume", "sweep", "plot", "list", "bench"}
+TENSORBOARD_HELP = "also write TensorBoard event files into each run directory (run.tensorboard=true)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run directory (default: runs/<config>/seed<N>-<time>)")
     r.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--tensorboard", action="store_true", help=TENSORBOARD_HELP)
 
     rs = sub.add_parser("resume", help="continue a stopped or interrupted run from its latest checkpoint")
     rs.add_argument("run_dir", help="the run directory")
@@ -58,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="sweep folder (default: sweeps/<config>)")
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel runs")
     s.add_argument("--no-plot", action="store_true", help="skip the plots at the end")
+    s.add_argument("--tensorboard", action="store_true",
+                   help=TENSORBOARD_HELP + "; `tensorboard --logdir SWEEP` names runs by their grid cell")
 
     pl = sub.add_parser("plot", help="plot run directories or sweep folders")
     pl.add_argument("paths", nargs="+")
@@ -123,7 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from marl_q.config import load_config
 
     out_arg = out_dir(args.out) if args.out else None
-    cfg = load_config(args.config, args.overrides, seed=args.seed)
+    cfg = load_config(args.config, args.overrides + (["run.tensorboard=true"] if args.tensorboard else []),
+                      seed=args.seed)
     if args.quiet:
         cfg.run.progress = False
     out = out_arg or default_run_dir(args.config, cfg.run.seed)
@@ -183,6 +188,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     grid = parse_grid(args.grid)
     out_arg = out_dir(args.out) if args.out else None
+    if args.tensorboard:
+        args.overrides = list(args.overrides) + ["run.tensorboard=true"]
     if args.seeds < 1:
         raise ConfigError(f"--seeds: must be at least 1, got {args.seeds}")
     if args.jobs < 1:
@@ -190,7 +197,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     combos = list(itertools.product(*[[(k, v) for v in vals] for k, vals in grid])) or [()]
     # validate every combination before starting anything
     for combo in combos:
-        load_config(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], seed=0)
+        cfg = load_config(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], seed=0)
+        if cfg.run.tensorboard:
+            from marl_q.tracking import require_tensorboard
+
+            require_tensorboard()
     root = out_arg or Path("sweeps") / Path(args.config).stem
     root.mkdir(parents=True, exist_ok=True)
     jobs = []

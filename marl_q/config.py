@@ -41,6 +41,7 @@ class RunConfig:
     # every this many env steps: eval_episodes greedy episodes of the current policy -> eval.csv
     eval_every: Optional[int] = None
     eval_episodes: int = 10
+    tensorboard: bool = False  # also log every row written as TensorBoard scalars (marl_q/tracking.py)
 
 
 @dataclass

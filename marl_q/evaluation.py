@@ -87,6 +87,9 @@ class EvalWriter:
             from marl_q.errors import RunWriteError
 
             raise RunWriteError(self.path, exc) from None
+        from marl_q.rundir import tap_rows
+
+        tap_rows(self.path, [[row.get(k, "") for k in FIELDS]])
 
 
 def cut_eval_csv(path: Path, env_steps: int) -> None:

@@ -19,7 +19,8 @@ from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, one_line
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
-                  "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes")
+                  "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes",
+                  "run.tensorboard")
 RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "summary.json")
 
 
@@ -34,10 +35,15 @@ def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[b
 
 
 def _preflight(backend: Any, cfg: ExperimentConfig) -> None:
-    """A backend's checks of this machine (local: workers per core) before anything is written."""
+    """A backend's checks of this machine (local: workers per core), and that run.tensorboard can be
+    honoured, before anything is written."""
     check = getattr(backend, "preflight", None)
     if check is not None:
         check(cfg)
+    if cfg.run.tensorboard:
+        from marl_q.tracking import require_tensorboard
+
+        require_tensorboard()
 
 
 def _execute(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],

@@ -37,7 +37,7 @@ CKPT_META = "__meta__"
 def write_row_pair(file: IO[str], writer: Any, rows: list, wall_file: IO[str], wall_writer: Any, walls: list) -> None:
     """Append rows to a run file and its wall-clock sidecar (metrics.csv / comm.csv and their
     *_wall.csv) and flush both; a failed write (no space, directory gone) raises RunWriteError
-    naming the file, which ends the run with one line."""
+    naming the file, which ends the run with one line. The rows then go to the run's tracker, if any."""
     try:
         writer.writerows(rows)
         wall_writer.writerows(walls)
@@ -45,6 +45,28 @@ def write_row_pair(file: IO[str], writer: Any, rows: list, wall_file: IO[str], w
         wall_file.flush()
     except OSError as exc:
         raise RunWriteError(file.name, exc) from None
+    tap_rows(file.name, rows)
+
+
+_TAPS: dict[str, Any] = {}  # run directory (absolute) -> its tracker (marl_q.tracking), which sees every row
+
+
+def tap_rows(path: Any, rows: list) -> None:
+    """Hand rows just written to run file ``path`` (values in the file's column order) to the tracker of
+    its run directory, if it has one. Every writer of a run's CSV rows calls this after writing."""
+    if _TAPS:
+        tap = _TAPS.get(os.path.dirname(os.path.abspath(path)))
+        if tap is not None:
+            tap.rows(Path(path), rows)
+
+
+def set_tap(run_dir: Path, tap: Optional[Any]) -> None:
+    """Attach (or, with None, detach) the tracker that sees every row written in ``run_dir``."""
+    key = os.path.abspath(run_dir)
+    if tap is None:
+        _TAPS.pop(key, None)
+    else:
+        _TAPS[key] = tap
 
 
 class MetricsWriter:

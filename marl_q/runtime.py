@@ -23,7 +23,7 @@ from marl_q.protocol import Work, worker_names
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
-                           service_arrays, write_json_atomic)
+                           service_arrays, set_tap, write_json_atomic)
 from marl_q.seeding import derive
 from marl_q.server import Server
 
@@ -49,6 +49,12 @@ class Runtime:
         self.algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
         self.worker_names = list(worker_names(cfg.backend.workers))
         meta = resume.meta if resume else {}
+        self.tracker = None  # run.tensorboard: sees every row written below (marl_q.tracking)
+        if out is not None and cfg.run.tensorboard:
+            from marl_q.tracking import TensorBoardTracker
+
+            self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) if resume else None)
+            set_tap(out, self.tracker)
         self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
         self.service = self.algorithm.make_service()
         self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed)
@@ -99,6 +105,8 @@ class Runtime:
             row.update(ep)
             self.algorithm.annotate(row, self.ledger)
             self.metrics.write(row)
+        if self.tracker is not None:
+            self.tracker.service(self.service.updates(), self.service.summary, self.env_steps)
         if self._progress is not None:
             self._progress.update(self, work)
         if self._next_eval is not None and self.env_steps >= self._next_eval:
@@ -254,6 +262,7 @@ class Runtime:
                 self.checkpoint(clock_s)
             self.metrics.close()
             self.ledger.close()
+            self.close_tracker()
             write_json_atomic(self.out / "summary.json", summary)
         self.finished = True
         return summary
@@ -276,7 +285,15 @@ class Runtime:
                     pass
             writer._file = writer._wall_file = None
             writer._writer = None
+        self.close_tracker()
         self.out = None  # nothing more is written for this run
+
+    def close_tracker(self) -> None:
+        """Write what the tracker holds and detach it (rows written after this are not logged)."""
+        if self.tracker is not None:
+            set_tap(self.out, None)
+            self.tracker, tracker = None, self.tracker
+            tracker.close()
 
 
 def one_line(detail: str) -> str:
