@@ -44,3 +44,52 @@ def clipped_band(curves: np.ndarray, mean: np.ndarray, half: np.ndarray) -> tupl
         warnings.simplefilter("ignore", RuntimeWarning)  # an x no seed reaches: NaN, drawn as nothing
         low, high = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
     return np.maximum(mean - half, low), np.minimum(mean + half, high)
+
+
+# ----------------------------------------------------------------------------- aggregates over runs
+# The aggregate metrics of Agarwal et al., "Deep RL at the Edge of the Statistical Precipice" (NeurIPS
+# 2021), as the rliable library defines them: scores are a (runs, tasks) matrix, one column per task;
+# intervals are percentile intervals of a bootstrap that resamples runs within each task (stratified).
+# A sweep over one scenario has one task, and the stratified bootstrap resamples its seeds.
+
+
+def _matrix(scores: ArrayLike) -> np.ndarray:
+    x = np.asarray(scores, dtype=float)
+    return x[:, None] if x.ndim == 1 else x
+
+
+def iqm(scores: ArrayLike) -> float:
+    """Interquartile mean of all scores (runs x tasks pooled): the mean of what is left after dropping
+    floor(25%) of the scores at each end (``scipy.stats.trim_mean(..., 0.25)``, as rliable's ``aggregate_iqm``)."""
+    return float(stats.trim_mean(_matrix(scores).ravel(), 0.25))
+
+
+def probability_of_improvement(x: ArrayLike, y: ArrayLike) -> float:
+    """P(X > Y): over tasks, the mean of the chance that a run of X beats a run of Y on that task, ties
+    counting half (the Mann-Whitney U over n*m, as rliable's ``probability_of_improvement``)."""
+    x, y = _matrix(x), _matrix(y)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"x has {x.shape[1]} tasks, y {y.shape[1]}")
+    per_task = []
+    for j in range(x.shape[1]):
+        a, b = x[:, j][:, None], y[:, j][None, :]
+        per_task.append(float(np.mean((a > b) + 0.5 * (a == b))))
+    return float(np.mean(per_task))
+
+
+def _resample(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One stratified bootstrap draw: runs drawn with replacement within each task (column)."""
+    idx = rng.integers(0, x.shape[0], size=x.shape)
+    return np.take_along_axis(x, idx, axis=0)
+
+
+def stratified_bootstrap_ci(statistic, *samples: ArrayLike, reps: int = 2000, level: float = 0.95,
+                            seed: int = 0) -> tuple[float, float, float]:
+    """``statistic(*samples)`` and its percentile interval over ``reps`` stratified bootstrap draws (each
+    sample resampled on its own, runs within tasks). Deterministic for a ``seed``."""
+    mats = [_matrix(s) for s in samples]
+    rng = np.random.default_rng(seed)
+    draws = np.array([statistic(*[_resample(m, rng) for m in mats]) for _ in range(reps)])
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    return float(statistic(*mats)), float(lo), float(hi)

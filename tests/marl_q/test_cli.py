@@ -31,7 +31,7 @@ def test_help_lists_every_command_with_its_one_line_help(capsys):
     assert exc.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     names = discovered()
-    assert {"coma", "qa2c", "regret", "routing", "vehicular", "vehicular_eval"} <= set(names)
+    assert {"coma", "qa2c", "regret", "report", "routing", "vehicular", "vehicular_eval"} <= set(names)
     for name in sorted(cli.BUILTIN) + names:
         assert f" {name} " in out
     for entry in COMMANDS:
@@ -39,7 +39,7 @@ def test_help_lists_every_command_with_its_one_line_help(capsys):
         assert " ".join(entry.help.split()) in out
 
 
-@pytest.mark.parametrize("name", ["coma", "qa2c", "regret", "routing", "vehicular", "vehicular_eval"])
+@pytest.mark.parametrize("name", ["coma", "qa2c", "regret", "report", "routing", "vehicular", "vehicular_eval"])
 def test_analysis_commands_call_themselves_marlq_name(name, capsys):
     with pytest.raises(SystemExit) as exc:
         main([name, "--help"])

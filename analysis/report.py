@@ -1,0 +1,284 @@
+"""One self-contained HTML page of a run or a sweep: curves, tables with 95% intervals, aggregate metrics.
+
+`marlq report RUN_OR_SWEEP [--out FILE.html]` writes the page (default RUN_OR_SWEEP/report.html): every
+figure is a PNG embedded as a data: URI and the style is inline, so the one file can be sent on. It holds
+
+- the learning curves per group with bands (`analysis.plots.plot_learning`, the figures `marlq plot` draws);
+- a table per group: final return, steps to solve, wall and virtual time, messages, bytes, rejected and
+  dropped counts, each the mean over seeds with its 95% Student-t half-width (`analysis.stats.mean_ci`);
+- with two groups or more: the IQM and mean of the final return with 95% stratified bootstrap intervals,
+  and the probability of improvement of each group over each other (`analysis.stats`; definitions of
+  rliable, see docs/report.md), and the config keys that differ between groups;
+- the ledger per worker (pushes sent, accepted, rejected, dropped as stale, duplicated; messages and bytes
+  each way), mean over each group's seeds, from comm.csv (`marl_q.ledger.ledger_audit`);
+- the traffic, staleness and regret figures where the runs have them (`analysis.plots`, `analysis.regret`).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from analysis import plots
+from analysis.stats import iqm, mean_ci, probability_of_improvement, stratified_bootstrap_ci
+from marl_q.errors import UserError
+
+BOOTSTRAP_REPS = 2000
+# (summary.json key, column title, scale, digits)
+TABLE = [("final_return", "final return (last solve_window episodes)", 1.0, 2),
+         ("eval_return", "greedy eval return (end of run)", 1.0, 2),
+         ("steps_to_solve", "env steps to solve", 1.0, 0),
+         ("wall_s", "wall time (s)", 1.0, 1),
+         ("virtual_s", "virtual time (s)", 1.0, 3),
+         ("messages", "messages", 1.0, 0),
+         ("bytes_up", "MB up", 1e-6, 2),
+         ("bytes_down", "MB down", 1e-6, 2),
+         ("rejected", "rejected", 1.0, 1),
+         ("dropped_stale", "dropped as stale", 1.0, 1)]
+LEDGER = [("sent", "pushes sent"), ("accepted", "accepted"), ("rejected", "rejected"),
+          ("dropped_stale", "dropped stale"), ("duplicated", "duplicated"), ("messages_up", "messages up"),
+          ("messages_down", "messages down"), ("mb_up", "MB up"), ("mb_down", "MB down")]
+STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
+color:#222;padding:0 1em}h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ccc}
+h3{font-size:1em}table{border-collapse:collapse;margin:.6em 0;font-size:.85em}th,td{border:1px solid #ccc;
+padding:.25em .6em;text-align:right;white-space:nowrap}th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;
+border:1px solid #eee;margin:.4em 0}p.note{color:#555;font-size:.85em;max-width:900px}code{background:#f6f6f6}"""
+
+
+# ----------------------------------------------------------------------------- numbers
+def group_values(runs: list[plots.Run], key: str) -> np.ndarray:
+    """``summary[key]`` of each run, NaN where missing (an unsolved run has no steps_to_solve)."""
+    out = []
+    for r in runs:
+        v = r.summary.get(key)
+        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan)
+    return np.array(out)
+
+
+def mean_pm(values: np.ndarray, scale: float, digits: int) -> str:
+    """'mean ± half-width (n)' over the finite values; a note when some runs have none."""
+    ok = values[np.isfinite(values)] * scale
+    if not len(ok):
+        return "—"
+    mean, half = mean_ci(ok)
+    text = f"{mean:,.{digits}f}" + (f" ± {half:,.{digits}f}" if len(ok) > 1 else "")
+    return text + (f" ({len(ok)} of {len(values)})" if len(ok) < len(values) else "")
+
+
+def ledger_rows(runs: list[plots.Run]) -> list[tuple[str, dict[str, float]]]:
+    """Per worker, the mean over runs of its ledger counts (worker order w0, w1, ..., w10)."""
+    from marl_q.ledger import ledger_audit
+
+    per_worker: dict[str, list[dict[str, float]]] = {}
+    for r in runs:
+        if not (r.path / "comm.csv").is_file():
+            continue
+        audit = ledger_audit(r.path)
+        c = r.comm
+        names = set(audit.workers) | ({str(w) for w in np.concatenate([c["src"], c["dst"]])} - {"server"}
+                                      if c is not None else set())
+        for w in names:
+            row = {k: float(v) for k, v in audit.worker(w).items()}
+            if c is not None:
+                up = (c["src"] == w) & np.array([not str(k).startswith("fault:") for k in c["kind"]])
+                down = (c["dst"] == w) & np.array([not str(k).startswith("fault:") for k in c["kind"]])
+                row.update(messages_up=float(up.sum()), messages_down=float(down.sum()),
+                           mb_up=float(np.nansum(c["bytes"][up])) / 1e6, mb_down=float(np.nansum(c["bytes"][down])) / 1e6)
+            per_worker.setdefault(w, []).append(row)
+    order = sorted(per_worker, key=lambda w: (len(w), w))
+    return [(w, {k: float(np.mean([row.get(k, np.nan) for row in per_worker[w]])) for k, _ in LEDGER}) for w in order]
+
+
+def aggregates(groups: dict[str, list[plots.Run]], key: str = "final_return", reps: int = BOOTSTRAP_REPS,
+               seed: int = 0) -> tuple[dict[str, dict[str, tuple[float, float, float]]], dict[tuple[str, str], tuple]]:
+    """Per group: IQM and mean of ``summary[key]`` over its runs with 95% stratified bootstrap intervals
+    (one task: the runs' scenario); per ordered pair of groups: P(X > Y) with its interval."""
+    scores = {label: v[np.isfinite(v)] for label, v in ((lab, group_values(rs, key)) for lab, rs in groups.items())}
+    scores = {label: v for label, v in scores.items() if len(v)}
+    per_group = {label: {"iqm": stratified_bootstrap_ci(iqm, v, reps=reps, seed=seed),
+                         "mean": stratified_bootstrap_ci(lambda a: float(np.mean(a)), v, reps=reps, seed=seed)}
+                 for label, v in scores.items()}
+    pairs = {(a, b): stratified_bootstrap_ci(probability_of_improvement, scores[a], scores[b], reps=reps, seed=seed)
+             for a in scores for b in scores if a != b}
+    return per_group, pairs
+
+
+# ----------------------------------------------------------------------------- HTML
+def esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def table(header: list[str], rows: list[list[Any]], caption: Optional[str] = None, left: int = 1) -> str:
+    """An HTML table; the first ``left`` columns are text (left-aligned)."""
+    def cell(tag: str, i: int, v: Any) -> str:
+        return f"<{tag}{' class=l' if i < left else ''}>{esc(v)}</{tag}>"
+    head = "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>"
+    body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f"<table>{cap}{head}{body}</table>"
+
+
+def figure(path: Optional[Path], alt: str) -> str:
+    """A PNG file as an <img> with a data: URI (nothing when the figure was not drawn)."""
+    if path is None or not Path(path).is_file():
+        return ""
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
+
+
+def interval(est: tuple[float, float, float], digits: int = 2) -> str:
+    return f"{est[0]:.{digits}f} [{est[1]:.{digits}f}, {est[2]:.{digits}f}]"
+
+
+def config_diff(groups: dict[str, list[plots.Run]]) -> Optional[str]:
+    keys = plots.differing_keys(list(groups.values()))
+    if not keys:
+        return None
+    rows = [[k] + [groups[g][0].flat.get(k) for g in groups] for k in keys]
+    return table(["config key"] + list(groups), rows, left=len(groups) + 1)
+
+
+def draw_figures(groups: dict[str, list[plots.Run]], runs: list[plots.Run], title: str, folder: Path,
+                 root: Path) -> list[tuple[str, Optional[Path], str]]:
+    """(section, PNG or None, alt text) of every figure the runs allow, drawn by the existing plot functions."""
+    key = plots.legend_key(runs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No artists with labels found")
+        made = [
+            ("curves", plots.plot_learning(groups, "env_steps", "environment steps (all workers)", title,
+                                           folder / "return_vs_steps.png", None, key), "return vs environment steps"),
+            ("curves", plots.plot_learning(groups, "t", runs[0].clock, title, folder / "return_vs_time.png", None, key),
+             f"return vs {runs[0].clock}"),
+            ("traffic", plots.plot_traffic(groups, title, folder / "traffic.png"), "traffic per worker"),
+            ("staleness", plots.plot_staleness(groups, title, folder / "staleness.png", None, key),
+             "staleness of accepted updates"),
+        ]
+        if any("cum_regret" in r.metrics or "regret" in r.metrics for r in runs):
+            from analysis import regret
+
+            lsvi = regret.find_runs(root)
+            if lsvi:
+                workers = int(np.bincount([r.workers for r in lsvi]).argmax())
+                made += [("regret", regret.plot_regret_vs_k(lsvi, folder, workers), "cumulative regret vs episodes"),
+                         ("regret", regret.plot_communication_vs_k(lsvi, folder, workers), "communication vs episodes")]
+    return made
+
+
+def build_report(root: Path, reps: int = BOOTSTRAP_REPS) -> str:
+    """The HTML page for the run or sweep at ``root``."""
+    runs = [plots.load_run(p) for p in plots.find_runs([root])]
+    groups = plots.group_runs(runs)
+    title = plots.describe(runs)
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>marl-q report: {esc(root)}</title>"
+             f"<style>{STYLE}</style></head><body>",
+             f"<h1>marl-q report: {esc(root)}</h1>",
+             "<p>" + "<br>".join(esc(line) for line in title.splitlines()) + "</p>",
+             f"<p class=note>{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(groups)} "
+             f"group{'s' if len(groups) != 1 else ''} (runs whose configs differ only in run.seed); "
+             f"written {esc(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}.</p>"]
+    with tempfile.TemporaryDirectory() as tmp:
+        figs = draw_figures(groups, runs, title, Path(tmp), root)
+
+        def section(name: str) -> str:
+            return "".join(figure(p, alt) for s, p, alt in figs if s == name)
+
+        parts += ["<h2>Learning curves</h2>", section("curves") or "<p>No episodes with a return.</p>"]
+        parts.append("<h2>Results per group</h2><p class=note>Mean over the group's seeds ± the half-width of the "
+                     "95% Student-t interval; n is the number of seeds. Steps to solve: the env steps at which the "
+                     "trailing mean over run.solve_window episodes first reached run.solve_return (runs that "
+                     "never did are left out and counted). —: no run has the value (no run.solve_return set, "
+                     "none solved, or no evaluation).</p>")
+        header = ["group", "n"] + [name for _, name, _, _ in TABLE]
+        rows = [[label, len(rs)] + [mean_pm(group_values(rs, k), s, d) for k, _, s, d in TABLE]
+                for label, rs in groups.items()]
+        parts.append(table(header, rows))
+        if len(groups) > 1:
+            per_group, pairs = aggregates(groups, reps=reps)
+            parts.append("<h2>Aggregate metrics (final return)</h2><p class=note>IQM: the mean of the middle 50% "
+                         "of the runs' final returns (floor(25%) dropped at each end); mean: of all runs. In "
+                         f"brackets: 95% percentile intervals of a stratified bootstrap ({reps} draws, runs "
+                         "resampled within the one task). Definitions of Agarwal et al. (2021), as in rliable; "
+                         "see docs/report.md.</p>")
+            parts.append(table(["group", "n", "IQM [95% CI]", "mean [95% CI]"],
+                               [[g, len(groups[g]), interval(v["iqm"]), interval(v["mean"])]
+                                for g, v in per_group.items()]))
+            labels = list(per_group)
+            parts.append("<h3>Probability of improvement P(row &gt; column)</h3><p class=note>The chance that a "
+                         "run of the row's group ends with a higher final return than a run of the column's "
+                         "(ties count half), with its 95% stratified bootstrap interval.</p>")
+            parts.append(table(["P(row > column)"] + labels,
+                               [[a] + ["—" if a == b else interval(pairs[(a, b)]) for b in labels] for a in labels]))
+            diff = config_diff(groups)
+            parts += ["<h2>Config differences between groups</h2>", diff or "<p>None.</p>"]
+        parts.append("<h2>Ledger per worker</h2><p class=note>From each run's comm.csv: pushes a worker sent "
+                     "(the highest sequence number that arrived, per life), accepted, rejected, dropped as stale, "
+                     "duplicated by an injected fault; all messages and payload each way. Mean over the group's "
+                     "seeds.</p>")
+        for label, rs in groups.items():
+            rows = [[w] + [f"{vals[k]:,.2f}" if k.startswith("mb") else f"{vals[k]:,.1f}" for k, _ in LEDGER]
+                    for w, vals in ledger_rows(rs)]
+            if rows:
+                parts += [f"<h3>{esc(label)} ({len(rs)} seed{'s' if len(rs) != 1 else ''})</h3>",
+                          table(["worker"] + [name for _, name in LEDGER], rows)]
+        for name, heading in (("traffic", "Traffic"), ("staleness", "Staleness"), ("regret", "Regret")):
+            body = section(name)
+            if body:
+                parts += [f"<h2>{heading}</h2>", body]
+        parts.append("<h2>Runs</h2>")
+        parts.append(table(["run directory", "group", "status", "final return"],
+                           [[str(r.path.relative_to(root)) if r.path != root else ".", g, r.summary.get("status", "?"),
+                             mean_pm(group_values([r], "final_return"), 1.0, 2)] for g, rs in groups.items() for r in rs],
+                           left=3))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def writable(out: Path) -> Path:
+    """``out`` if a file can be written there (its folder is made); else a one-line UserError."""
+    if out.is_dir():
+        raise UserError(f"--out: {out} is a directory; give a file name such as {out / 'report.html'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a"):
+            pass
+    except OSError as exc:
+        raise UserError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """One self-contained HTML page of a run or sweep: curves, tables with 95% intervals, IQM, probability of improvement."""
+    p = argparse.ArgumentParser(prog="marlq report", description=__doc__.splitlines()[0])
+    p.add_argument("path", type=Path, help="a run directory or a sweep folder")
+    p.add_argument("--out", type=Path, help="the HTML file (default: PATH/report.html)")
+    p.add_argument("--reps", type=int, default=BOOTSTRAP_REPS, help=f"bootstrap draws (default {BOOTSTRAP_REPS})")
+    args = p.parse_args(argv)
+    try:
+        if args.reps < 100:
+            raise UserError(f"--reps: must be at least 100, got {args.reps}")
+        if not args.path.is_dir():
+            what = "no such file or directory" if not args.path.exists() else "not a directory"
+            raise UserError(f"{args.path}: {what}; give a run directory or a sweep folder")
+        plots.find_runs([args.path])  # no run below it: one line, before anything is written
+        out = writable(args.out if args.out else args.path / "report.html")
+        page = build_report(args.path, args.reps)
+        out.write_text(page, encoding="utf-8")
+    except UserError as exc:
+        print(f"marlq report: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {out}")
+    return 0
+
+
+COMMANDS = {"report": main}  # marlq report ...
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""`marlq report`: one self-contained HTML page with every figure (PNG data: URIs) and table; its IQM and
+probability of improvement equal hand and brute-force computations; the aggregate statistics of
+analysis.stats against independent references; bad inputs exit 2 with one line. Run directories are
+written by hand (no training)."""
+from __future__ import annotations
+
+import base64
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from analysis.stats import iqm, probability_of_improvement, stratified_bootstrap_ci
+from marl_q.cli import main
+from tests.analysis.test_plots import comm, config, write_run
+
+FINALS = {"coma": [1.0, 2.0, 3.0, 4.0, 100.0], "iac": [2.0, 2.0, 5.0, 6.0, -50.0], "central_v": [0.0, 3.0, 3.0, 7.0, 8.0]}
+
+
+class Page(HTMLParser):
+    """The figures (img src), tables (rows of cell texts) and h2 headings of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, str]] = []
+        self.tables: list[list[list[str]]] = []
+        self.h2: list[str] = []
+        self.links: list[str] = []
+        self._cell: list[str] | None = None
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs)
+        elif tag in ("link", "script") or (tag == "a" and attrs.get("href")):
+            self.links.append(tag)
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "h2":
+            self._in_h2 = True
+            self.h2.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append("".join(self._cell))
+            self._cell = None
+        elif tag == "h2":
+            self._in_h2 = False
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._in_h2:
+            self.h2[-1] += data
+
+
+def parse(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def make_sweep(root: Path) -> Path:
+    """3 algorithms x 5 seeds, final returns FINALS, 4 workers with traffic and staleness each."""
+    for algo, finals in FINALS.items():
+        for seed, final in enumerate(finals):
+            run = write_run(root / f"algorithm.name={algo}" / f"seed{seed}", config(algo, seed),
+                            np.linspace(0, final, 150), comm_rows=comm(4, [5, 5, 6, 5], stale=seed % 2))
+            (run / "summary.json").write_text(json.dumps({
+                "status": "completed", "final_return": final, "steps_to_solve": None, "wall_s": 10.0 + seed,
+                "virtual_s": 1.5, "messages": 42, "bytes_up": 21000, "bytes_down": 42000, "rejected": 0,
+                "dropped_stale": seed}))
+    return root
+
+
+def find_table(page: Page, *header: str) -> list[list[str]]:
+    """The one table whose header row starts with ``header``."""
+    hits = [t for t in page.tables if t and t[0][:len(header)] == list(header)]
+    assert len(hits) == 1, [t[0] for t in page.tables]
+    return hits[0]
+
+
+def first_number(cell: str) -> float:
+    return float(cell.split()[0].replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def sweep_page(tmp_path_factory):
+    root = make_sweep(tmp_path_factory.mktemp("report") / "sweep")
+    out = root.parent / "page.html"
+    assert main(["report", str(root), "--out", str(out), "--reps", "300"]) == 0
+    return out
+
+
+def test_the_page_holds_every_figure_as_an_embedded_png_and_every_table(sweep_page):
+    page = parse(sweep_page)
+    alts = sorted(img["alt"] for img in page.images)
+    assert alts == sorted(["return vs environment steps", "return vs virtual time (s)", "traffic per worker",
+                           "staleness of accepted updates"])
+    for img in page.images:
+        assert img["src"].startswith("data:image/png;base64,")
+        png = base64.b64decode(img["src"].split(",", 1)[1], validate=True)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert not page.links  # no external stylesheet, script or link: the file stands alone
+    assert page.h2 == ["Learning curves", "Results per group", "Aggregate metrics (final return)",
+                       "Config differences between groups", "Ledger per worker", "Traffic", "Staleness", "Runs"]
+    results = find_table(page, "group", "n", "final return (last solve_window episodes)")
+    assert sorted(r[0] for r in results[1:]) == sorted(FINALS)
+    for row in results[1:]:  # mean ± 95% t half-width, by hand
+        finals = FINALS[row[0]]
+        half = sps.t.ppf(0.975, 4) * np.std(finals, ddof=1) / np.sqrt(5)
+        assert row[2] == f"{np.mean(finals):,.2f} ± {half:,.2f}"
+    diff = find_table(page, "config key")
+    assert diff[0] == ["config key", *diff[1][1:]] and sorted(diff[1][1:]) == sorted(FINALS)
+    ledgers = [t for t in page.tables if t[0][0] == "worker"]
+    assert len(ledgers) == 3
+    for t in ledgers:  # per worker: pushes that arrived (seq 1..n), messages each way, MB each way
+        assert [r[0] for r in t[1:]] == ["w0", "w1", "w2", "w3"]
+        assert [r[6] for r in t[1:]] == ["5.0", "5.0", "6.0", "5.0"]  # messages up
+        assert [r[8] for r in t[1:]] == ["0.01", "0.01", "0.01", "0.01"]  # MB up (5-6 x 1000 bytes)
+    runs = find_table(page, "run directory")
+    assert len(runs) == 1 + 15
+
+
+def test_iqm_table_equals_the_hand_computation(sweep_page):
+    agg = find_table(parse(sweep_page), "group", "n", "IQM [95% CI]", "mean [95% CI]")
+    assert sorted(r[0] for r in agg[1:]) == sorted(FINALS)
+    for row in agg[1:]:
+        finals = sorted(FINALS[row[0]])
+        drop = len(finals) // 4  # 25% of 5 runs, rounded down: one at each end
+        assert first_number(row[2]) == pytest.approx(round(np.mean(finals[drop:len(finals) - drop]), 2))
+        assert first_number(row[3]) == pytest.approx(round(np.mean(finals), 2))
+        lo, hi = (float(x) for x in row[2].split("[")[1].rstrip("]").split(","))
+        assert min(finals) <= lo <= first_number(row[2]) <= hi <= max(finals)
+
+
+def test_probability_of_improvement_table_equals_a_brute_force_count(sweep_page):
+    page = parse(sweep_page)
+    poi = find_table(page, "P(row > column)")
+    labels = poi[0][1:]
+    for row in poi[1:]:
+        for col, cell in zip(labels, row[1:]):
+            if col == row[0]:
+                assert cell == "—"
+                continue
+            wins = 0.0
+            for x in FINALS[row[0]]:
+                for y in FINALS[col]:
+                    wins += 1.0 if x > y else 0.5 if x == y else 0.0
+            assert first_number(cell) == pytest.approx(round(wins / 25, 2))
+
+
+# ----------------------------------------------------------------------------- analysis.stats
+def test_iqm_drops_a_quarter_at_each_end_by_hand():
+    rng = np.random.default_rng(1)
+    for n in range(4, 14):
+        x = rng.normal(size=n)
+        k = n // 4
+        assert iqm(x) == pytest.approx(np.sort(x)[k:n - k].mean())
+    assert iqm([1, 2, 3, 4, 100]) == 3.0
+
+
+def test_probability_of_improvement_equals_pairwise_count_with_ties_and_tasks():
+    rng = np.random.default_rng(2)
+    x, y = rng.integers(0, 4, size=(7, 3)).astype(float), rng.integers(0, 4, size=(5, 3)).astype(float)
+    per_task = []
+    for j in range(3):
+        count = sum((a > b) + 0.5 * (a == b) for a in x[:, j] for b in y[:, j])
+        per_task.append(count / (7 * 5))
+    assert probability_of_improvement(x, y) == pytest.approx(np.mean(per_task))
+    assert probability_of_improvement(x, y) + probability_of_improvement(y, x) == pytest.approx(1.0)
+    # and the Mann-Whitney U statistic over n*m, task by task (scipy, an independent implementation)
+    u = [sps.mannwhitneyu(x[:, j], y[:, j]).statistic / 35 for j in range(3)]
+    assert probability_of_improvement(x, y) == pytest.approx(np.mean(u))
+
+
+def test_stratified_bootstrap_resamples_runs_within_each_task():
+    x = np.array([[0.0, 10.0], [1.0, 11.0], [2.0, 12.0]])  # task 0 in {0,1,2}, task 1 in {10,11,12}
+    seen = []
+
+    def record(m):
+        seen.append(m.copy())
+        return float(m.mean())
+    stratified_bootstrap_ci(record, x, reps=200)
+    draws = np.array(seen[:-1])  # the last call is the statistic on the data itself
+    assert np.isin(draws[:, :, 0], x[:, 0]).all() and np.isin(draws[:, :, 1], x[:, 1]).all()
+    assert len({d.tobytes() for d in draws}) > 50  # runs are drawn, with replacement
+
+
+def test_bootstrap_interval_of_a_mean_covers_like_the_t_interval():
+    """Sampled: for 60 normal draws the 95% percentile bootstrap interval of the mean is within 10% of
+    the t-interval's width (the two agree to O(1/n) for a normal sample; seed fixed)."""
+    x = np.random.default_rng(3).normal(5.0, 2.0, size=60)
+    est, lo, hi = stratified_bootstrap_ci(lambda a: float(np.mean(a)), x, reps=4000, seed=4)
+    half = sps.t.ppf(0.975, 59) * x.std(ddof=1) / np.sqrt(60)
+    assert est == pytest.approx(x.mean())
+    assert (hi - lo) == pytest.approx(2 * half, rel=0.1)
+    assert lo < x.mean() < hi
+
+
+# ----------------------------------------------------------------------------- bad input
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("marlq report: error: ")
+    return err[0]
+
+
+def test_not_a_run_directory_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere: no such file or directory" in one_line(capsys)
+    (tmp_path / "f.txt").write_text("x")
+    assert main(["report", str(tmp_path / "f.txt")]) == 2
+    assert "f.txt: not a directory" in one_line(capsys)
+
+
+def test_an_empty_sweep_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "empty" / "algorithm.name=coma").mkdir(parents=True)
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "no run directories under" in one_line(capsys)
+    assert not (tmp_path / "empty" / "report.html").exists()
+
+
+def test_an_unwritable_out_is_one_line_exit_2(tmp_path, capsys):
+    root = make_sweep(tmp_path / "s")
+    assert main(["report", str(root), "--out", str(tmp_path)]) == 2
+    assert "is a directory" in one_line(capsys)
+    (tmp_path / "file").write_text("x")
+    assert main(["report", str(root), "--out", str(tmp_path / "file" / "r.html")]) == 2
+    assert "--out: cannot write" in one_line(capsys)
+    assert main(["report", str(root), "--reps", "5"]) == 2
+    assert "--reps: must be at least 100" in one_line(capsys)
