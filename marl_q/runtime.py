@@ -53,7 +53,8 @@ class Runtime:
         if out is not None and cfg.run.tensorboard:
             from marl_q.tracking import TensorBoardTracker
 
-            self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) if resume else None)
+            # on resume TensorBoard hides what an earlier session logged after the checkpoint's env steps
+            self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) + 1 if resume else None)
             set_tap(out, self.tracker)
         self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
         self.service = self.algorithm.make_service()
@@ -63,6 +64,8 @@ class Runtime:
         self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields,
                                      resume_at=metrics_at, wall_offset=meta.get("wall_s", 0.0),
                                      wall_fields=tuple(getattr(self.algorithm, "wall_fields", ())))
+        if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
+            self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))
         self.episodes = int(meta.get("episodes", 0))
         self.faults: list[dict[str, Any]] = list(meta.get("faults", []))

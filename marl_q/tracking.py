@@ -57,7 +57,7 @@ class TensorBoardTracker:
     """Scalars of one run directory into TensorBoard event files in that directory."""
 
     def __init__(self, run_dir: Path, purge_step: Optional[int] = None) -> None:
-        """``purge_step``: a resumed run's env steps at its checkpoint; TensorBoard hides what an earlier
+        """``purge_step``: on resume, the checkpoint's env steps plus one; TensorBoard hides what an earlier
         session logged at or after it (those rows were cut from the CSV files too)."""
         writer_class = require_tensorboard()
         self.run_dir = Path(run_dir)
@@ -86,6 +86,25 @@ class TensorBoardTracker:
             self._place(source_, rec)
         for rec in records:
             self._place(source, rec)
+
+    def continue_from(self) -> None:
+        """On resume, once the run files are cut back to the checkpoint: the clock from metrics.csv and the
+        running totals from comm.csv, as they stand (nothing is logged again)."""
+        import csv
+
+        for name in ("metrics.csv", "comm.csv"):
+            path = self.run_dir / name
+            if not path.is_file():
+                continue
+            with open(path, newline="") as fh:
+                for rec in csv.DictReader(fh):
+                    if name == "metrics.csv":
+                        self._clock_t.append(float(rec["t"]))
+                        self._clock_steps.append(int(rec["env_steps"]))
+                    else:
+                        t = number(rec.get("t"))
+                        i = bisect.bisect_right(self._clock_t, t) if t is not None else 0
+                        self._comm.add(rec, self._clock_steps[i - 1] if i else 0)
 
     def _header(self, path: Path) -> list[str]:
         key = str(path)

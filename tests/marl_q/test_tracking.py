@@ -158,3 +158,31 @@ def test_tensorboard_asked_for_but_not_installed_is_one_line_exit_2(argv, tmp_pa
     assert err[0].startswith("marlq: error: run.tensorboard: the tensorboard package is not installed")
     assert "marl-q[tensorboard]" in err[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_resume_from_an_older_checkpoint_leaves_one_value_per_row(tmp_path):
+    """Rows after the checkpoint are cut from metrics.csv on resume; TensorBoard drops what the first
+    session logged after it (purge_step), so the scalars read back equal the CSV file again."""
+    from marl_q.experiment import resume_experiment
+    from marl_q.rundir import checkpoints
+
+    out = tmp_path / "run"
+    cfg = load_config(SPREAD, SHORT + ["run.tensorboard=true", "run.checkpoint_every=2", "run.keep_checkpoints=10",
+                                       "run.stop_after_updates=6", "run.eval_every=null"])
+    assert run_experiment(cfg, out)["status"] == "stopped"
+    first = scalars(out)["metrics/return"]
+    older = checkpoints(out)[0]
+    resume_experiment(out, checkpoint=older, plots=False)
+    metrics = read_csv(out / "metrics.csv")
+    ret = scalars(out)["metrics/return"]
+    assert len(list(out.glob("events.out.tfevents.*"))) == 2 and max(e.step for e in first) > min(
+        int(r["env_steps"]) for r in metrics[len(metrics) // 2:])
+    assert [e.step for e in ret] == [int(r["env_steps"]) for r in metrics]
+    np.testing.assert_allclose([e.value for e in ret], [float(r["return"]) for r in metrics], rtol=1e-6)
+    # the running totals go on from the checkpoint's (read back from comm.csv), not from zero
+    summary = json.loads((out / "summary.json").read_text())
+    tb = scalars(out)
+    assert tb["comm/messages_up"][-1].value + tb["comm/messages_down"][-1].value == summary["messages"]
+    assert tb["comm/bytes_up"][-1].value == summary["bytes_up"]
+    steps = [e.step for e in tb["comm/bytes_up"]]
+    assert steps == sorted(steps)
