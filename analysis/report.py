@@ -49,7 +49,8 @@ LEDGER = [("sent", "pushes sent"), ("accepted", "accepted"), ("rejected", "rejec
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
 color:#222;padding:0 1em}h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ccc}
 h3{font-size:1em}table{border-collapse:collapse;margin:.6em 0;font-size:.85em}th,td{border:1px solid #ccc;
-padding:.25em .6em;text-align:right;white-space:nowrap}th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;
+padding:.25em .6em;text-align:right;white-space:nowrap}th{background:#f3f3f3;white-space:normal;
+vertical-align:bottom}div.t{overflow-x:auto}td.l,th.l{text-align:left}img{max-width:100%;
 border:1px solid #eee;margin:.4em 0}p.note{color:#555;font-size:.85em;max-width:900px}code{background:#f6f6f6}"""
 
 
@@ -123,7 +124,7 @@ def table(header: list[str], rows: list[list[Any]], caption: Optional[str] = Non
     head = "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>"
     body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f"<table>{cap}{head}{body}</table>"
+    return f"<div class=t><table>{cap}{head}{body}</table></div>"
 
 
 def figure(path: Optional[Path], alt: str) -> str:
@@ -225,6 +226,8 @@ def build_report(root: Path, reps: int = BOOTSTRAP_REPS) -> str:
         for label, rs in groups.items():
             rows = [[w] + [f"{vals[k]:,.2f}" if k.startswith("mb") else f"{vals[k]:,.1f}" for k, _ in LEDGER]
                     for w, vals in ledger_rows(rs)]
+            if len(rows) > 2 and all(r[1:] == rows[0][1:] for r in rows):  # alike workers: one row says it
+                rows = [[f"each of {rows[0][0]}..{rows[-1][0]} ({len(rows)} alike workers)"] + rows[0][1:]]
             if rows:
                 parts += [f"<h3>{esc(label)} ({len(rs)} seed{'s' if len(rs) != 1 else ''})</h3>",
                           table(["worker"] + [name for _, name in LEDGER], rows)]

@@ -238,3 +238,25 @@ def test_an_unwritable_out_is_one_line_exit_2(tmp_path, capsys):
     assert "--out: cannot write" in one_line(capsys)
     assert main(["report", str(root), "--reps", "5"]) == 2
     assert "--reps: must be at least 100" in one_line(capsys)
+
+
+def test_a_single_run_page_has_no_aggregates_and_says_alike_workers_once(tmp_path):
+    run = write_run(tmp_path / "run", config("coma"), np.linspace(-5, 5, 150), comm_rows=comm(4, [5, 5, 5, 5]))
+    lines = (run / "comm.csv").read_text().splitlines()
+    pushed: dict[str, int] = {}
+    for i, line in enumerate(lines[1:], 1):  # each worker numbers its own pushes 1, 2, ... (as a worker does)
+        cells = line.split(",")
+        if cells[3] == "server":
+            pushed[cells[2]] = pushed.get(cells[2], 0) + 1
+            cells[5] = str(pushed[cells[2]])
+        lines[i] = ",".join(cells)
+    (run / "comm.csv").write_text("\n".join(lines) + "\n")
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "final_return": 4.0, "messages": 40}))
+    assert main(["report", str(run)]) == 0
+    page = parse(run / "report.html")
+    assert page.h2 == ["Learning curves", "Results per group", "Ledger per worker", "Traffic", "Staleness", "Runs"]
+    assert len(page.images) == 4
+    results = find_table(page, "group", "n", "final return (last solve_window episodes)")
+    assert results[1][:3] == ["coma on cartpole", "1", "4.00"]  # one seed: no interval
+    ledger = find_table(page, "worker")
+    assert len(ledger) == 2 and ledger[1][0] == "each of w0..w3 (4 alike workers)" and ledger[1][6] == "5.0"
