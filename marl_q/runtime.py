@@ -296,7 +296,10 @@ class Runtime:
         if self.tracker is not None:
             set_tap(self.out, None)
             self.tracker, tracker = None, self.tracker
-            tracker.close()
+            try:
+                tracker.close()
+            except Exception as exc:  # the TensorBoard files are a view of the run files: never fail the run
+                print(f"marlq: the TensorBoard files could not be closed ({one_line(str(exc))})", file=sys.stderr)
 
 
 def one_line(detail: str) -> str:
