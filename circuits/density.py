@@ -155,10 +155,10 @@ class DensityCircuit(nn.Module):
 
     def reencode(self, rho: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
         """A later encoding block (``reupload``) on every wire."""
-        superops = self.encoding_superoperators(angles)
+        superops = self.encoding_superoperators(angles)  # (B, n, 4, 4)
+        if self.hadamard:
+            superops = superops @ self.hadamard_noisy
         for wire in range(self.n_qubits):
-            if self.hadamard:
-                rho = self.apply_wire(rho, self.hadamard_noisy, wire)
             rho = self.apply_wire(rho, superops[:, wire], wire)
         return rho
 
@@ -171,11 +171,14 @@ class DensityCircuit(nn.Module):
         return rho
 
     def rotate(self, rho: torch.Tensor, weights: torch.Tensor, layer: int) -> torch.Tensor:
-        """Layer ``layer``'s single-qubit gates, each followed by the noise on its wire."""
+        """Layer ``layer``'s single-qubit gates, each followed by the noise on its wire: a wire's gates
+        and channels compose into one 4 x 4 superoperator, applied once per wire."""
+        superops = None
         for matrices in ANSATZE[self.ansatz].gates(weights[layer], self.options, self.complex_dtype):
-            superops = self.noise @ unitary_superoperators(matrices)  # (n, 4, 4)
-            for wire in range(self.n_qubits):
-                rho = self.apply_wire(rho, superops[wire], wire)
+            step = self.noise @ unitary_superoperators(matrices)  # (n, 4, 4)
+            superops = step if superops is None else step @ superops
+        for wire in range(self.n_qubits):
+            rho = self.apply_wire(rho, superops[wire], wire)
         return rho
 
     def probabilities(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
