@@ -86,8 +86,9 @@ class VQC(nn.Module):
         # numpy twin of agents/numpy_heads.py that relies on it) is then off
         self.resource_counts = new_counts()
         self.hardware = None
+        self._sampling_seed = child_seed(cfg.seed if cfg.seed is not None else torch.initial_seed())
         if cfg.backend == "torch" and needs_hardware(cfg):
-            self.hardware = Hardware(cfg, complex_dtype, child_seed(cfg.seed if cfg.seed is not None else torch.initial_seed()))
+            self.hardware = Hardware(cfg, complex_dtype, self._sampling_seed)
             self.analytic_grad = False
         self.to(device=device)
 
@@ -178,7 +179,7 @@ class VQC(nn.Module):
             return self.hardware.readouts(self, angles)
         if self.cfg.backend == "pennylane":
             if self._qnode_function is None:
-                self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg))
+                self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg), **self._qnode_seed())
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights).to(angles.dtype)  # type: ignore[attr-defined]
         if self.use_dense:
             if (self.analytic_grad and torch.is_grad_enabled() and self.weights.requires_grad
@@ -187,6 +188,14 @@ class VQC(nn.Module):
                 return self.circuit.forward_dense_adjoint(angles, self.weights, dense, adjoint)
             return self.circuit.forward_dense(angles, self.dense_matrix())
         return self.circuit.forward_gates(angles, self.weights)
+
+    def _qnode_seed(self) -> dict[str, int]:
+        """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's
+        seed key or torch's initial seed): reruns are reproducible. PennyLane's generator does not
+        travel with a snapshot, so a resumed run restarts its stream."""
+        if self.cfg.shots is None or self.cfg.pennylane_device not in ("default.qubit", "default.mixed"):
+            return {}
+        return {"seed": self._sampling_seed}
 
     def head_output(self, readouts: torch.Tensor) -> torch.Tensor:
         """Map readouts (B, m) to outputs (B, out_dim) as the ``output`` key says."""
