@@ -29,6 +29,7 @@ from agents.losses import actor_critic_loss, categorical
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
 from agents.value_norm import ValueNorm
+from circuits.shots import seed_heads
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
@@ -37,7 +38,7 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
-from marl_q.seeding import worker_seed
+from marl_q.seeding import derive, worker_seed
 from marl_q.services import PARAMS, ParameterService
 
 if TYPE_CHECKING:
@@ -246,6 +247,8 @@ class ActorCriticWorker(Worker):
         self.check_scenario(spec)
         self.env = spec.make(cfg.scenario.params, seed=self.seed)
         self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
+        # circuit heads with shots or SPSA: this worker's own stream per head (none is drawn otherwise)
+        seed_heads((self.actor, self.critic), lambda k: derive(cfg.run.seed, "shots", index, k))
         self.dist = distribution_for(self.env.single_action_space)
         self.flat = FlatParameters(self.actor, self.critic)
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None

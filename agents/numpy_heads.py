@@ -93,6 +93,7 @@ class NumpyVQC:
         if not isinstance(module, VQC):
             return False
         cfg = module.cfg
+        # (a head with shots, noise or a hardware gradient rule has analytic_grad off: the torch path)
         return (module.analytic_grad and module.pre is None and module.input_scale is None
                 and cfg.scaling in ("none", "atan", "bound") and cfg.output in NumpyVQC.OUTPUTS)
 
@@ -107,6 +108,7 @@ class NumpyVQC:
         return x
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        self.vqc.resource_counts["act_circuits"] += x.shape[0]  # the head's counters (circuits.gradients; exact: no shots)
         dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
         r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
         amplitudes = r @ dense.numpy().astype(np.float64)  # (B, 2^(n+1)): [Re | Im] of the final state

@@ -222,7 +222,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-BENCHES = {"quantum": main}
+def noise_main(argv: Sequence[str] | None = None) -> int:
+    """Noisy density path vs PennyLane default.mixed, and shot sampling vs the analytic forward."""
+    from circuits.bench_noise import main as noise
+
+    return noise(argv)
+
+
+BENCHES = {"quantum": main, "noise": noise_main}
 
 if __name__ == "__main__":
     sys.exit(main())

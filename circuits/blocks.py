@@ -63,10 +63,23 @@ class Ansatz:
     # ``matrices`` in numpy complex128, for the analytic-gradient path (numpy's per-call cost on these
     # small arrays is a fraction of torch's); None: ``matrices`` in complex128 converted
     matrices_np: Optional[Callable[[np.ndarray, LayerOptions], np.ndarray]] = None
+    # the per-wire matrix as the single-qubit gates ``pennylane_layer`` applies, in order (a list of
+    # (..., n, 2, 2) whose product, last first, is ``matrices``): the noisy density-matrix path puts
+    # its channels after each of them, as PennyLane does. None: one gate per wire (``matrices``).
+    gate_matrices: Optional[Callable[[torch.Tensor, LayerOptions, torch.dtype], list[torch.Tensor]]] = None
+    # whether every gate has the two-term parameter-shift rule (true when every weight is the angle
+    # of one Pauli rotation, the contract above); ``grad: parameter_shift`` refuses an ansatz without
+    shift_rule: bool = True
 
     def __post_init__(self) -> None:
         if self.matrices_np is None:
             object.__setattr__(self, "matrices_np", _matrices_np_from_torch(self))
+
+    def gates(self, weights: torch.Tensor, options: LayerOptions, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The layer's single-qubit gates per wire, in the order they act (see ``gate_matrices``)."""
+        if self.gate_matrices is None:
+            return [self.matrices(weights, options, dtype)]
+        return self.gate_matrices(weights, options, dtype)
 
 
 @dataclass(frozen=True)

@@ -314,6 +314,10 @@ class CompiledCircuit(nn.Module):
 
     def forward_gates(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) gate by gate; angles (B, n) or, with reupload, (B, layers, n) per block."""
+        return torch.view_as_real(self.final_state(angles, weights)).square().sum(-1) @ self.readout
+
+    def final_state(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The state (B, 2^n) gate by gate (``forward_gates`` before its readout)."""
         per_block = angles.dim() == 3
         first = angles[:, 0] if per_block else angles
         psi = self.encoded_state(first)
@@ -323,4 +327,4 @@ class CompiledCircuit(nn.Module):
                 encoders = gates.encoding_gate_matrices(self.encoding, self.hadamard, block.to(self.real_dtype), self.complex_dtype)
                 psi = self.rotate(psi, encoders)
             psi = self.trainable_layer(psi, weights, layer)
-        return torch.view_as_real(psi).square().sum(-1) @ self.readout
+        return psi

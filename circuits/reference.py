@@ -14,7 +14,7 @@ import torch
 
 from circuits.blocks import ANSATZE, ENCODINGS, OBSERVABLES, CircuitConfigError, LayerOptions
 from circuits.gates import PENNYLANE_GATES
-from circuits.spec import VQCConfig
+from circuits.spec import NoiseConfig, VQCConfig
 
 
 class _LazyPennyLane:
@@ -77,24 +77,62 @@ def _measurements(cfg: VQCConfig) -> list[Any]:
     return [family.pennylane(qml, wires) for wires in family.wires(cfg.n_qubits)]
 
 
+def qnode_diff_method(cfg: VQCConfig) -> str:
+    """The QNode's diff_method for a spec: its ``grad`` rule, or ``diff_method`` when grad is analytic."""
+    return {"parameter_shift": "parameter-shift", "spsa": "spsa"}.get(cfg.grad, cfg.diff_method)
+
+
+def _gate_noise(noise: NoiseConfig) -> Callable[..., None]:
+    """The channels queued after every gate on each of its wires (``qml.noise.insert``), in the
+    order of ``circuits.density``: amplitude damping, phase damping, depolarizing."""
+
+    def channels(wires: Any) -> None:
+        if noise.amplitude_damping:
+            qml.AmplitudeDamping(noise.amplitude_damping, wires=wires)
+        if noise.phase_damping:
+            qml.PhaseDamping(noise.phase_damping, wires=wires)
+        if noise.depolarizing:
+            qml.DepolarizingChannel(noise.depolarizing, wires=wires)
+
+    return channels
+
+
 def build_qnode(cfg: VQCConfig, device: str = "default.qubit", diff_method: str = "best", **device_kwargs: Any) -> qml.QNode:
-    """A QNode ``qnode(angles, weights)`` of the spec; angles (B, n) or (B, layers, n) with reupload."""
+    """A QNode ``qnode(angles, weights)`` of the spec; angles (B, n) or (B, layers, n) with reupload.
+
+    With ``shots`` the QNode samples that many shots per execution; with ``noise`` the gate channels
+    follow every gate on each of its wires (``qml.noise.insert(position="all")``, after templates are
+    decomposed; the device must be default.mixed) and readout error is a ``qml.BitFlip`` on every
+    wire before the measurements.
+    """
     check_device(device)
+    noise = cfg.noise
+    if noise is not None and noise.channels and device != "default.mixed":
+        raise CircuitConfigError(f"noise: PennyLane simulates gate channels on device 'default.mixed' only, got {device!r}")
     dev = qml.device(device, wires=cfg.n_qubits, **device_kwargs)
 
     ansatz = ANSATZE[cfg.ansatz]
     options = LayerOptions(cfg.rotation, cfg.entangler)
     wires = list(range(cfg.n_qubits))
 
-    def circuit(angles: Any, weights: Any) -> list[Any]:
+    def gates(angles: Any, weights: Any) -> None:
         per_block = angles.ndim == 3
         for layer in range(cfg.layers):
             if layer == 0 or cfg.reupload:
                 _encoding_block(cfg, angles[:, layer] if per_block else angles)
             ansatz.pennylane_layer(qml, weights, layer, wires, options)
+
+    if noise is not None and noise.channels:
+        gates = qml.noise.insert(gates, _gate_noise(noise), [], position="all")
+
+    def circuit(angles: Any, weights: Any) -> list[Any]:
+        gates(angles, weights)
+        if noise is not None and noise.readout:
+            for wire in wires:
+                qml.BitFlip(noise.readout, wires=wire)
         return _measurements(cfg)
 
-    return qml.QNode(circuit, dev, interface="torch", diff_method=diff_method)
+    return qml.QNode(circuit, dev, interface="torch", diff_method=diff_method, shots=cfg.shots)
 
 
 def readouts_from_qnode(qnode: qml.QNode, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -19,12 +19,41 @@ from circuits.gates import ENTANGLING_GATES, HADAMARD, PAULI_X, PAULI_Y, PAULI_Z
 blocks.load_all()  # every module of circuits/ansatze, circuits/encodings, circuits/observables
 
 SCALINGS = ("none", "bound", "atan", "trainable")
+GRADS = ("analytic", "parameter_shift", "spsa")
 OUTPUTS = ("raw", "sum", "scaled", "linear", "relu_linear")
 
 # The choices the config loader validates and ``marlq list`` shows: whatever is registered.
 EncodingName = Literal[tuple(ENCODINGS)]  # type: ignore[valid-type]
 AnsatzName = Literal[tuple(ANSATZE)]  # type: ignore[valid-type]
 ObservableName = Literal[tuple(OBSERVABLES)]  # type: ignore[valid-type]
+
+
+@dataclass
+class NoiseConfig:
+    """The ``noise`` section of a circuit head (docs/circuits.md, "Shots, noise and hardware gradients").
+
+    After every gate, on every wire the gate acts on (PennyLane's ``qml.noise.insert(..., position="all")``
+    after templates are decomposed): amplitude damping (gamma), then phase damping (gamma), then the
+    depolarizing channel (p). ``readout``: each measured bit is flipped with this probability (a
+    ``qml.BitFlip`` on every wire just before the measurement).
+    """
+
+    depolarizing: float = 0.0
+    amplitude_damping: float = 0.0
+    phase_damping: float = 0.0
+    readout: float = 0.0
+
+    def validate(self) -> None:
+        """Every probability in [0, 1], naming the key."""
+        for key in ("depolarizing", "amplitude_damping", "phase_damping", "readout"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+                raise CircuitConfigError(f"{key}: expected a probability in [0, 1], got {value!r}")
+
+    @property
+    def channels(self) -> bool:
+        """Whether any gate channel is on (these need the density-matrix path; readout error alone does not)."""
+        return bool(self.depolarizing or self.amplitude_damping or self.phase_damping)
 
 
 @dataclass
@@ -68,6 +97,14 @@ class VQCConfig:
     dense_grad: Literal["analytic", "autograd"] = "analytic"
     init_scale: float = float(np.pi)
     seed: Optional[int] = None
+    # hardware-like execution (circuits/shots.py, circuits/density.py, circuits/gradients.py):
+    # expectation values from this many measured bitstrings per circuit (null: exact)
+    shots: Optional[int] = None
+    noise: Optional[NoiseConfig] = None
+    # analytic: autograd (straight-through past the shot sampling); parameter_shift: two circuits per
+    # parameter; spsa: two circuits per step, a random +-1 direction scaled by spsa_step
+    grad: Literal["analytic", "parameter_shift", "spsa"] = "analytic"
+    spsa_step: float = 0.1
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -84,6 +121,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "device": ("cpu", "cuda"),
     "dtype": ("complex64", "complex128"),
     "dense_grad": ("analytic", "autograd"),
+    "grad": GRADS,
 }
 
 
@@ -95,9 +133,20 @@ def make_config(**spec: object) -> VQCConfig:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise CircuitConfigError(f"unknown VQC key {key!r}{hint}; valid keys: {', '.join(sorted(known))}")
+    if isinstance(spec.get("noise"), dict):
+        spec = {**spec, "noise": make_noise(spec["noise"])}
     cfg = VQCConfig(**spec)  # type: ignore[arg-type]
     validate_config(cfg)
     return cfg
+
+
+def make_noise(keys: dict) -> NoiseConfig:
+    """A NoiseConfig from a mapping, rejecting unknown keys with the valid ones."""
+    known = [f.name for f in fields(NoiseConfig)]
+    for key in keys:
+        if key not in known:
+            raise CircuitConfigError(f"noise.{key}: unknown key; valid keys: {', '.join(known)}")
+    return NoiseConfig(**keys)
 
 
 def validate_config(cfg: object) -> None:
@@ -113,6 +162,41 @@ def validate_config(cfg: object) -> None:
     for i, bound in enumerate(cfg.bounds):
         if bound is not None and not (np.isfinite(bound) and bound > 0):
             raise CircuitConfigError(f"bounds[{i}]: expected a positive finite number or null, got {bound!r}")
+    validate_hardware(cfg)
+
+
+def validate_hardware(cfg: VQCConfig) -> None:
+    """The keys of hardware-like execution: shots, noise (and whether the chosen path can simulate it),
+    grad (and whether the ansatz has a shift rule)."""
+    shots = cfg.shots
+    if shots is not None and (isinstance(shots, bool) or not isinstance(shots, int) or shots < 1):
+        raise CircuitConfigError(f"shots: expected a positive integer or null, got {shots!r}")
+    noise = cfg.noise
+    if noise is not None:
+        if not isinstance(noise, NoiseConfig):
+            raise CircuitConfigError(f"noise: expected a mapping of depolarizing, amplitude_damping, phase_damping, readout; got {noise!r}")
+        try:
+            noise.validate()
+        except CircuitConfigError as exc:
+            raise CircuitConfigError(f"noise.{exc}") from None
+        if noise.channels and cfg.backend == "torch" and cfg.engine != "auto":
+            raise CircuitConfigError(
+                f"noise: gate channels need the density-matrix path, which engine 'auto' takes; engine "
+                f"{cfg.engine!r} is a state-vector path (readout error alone works on any engine)")
+        if noise.channels and cfg.backend == "pennylane" and cfg.pennylane_device != "default.mixed":
+            raise CircuitConfigError(
+                f"noise: backend pennylane simulates gate channels on pennylane_device 'default.mixed' only, "
+                f"got {cfg.pennylane_device!r}")
+    if cfg.grad == "parameter_shift" and not lookup(ANSATZE, "ansatz", cfg.ansatz).shift_rule:
+        raise CircuitConfigError(
+            f"grad: ansatz {cfg.ansatz!r} has a gate without a two-term parameter-shift rule; "
+            "use grad: spsa or analytic")
+    if not (isinstance(cfg.spsa_step, (int, float)) and np.isfinite(cfg.spsa_step) and cfg.spsa_step > 0):
+        raise CircuitConfigError(f"spsa_step: expected a positive number, got {cfg.spsa_step!r}")
+    if cfg.backend == "pennylane" and shots is not None and cfg.grad == "analytic" and cfg.diff_method == "backprop":
+        raise CircuitConfigError(
+            "grad: backend pennylane cannot backpropagate through sampled expectation values; "
+            "use grad: parameter_shift or spsa (or diff_method: parameter-shift)")
 
 
 def feature_count(cfg: VQCConfig, in_dim: int) -> int:

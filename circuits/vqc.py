@@ -14,7 +14,9 @@ from torch import nn
 
 from circuits.blocks import ANSATZE
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
-from circuits.reference import build_qnode, check_device, qnode_function, readouts_from_qnode
+from circuits.gradients import Hardware, count, needs_hardware, new_counts
+from circuits.reference import build_qnode, check_device, qnode_function, qnode_diff_method, readouts_from_qnode
+from circuits.shots import child_seed
 from circuits.spec import CircuitConfigError, VQCConfig, feature_count, make_config, readout_count, validate_config
 
 COMPLEX_DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
@@ -80,6 +82,14 @@ class VQC(nn.Module):
         self._qnode_function: Callable[[torch.Tensor], torch.Tensor] | None = None
         if cfg.backend == "pennylane":
             check_device(cfg.pennylane_device)
+        # shots, noise, hardware gradients (circuits/gradients.py); the analytic dense gradient (and the
+        # numpy twin of agents/numpy_heads.py that relies on it) is then off
+        self.resource_counts = new_counts()
+        self.hardware = None
+        self._sampling_seed = child_seed(cfg.seed if cfg.seed is not None else torch.initial_seed())
+        if cfg.backend == "torch" and needs_hardware(cfg):
+            self.hardware = Hardware(cfg, complex_dtype, self._sampling_seed)
+            self.analytic_grad = False
         self.to(device=device)
 
     def _choose_dense(self, cfg: VQCConfig) -> bool:
@@ -164,9 +174,12 @@ class VQC(nn.Module):
     def readouts(self, x: torch.Tensor) -> torch.Tensor:
         """Circuit readouts (B, m) before the output layer."""
         angles = self.angles(x)
+        count(self, "act", angles.shape[0], self.cfg.shots)
+        if self.hardware is not None:
+            return self.hardware.readouts(self, angles)
         if self.cfg.backend == "pennylane":
             if self._qnode_function is None:
-                self._qnode_function = self.to_qnode(self.cfg.pennylane_device, self.cfg.diff_method)
+                self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg), **self._qnode_seed())
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights).to(angles.dtype)  # type: ignore[attr-defined]
         if self.use_dense:
             if (self.analytic_grad and torch.is_grad_enabled() and self.weights.requires_grad
@@ -175,6 +188,14 @@ class VQC(nn.Module):
                 return self.circuit.forward_dense_adjoint(angles, self.weights, dense, adjoint)
             return self.circuit.forward_dense(angles, self.dense_matrix())
         return self.circuit.forward_gates(angles, self.weights)
+
+    def _qnode_seed(self) -> dict[str, int]:
+        """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's
+        seed key or torch's initial seed): reruns are reproducible. PennyLane's generator does not
+        travel with a snapshot, so a resumed run restarts its stream."""
+        if self.cfg.shots is None or self.cfg.pennylane_device not in ("default.qubit", "default.mixed"):
+            return {}
+        return {"seed": self._sampling_seed}
 
     def head_output(self, readouts: torch.Tensor) -> torch.Tensor:
         """Map readouts (B, m) to outputs (B, out_dim) as the ``output`` key says."""
@@ -203,6 +224,19 @@ class VQC(nn.Module):
         state = dict(self.__dict__)
         state["_qnode_function"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # pickled before shots and noise existed (a sim snapshot): an exact head with fresh counters
+        super().__setstate__(state)
+        if "hardware" not in self.__dict__ and "hardware" not in self._modules:
+            self.hardware = None
+        if "resource_counts" not in self.__dict__:
+            self.resource_counts = new_counts()
+
+    @property
+    def sampler(self):
+        """The head's seeded generator of shots and SPSA directions (None for an exact head)."""
+        return self.hardware.sampler if self.hardware is not None else None
 
     def to_qnode(self, device: str = "default.qubit", diff_method: str = "best", **device_kwargs: Any) -> Callable[[torch.Tensor], torch.Tensor]:
         """The same function with this module's parameters, the circuit run by a PennyLane QNode on ``device``."""

@@ -6,7 +6,8 @@ stream and an index path: independent, well-mixed 32-bit seeds for any number of
 magic offsets that could collide. Add a stream name to the end of STREAMS when nothing fits (never
 reorder it: that would change every derived seed). agents/mappo.py (ippo, mappo, ia2c, maa2c) is
 built on it: ``worker_seed`` for its workers and ``derive(seed, "env_copy", worker, copy)`` for
-each environment copy.
+each environment copy. A circuit head that samples shots or SPSA directions gets
+``derive(seed, "shots", worker, k)`` for the k-th such head of a worker (``circuits.shots.seed_heads``).
 
 The streams that published figures were made with keep their historical formulas, named here so
 that no other module writes one: changing them would change every recorded run (the golden test
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-STREAMS = ("worker", "env_copy", "eval", "timing")
+STREAMS = ("worker", "env_copy", "eval", "timing", "shots")
 
 
 def derive(seed: int, stream: str, *path: int) -> int:
