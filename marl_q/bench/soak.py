@@ -39,6 +39,7 @@ from marl_q.messages import HELLO, SERVER
 DEFAULT_SCENARIO = "scenarios/cartpole_a3c.yaml"
 WARMUP_S = 60.0  # a server process's first minute (imports, first allocations) is left out of the RSS slope
 STOP_WAIT_S = 180.0  # how long the run may take to end after SIGINT
+GRACE_S = 300.0  # how long past --minutes the soak waits for a resumed session's first push
 
 
 def soak_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -180,6 +181,12 @@ def rss_mb(pid: int) -> Optional[float]:
     return None
 
 
+def _default_sigint() -> None:
+    """In the child before it runs: SIGINT back to its default (a soak started in the background, with `&`,
+    inherits it ignored, and a Python started so never turns SIGINT into KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Session:
     """One `marlq run` or `marlq resume` child process: its stderr counted (restarts) and kept in a log."""
 
@@ -187,7 +194,7 @@ class Session:
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
         self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_default_sigint)
         self.backend = backend
         self.restarts: dict[str, int] = {}
         self.lines: list[str] = []
@@ -269,6 +276,7 @@ class LiveLedger:
         self.offset = 0
         self.header: Optional[list[str]] = None
         self.pushes = 0  # rows of worker pushes (not hellos) that reached the server
+        self.last_push_id = -1  # the ledger row id of the latest of them
         self.resets = getattr(self, "resets", -1) + 1
 
     def poll(self) -> None:
@@ -293,6 +301,7 @@ class LiveLedger:
             self.auditor.feed(row)
             if row["dst"] == SERVER and row["kind"] != HELLO and not row["kind"].startswith("fault:"):
                 self.pushes += 1
+                self.last_push_id = int(row["id"])
 
 
 class Soak:
@@ -352,10 +361,13 @@ class Soak:
                                                                                        f"{before['file']})"})
                     live.reset()
                     continue
-                if now >= end_s:
+                resumed_idle = before is not None and live.last_push_id < before["ledger_count"]
+                if now >= end_s and (not resumed_idle or now >= end_s + GRACE_S):  # (a resumed session that has
+                    # not pushed anything yet would leave nothing to check: it gets up to GRACE_S more)
                     code = session.interrupt(STOP_WAIT_S)
                     restarts_done += sum(session.restarts.values())
-                    events.append({"t_s": round(now, 1), "event": f"SIGINT (end of the soak): exit {code}"})
+                    events.append({"t_s": round(now, 1), "event": f"SIGINT (end of the soak): exit {code}" if code != -9
+                                   else f"SIGINT (end of the soak): still running {STOP_WAIT_S:g} s later, SIGKILL"})
                     break
                 if now >= next_sample:
                     next_sample += self.args.sample_every
@@ -397,7 +409,7 @@ class Soak:
         if self.process_kill_s is not None:
             if before is None:
                 checks.append({"name": "resumed_from_checkpoint", "ok": False,
-                               "detail": "the process kill left no checkpoint to resume from"})
+                               "detail": "the run wrote no checkpoint before the end, so it was never killed and resumed"})
             else:
                 entry = (summary or {}).get("resumes", [None])[-1] if (summary or {}).get("resumes") else None
                 checks.append(resumed_from_checkpoint(

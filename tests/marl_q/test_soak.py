@@ -1,8 +1,9 @@
 """`marlq bench soak`: its invariant checks on small hand-made ledgers (a good one and a broken one each),
-the RSS slope against hand-computed fits, the kill schedule, and its bad input."""
+the RSS slope against hand-computed fits, the kill schedule, its bad input, and one short soak on local."""
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -183,3 +184,21 @@ def test_out_must_be_new_or_empty(tmp_path, capsys):
     (tmp_path / "s" / "x").write_text("")
     assert main(["bench", "soak", "--out", str(tmp_path / "s")]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_short_local_soak_kills_resumes_and_passes_every_check(tmp_path, capsys):
+    """Seconds, not minutes: 2 workers, a worker killed every 8 s, the whole run killed once it has a checkpoint
+    (at 9 s at the earliest) and resumed; the soak waits for the resumed session's first push before it ends."""
+    code = main(["bench", "soak", "--backend", "local", "--workers", "2", "--minutes", "0.4", "--kill-every", "8",
+                 "--process-kill-at", "0.15", "--sample-every", "2", "--set", "run.checkpoint_every=10",
+                 "--set", "scenario.num_envs=2", "--out", str(tmp_path / "soak"), "--json"])
+    (r,) = json.loads(capsys.readouterr().out)["results"]
+    assert [c["name"] for c in r["checks"]] == ["applied_once", "accounted", "resumed_from_checkpoint",
+                                                "metrics_continuous"]
+    assert code == 0 and r["pass"], r["checks"]
+    assert any(e["event"].startswith("SIGKILL to the run process") for e in r["events"])
+    assert r["summary"]["status"] == "interrupted" and r["summary"]["updates"] > 10
+    rows = list(csv.DictReader(open(tmp_path / "soak" / "local" / "samples.csv")))
+    rss = [float(row["server_rss_mb"]) for row in rows if row["server_rss_mb"]]
+    assert {row["session"] for row in rows} == {"1", "2"} and rss and min(rss) > 0
+    assert json.loads((tmp_path / "soak" / "local" / "soak.json").read_text())["pass"]
