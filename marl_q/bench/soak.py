@@ -39,7 +39,7 @@ from marl_q.messages import HELLO, SERVER
 DEFAULT_SCENARIO = "scenarios/cartpole_a3c.yaml"
 WARMUP_S = 60.0  # a server process's first minute (imports, first allocations) is left out of the RSS slope
 STOP_WAIT_S = 180.0  # how long the run may take to end after SIGINT
-GRACE_S = 300.0  # how long past --minutes the soak waits for a resumed session's first push
+GRACE_S = 300.0  # how long past --minutes the soak waits for the process kill's checkpoint and the resume's first push
 
 
 def soak_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -332,6 +332,8 @@ class Soak:
         events: list[dict[str, Any]] = [{"t_s": 0.0, "event": "run started"}]
         before: Optional[dict[str, Any]] = None
         sha_at_resume = ""
+        row_at_kill: Optional[dict[str, str]] = None
+        resumed_writing = False
         restarts_done = 0
         killed = False
         with open(self.dir / "samples.csv", "w", newline="") as fh:
@@ -359,11 +361,21 @@ class Soak:
                     session = self.session = Session(cli + ["resume", str(self.run_dir), "--quiet"], log, self.backend)
                     events.append({"t_s": round(time.perf_counter() - t0, 1), "event": f"marlq resume (from "
                                                                                        f"{before['file']})"})
-                    live.reset()
+                    # the resume cuts comm.csv back to the checkpoint before it writes: until the row at the cut is
+                    # another than the killed run's, what the file holds is the killed run's and is not read
+                    row_at_kill = first_row_at(live.path, before["comm_position"])
+                    resumed_writing = False
                     continue
-                resumed_idle = before is not None and live.last_push_id < before["ledger_count"]
-                if now >= end_s and (not resumed_idle or now >= end_s + GRACE_S):  # (a resumed session that has
-                    # not pushed anything yet would leave nothing to check: it gets up to GRACE_S more)
+                if before is not None and not resumed_writing:
+                    now_row = first_row_at(live.path, before["comm_position"])
+                    resumed_writing = now_row is not None and now_row != row_at_kill
+                    if resumed_writing:
+                        live.reset()
+                # a soak whose process kill is still waiting for a first checkpoint, or whose resumed session has not
+                # pushed anything yet, would leave nothing to check at the end: it gets up to GRACE_S more
+                waiting = (self.process_kill_s is not None and not killed) or \
+                    (before is not None and (not resumed_writing or live.last_push_id < before["ledger_count"]))
+                if now >= end_s and (not waiting or now >= end_s + GRACE_S):
                     code = session.interrupt(STOP_WAIT_S)
                     restarts_done += sum(session.restarts.values())
                     events.append({"t_s": round(now, 1), "event": f"SIGINT (end of the soak): exit {code}" if code != -9
@@ -371,7 +383,8 @@ class Soak:
                     break
                 if now >= next_sample:
                     next_sample += self.args.sample_every
-                    live.poll()
+                    if before is None or resumed_writing:
+                        live.poll()
                     pid = session.server_process()
                     rss = rss_mb(pid) if pid is not None else None
                     fresh = live.resets != last[2]  # comm.csv was read again from the top (a resume)
