@@ -70,9 +70,11 @@ def soak_main(argv: Optional[Sequence[str]] = None) -> int:
         raise ConfigError("--backend: a soak runs local or ray (sim has no processes to kill)")
     if args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
-    if args.minutes <= 0 or args.sample_every <= 0 or args.kill_every < 0:
-        raise ConfigError("--minutes and --sample-every must be > 0 and --kill-every >= 0, got "
-                          f"{args.minutes}, {args.sample_every}, {args.kill_every}")
+    for option, value in (("--minutes", args.minutes), ("--sample-every", args.sample_every)):
+        if not value > 0:
+            raise ConfigError(f"{option}: must be > 0, got {value:g}")
+    if args.kill_every < 0:
+        raise ConfigError(f"--kill-every: must be >= 0 (0: no worker kills), got {args.kill_every:g}")
     kill_at = args.minutes / 2 if args.process_kill_at is None else args.process_kill_at
     if kill_at != -1 and not 0 < kill_at < args.minutes:
         raise ConfigError(f"--process-kill-at: must be inside (0, --minutes={args.minutes:g}) or -1, got {kill_at}")
