@@ -11,6 +11,7 @@ from marl_q.messages import HELLO, SERVER, Message
 
 COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
            "staleness", "accepted", "reason"]
+FLUSH_S = 2.0  # rows wait at most this long (wall clock) for the file
 
 
 class Ledger:
@@ -30,6 +31,7 @@ class Ledger:
         self._rows: list[tuple] = []
         self._walls: list[tuple] = []
         self.flush_every = flush_every
+        self._flushed_at = 0.0
         self.count = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -86,22 +88,26 @@ class Ledger:
         self._rows.append((self.count, f"{t:.6f}", msg.src, msg.dst, msg.kind, msg.seq, nbytes,
                            msg.base_version, server_version, "" if staleness is None else staleness,
                            int(accepted), reason))
-        self._walls.append((self.count, f"{time.perf_counter() - self._t0:.6f}"))
-        self.count += 1
-        if len(self._rows) >= self.flush_every:
-            self.flush()
+        self._append_wall()
 
     def record_fault(self, fault: str, t: float, src: str, dst: str, seq: int = 0, nbytes: int = 0,
                      detail: str = "") -> None:
         """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic."""
         self.faults[fault] = self.faults.get(fault, 0) + 1
         self._rows.append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail))
-        self._walls.append((self.count, f"{time.perf_counter() - self._t0:.6f}"))
+        self._append_wall()
+
+    def _append_wall(self) -> None:
+        """The wall clock of the row just added; a flush every flush_every rows or FLUSH_S seconds (a slow
+        run's comm.csv, read while it runs, is never more than a few seconds behind)."""
+        wall = time.perf_counter() - self._t0
+        self._walls.append((self.count, f"{wall:.6f}"))
         self.count += 1
-        if len(self._rows) >= self.flush_every:
+        if len(self._rows) >= self.flush_every or wall - self._flushed_at >= FLUSH_S:
             self.flush()
 
     def flush(self) -> None:
+        self._flushed_at = time.perf_counter() - self._t0
         if self._writer is not None and self._rows:
             from marl_q.rundir import write_row_pair
 
@@ -142,52 +148,67 @@ class LedgerAudit:
         return self.workers.get(name, _worker_row())
 
 
+class LedgerAuditor:
+    """Accounts for comm.csv rows one at a time (a live reader feeds rows as the file grows);
+    ``audit()`` is what they say so far."""
+
+    def __init__(self) -> None:
+        self.result = LedgerAudit()
+        self._accepted: set[tuple[str, int, str]] = set()
+        self._top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
+
+    def feed(self, r: dict[str, str]) -> None:
+        """One comm.csv row, as csv.DictReader gives it."""
+        audit = self.result
+        kind, src = r["kind"], r["src"]
+        if kind.startswith("fault:"):
+            name = kind[len("fault:"):]
+            audit.faults[name] = audit.faults.get(name, 0) + 1
+            if name == "duplicate" and not r["reason"].startswith("hello"):
+                audit.workers.setdefault(src, _worker_row())["duplicated"] += 1
+            return
+        if r["dst"] != SERVER:
+            return
+        if kind == HELLO:
+            if r["accepted"] != "1":
+                return  # a hello handed over twice: the server answered the first copy only
+            audit.lives[src] = audit.lives.get(src, 0) + 1
+            audit.workers.setdefault(src, _worker_row())
+            audit.accepted_after_restart.setdefault(src, 0)
+            return
+        row = audit.workers.setdefault(src, _worker_row())
+        life = audit.lives.get(src, 0)
+        row["received"] += 1
+        seq, top = int(r["seq"]), self._top.get((src, life), 0)
+        if seq > top:  # seq counts a life's pushes: its highest is what it sent
+            row["sent"] += seq - top
+            self._top[(src, life)] = seq
+        if r["accepted"] == "1":
+            row["accepted"] += 1
+            key = (src, life, r["seq"])
+            if key in self._accepted:
+                audit.repeated_keys.append(key)
+            self._accepted.add(key)
+            audit.distinct_accepted = len(self._accepted)
+            if life >= 2:
+                audit.accepted_after_restart[src] = audit.accepted_after_restart.get(src, 0) + 1
+        elif r["reason"].startswith("stale:"):
+            row["dropped_stale"] += 1
+        else:
+            row["rejected"] += 1
+            audit.refused_duplicates += r["reason"].startswith("duplicate:")
+
+    def audit(self) -> LedgerAudit:
+        return self.result
+
+
 def ledger_audit(run_dir: Path) -> LedgerAudit:
     """Read a run's comm.csv once and account for every push (streamed: fine for millions of rows)."""
-    audit = LedgerAudit()
-    accepted: set[tuple[str, int, str]] = set()
-    top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
+    auditor = LedgerAuditor()
     with open(Path(run_dir) / "comm.csv", newline="") as fh:
         for r in csv.DictReader(fh):
-            kind, src = r["kind"], r["src"]
-            if kind.startswith("fault:"):
-                name = kind[len("fault:"):]
-                audit.faults[name] = audit.faults.get(name, 0) + 1
-                if name == "duplicate" and not r["reason"].startswith("hello"):
-                    audit.workers.setdefault(src, _worker_row())["duplicated"] += 1
-                continue
-            if r["dst"] != SERVER:
-                continue
-            if kind == HELLO:
-                if r["accepted"] != "1":
-                    continue  # a hello handed over twice: the server answered the first copy only
-                audit.lives[src] = audit.lives.get(src, 0) + 1
-                audit.workers.setdefault(src, _worker_row())
-                continue
-            row = audit.workers.setdefault(src, _worker_row())
-            life = audit.lives.get(src, 0)
-            row["received"] += 1
-            seq = int(r["seq"])
-            if seq > top.get((src, life), 0):  # seq counts a life's pushes: its highest is what it sent
-                row["sent"] += seq - top.get((src, life), 0)
-                top[(src, life)] = seq
-            if r["accepted"] == "1":
-                row["accepted"] += 1
-                key = (src, life, r["seq"])
-                if key in accepted:
-                    audit.repeated_keys.append(key)
-                accepted.add(key)
-                if life >= 2:
-                    audit.accepted_after_restart[src] = audit.accepted_after_restart.get(src, 0) + 1
-            elif r["reason"].startswith("stale:"):
-                row["dropped_stale"] += 1
-            else:
-                row["rejected"] += 1
-                audit.refused_duplicates += r["reason"].startswith("duplicate:")
-    audit.distinct_accepted = len(accepted)
-    for name in audit.lives:
-        audit.accepted_after_restart.setdefault(name, 0)
-    return audit
+            auditor.feed(r)
+    return auditor.audit()
 
 
 def _worker_row() -> dict[str, int]:

@@ -83,15 +83,19 @@ class MetricsWriter:
         the sidecar, after wall_s, and never into metrics.csv.
 
         ``resume_at`` = (bytes of metrics.csv, bytes of metrics_wall.csv) at a checkpoint: both files
-        are cut back to that point, the rows before it are read back into ``rows``, and writing goes on
-        from there (what `marlq resume` needs)."""
+        are cut back to that point and writing goes on from there (what `marlq resume` needs).
+
+        ``rows`` (every row so far, for the algorithm's summary) is kept in memory only without a file;
+        with one it is read back from the file when asked for, so a long run's memory does not grow
+        with its episodes."""
         self.wall_fields = [f for f in wall_fields if f not in self.BASE]
         self.columns = self.BASE + [f for f in fields if f not in self.BASE and f not in self.wall_fields]
         self._t0 = time.perf_counter() - wall_offset
         self._walls: list[tuple] = []
         self._pending: list[list[Any]] = []
         self.flush_every = flush_every
-        self.rows: list[dict[str, Any]] = []
+        self._rows: list[dict[str, Any]] = []  # without a file only
+        self._path = Path(path) if path is not None else None
         self._file: Optional[IO[str]] = None
         self._wall_file: Optional[IO[str]] = None
         self._writer = None
@@ -104,7 +108,6 @@ class MetricsWriter:
         else:
             self._file = reopen_at(path, resume_at[0])
             self._wall_file = reopen_at(wall_path, resume_at[1])
-            self.rows = read_metric_rows(path, resume_at[0])
         self._writer = csv.writer(self._file)
         self._wall_writer = csv.writer(self._wall_file)
         if resume_at is None:
@@ -119,8 +122,17 @@ class MetricsWriter:
         self._wall_file.flush()
         return (self._file.tell(), self._wall_file.tell())
 
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row written so far (with a file: read back from it, numbers parsed, empty cells left out)."""
+        if self._file is None:
+            return self._rows
+        self.flush()
+        return read_metric_rows(self._path, self._file.tell())
+
     def write(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
+        if self._file is None:
+            self._rows.append(row)
         self._pending.append([_fmt(row.get(c, "")) for c in self.columns])
         self._walls.append((row.get("episode", ""), f"{time.perf_counter() - self._t0:.6f}",
                             *(_fmt(row.get(c, "")) for c in self.wall_fields)))
@@ -167,14 +179,15 @@ def reopen_at(path: Path, offset: int) -> IO[str]:
 
 
 def read_metric_rows(path: Path, offset: int) -> list[dict[str, Any]]:
-    """The rows of metrics.csv before ``offset`` bytes, numbers parsed back (int, else float)."""
+    """The rows of metrics.csv before ``offset`` bytes, numbers parsed back (int, else float); an empty
+    cell (a field that row did not have) is left out of its dict, as it was when written."""
     with open(path, "rb") as fh:
         text = fh.read(offset).decode()
     reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, None)
     if header is None:
         return []
-    return [{k: _parse(v) for k, v in zip(header, values)} for values in reader]
+    return [{k: _parse(v) for k, v in zip(header, values) if v != ""} for values in reader]
 
 
 def _parse(text: str) -> Any:

@@ -5,7 +5,10 @@ pinned to the driver's node, so the run directory is written where `marlq run` w
 worker actor rebuilds its Worker from the resolved config dict (as local.py's worker processes do)
 and is truly asynchronous: it submits its step's messages to the server actor without blocking,
 collects replies as they complete (``ray.wait`` with timeout 0) and blocks only when
-``worker.ready()`` is False (or when ``backend.ray.max_in_flight`` pushes are outstanding).
+``worker.ready()`` is False (or when ``backend.ray.max_in_flight`` steps' work is unanswered). An
+actor call costs far more than handling a message, so a worker has at most CALLS_IN_FLIGHT calls
+outstanding and batches the steps it takes meanwhile into its next call; the server applies a
+batch's messages one by one, in order, exactly as if each had come alone (the ledger cannot tell).
 
 Replies go through per-worker mailboxes on the server: a push returns the pusher's mail, and a
 blocked worker with nothing in flight long-polls for it (a sync barrier's reply can be caused by
@@ -45,6 +48,8 @@ if TYPE_CHECKING:
 
 POLL_S = 0.5  # the driver's loop: kills, liveness, progress
 MAIL_WAIT_S = 1.0  # a blocked worker's long poll for mail
+POLL_EVERY_S = 0.001  # how often a worker that can go on looks for completed calls
+CALLS_IN_FLIGHT = 2  # a worker's submit calls outstanding; what it produces meanwhile waits for the next one
 INSTALL_HINT = "pip install 'marl-q[ray]'"
 
 
@@ -216,7 +221,7 @@ class ServerHost:
         names = self.rt.worker_names
         self.life = {n: 0 for n in names}  # incarnation the server currently serves
         self.expected = {n: 0 for n in names}  # next call number of that incarnation
-        self.held: dict[str, dict[int, tuple]] = {n: {} for n in names}  # calls that arrived early
+        self.held: dict[str, dict[int, list]] = {n: {} for n in names}  # calls that arrived early
         self.mail: dict[str, list[Message]] = {n: [] for n in names}
         self.has_mail = {n: asyncio.Event() for n in names}
         self.finished = asyncio.Event()
@@ -241,23 +246,27 @@ class ServerHost:
         for event in self.has_mail.values():
             event.set()
 
-    async def submit(self, name: str, life: int, n: int, kind: str, body: Any) -> tuple[bool, list[Message]]:
-        """A worker's call number ``n``: ("hello", messages) or ("work", Work). Returns (stop, its mail)."""
+    async def submit(self, name: str, life: int, n: int, items: list[tuple[str, Any]]) -> tuple[bool, list[Message]]:
+        """A worker's call number ``n``: a batch of ("hello", messages) and ("work", Work) items, applied one by
+        one in order, each message as if it had come alone. Returns (stop, its mail)."""
         if life != self.life[name]:
-            msgs = body.messages if kind == "work" else body
-            for m in msgs:
-                self.rt.ledger.record_fault("orphaned", self.now(), m.src, m.dst, m.seq, m.nbytes,
-                                            f"{m.kind} from incarnation {life} of {name}, which was replaced")
+            for kind, body in items:
+                for m in (body.messages if kind == "work" else body):
+                    self.rt.ledger.record_fault("orphaned", self.now(), m.src, m.dst, m.seq, m.nbytes,
+                                                f"{m.kind} from incarnation {life} of {name}, which was replaced")
             return True, []
-        self.held[name][n] = (kind, body)
+        self.held[name][n] = items
         while self.expected[name] in self.held[name] and not self.stopping():
-            kind, body = self.held[name].pop(self.expected[name])
+            batch = self.held[name].pop(self.expected[name])
             self.expected[name] += 1
-            try:
-                self._apply(name, kind, body)
-            except BaseException as exc:  # the run cannot go on; the driver re-raises it
-                self.error = exc
-                print(traceback.format_exc(), file=sys.stderr)
+            for kind, body in batch:
+                if self.stopping():
+                    break
+                try:
+                    self._apply(name, kind, body)
+                except BaseException as exc:  # the run cannot go on; the driver re-raises it
+                    self.error = exc
+                    print(traceback.format_exc(), file=sys.stderr)
         if self.stopping():
             self._wake_all()
         return self._take(name)
@@ -354,44 +363,57 @@ class WorkerHost:
         self.max_in_flight = cfg.backend.ray.max_in_flight
 
     def run(self) -> int:
-        """Step, push, collect until the server says stop; returns the steps taken."""
+        """Step, push, collect until the server says stop; returns the steps taken.
+
+        What the worker's steps produce while CALLS_IN_FLIGHT calls are outstanding is batched into the next
+        call (an actor call costs about a millisecond of Ray overhead, a message to the server far less); at
+        most ``max_in_flight`` steps' work is sent or waiting to be sent and unanswered."""
         import ray
 
         w, name, calls = self.worker, self.worker.name, 0
-        pending: list[Any] = []
+        pending: dict[Any, int] = {}  # call ref -> items it carries (0: a mail poll)
+        batch: list[tuple[str, Any]] = []
 
-        def submit(kind: str, body: Any) -> None:
-            nonlocal calls
-            pending.append(self.server.submit.remote(name, self.life, calls, kind, body))
+        def send() -> None:
+            nonlocal calls, batch
+            pending[self.server.submit.remote(name, self.life, calls, batch)] = len(batch)
             calls += 1
+            batch = []
 
-        submit("hello", stamp_life(w.start(), f"{self.life}-{uuid.uuid4().hex[:12]}"))
-        steps = 0
+        def unanswered() -> int:
+            return sum(pending.values()) + len(batch)
+
+        batch.append(("hello", stamp_life(w.start(), f"{self.life}-{uuid.uuid4().hex[:12]}")))
+        send()
+        steps, next_poll = 0, 0.0
         try:
             while True:
                 if pending:
-                    can_step = w.ready() and len(pending) < self.max_in_flight
-                    if can_step:  # take what has completed, without waiting
-                        done, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
-                    else:  # nothing to do until something comes back
-                        done, pending = ray.wait(pending, num_returns=1)
+                    can_act = (w.ready() and unanswered() < self.max_in_flight) or \
+                        (batch and len(pending) < CALLS_IN_FLIGHT)
+                    refs, done = list(pending), []
+                    if not can_act:  # nothing to do until something comes back
+                        done, _ = ray.wait(refs, num_returns=1)
+                    elif time.perf_counter() >= next_poll:  # take what has completed, without waiting
+                        next_poll = time.perf_counter() + POLL_EVERY_S  # (a poll costs as much as many steps)
+                        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
                     for ref in done:
+                        del pending[ref]
                         stop, replies = ray.get(ref)
                         if stop:
                             return steps
                         for reply in replies:
                             w.deliver(reply)
-                if not w.ready():
-                    if not pending:
-                        pending.append(self.server.wait_mail.remote(name, self.life, MAIL_WAIT_S))
-                    continue
-                if len(pending) >= self.max_in_flight:
-                    continue
-                work = w.step()
-                steps += 1
-                if self.crash_after is not None and steps >= self.crash_after:
-                    os._exit(3)  # an abrupt death, like local's: this step's work is lost
-                submit("work", work)
+                if w.ready() and unanswered() < self.max_in_flight:
+                    work = w.step()
+                    steps += 1
+                    if self.crash_after is not None and steps >= self.crash_after:
+                        os._exit(3)  # an abrupt death, like local's: the work not yet sent is lost
+                    batch.append(("work", work))
+                if batch and len(pending) < CALLS_IN_FLIGHT:
+                    send()
+                elif not pending and not batch and not w.ready():
+                    pending[self.server.wait_mail.remote(name, self.life, MAIL_WAIT_S)] = 0
         finally:
             w.close()
 

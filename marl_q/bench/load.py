@@ -31,6 +31,9 @@ def load_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--bad-every", type=int, default=50, help="every n-th push carries a NaN (rejected); 0 = none")
     p.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: temporary)")
     p.add_argument("--plot", type=Path, default=None, help="draw the server's RSS over time to this PNG")
+    p.add_argument("--trace-after", type=float, default=0.0, metavar="S",
+                   help="trace the server's Python allocations (tracemalloc) and list the lines that grew most "
+                        "from S seconds after the start to the end; 0 = off (tracing slows the server)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from marl_q.errors import ConfigError
@@ -38,6 +41,8 @@ def load_main(argv: Optional[Sequence[str]] = None) -> int:
     backends = parse_backends(args.backend)
     if args.workers < 1 or args.seconds <= 0:
         raise ConfigError(f"--workers must be >= 1 and --seconds > 0, got {args.workers} and {args.seconds}")
+    if not 0 <= args.trace_after < args.seconds:
+        raise ConfigError(f"--trace-after: must be in [0, --seconds), got {args.trace_after}")
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         raise ConfigError(f"--out {args.out}: exists and is not empty")
     torch.set_num_threads(1)
@@ -45,7 +50,8 @@ def load_main(argv: Optional[Sequence[str]] = None) -> int:
     with shared_ray(backends, args.workers):
         for backend in backends:
             raw = flood_config(backend, args.workers, args.seconds, window=args.window, size=args.payload,
-                               max_staleness=args.max_staleness, bad_every=args.bad_every)
+                               max_staleness=args.max_staleness, bad_every=args.bad_every,
+                               trace_after_s=args.trace_after)
             keep = args.out / backend if args.out is not None else None
             with run_config(raw, keep) as (summary, run_dir):
                 results.append(_load_result(backend, args.workers, summary, ledger_audit(run_dir)))
@@ -80,6 +86,7 @@ def _load_result(backend: str, workers: int, summary: dict[str, Any], audit: Led
                    "peak_sampled": max(kb for _, kb in series) / 1024 if series else None,
                    "peak_vmhwm": summary["server_peak_rss_kb"] / 1024 if summary["server_peak_rss_kb"] else None},
         "rss_series": series, "ledger_messages": summary["messages"], "wall_s": summary["wall_s"],
+        "heap_growth": summary.get("heap_growth"),
     }
 
 
@@ -95,6 +102,12 @@ def _print_load(r: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"all workers: {r['pushes_per_s']:,.0f} pushes/s; server RSS (MB): start {m['start']:.1f}, "
           f"middle {m['middle']:.1f}, end {m['end']:.1f}, peak sampled {m['peak_sampled']:.1f}, "
           f"peak (VmHWM) {m['peak_vmhwm']:.1f}")
+    heap = r["heap_growth"]
+    if heap:
+        print(f"Python heap of the server (tracemalloc), {heap['seconds']:g} s apart: traced "
+              f"{' -> '.join(f'{mb:.2f}' for mb in heap.get('traced_mb', []))} MB; lines that grew most:")
+        for line in heap["lines"]:
+            print(f"  {line['grew_kb']:>+10,.1f} KB {line['blocks_grew']:>+8,d} blocks  {line['where']}")
 
 
 def plot_rss(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> None:

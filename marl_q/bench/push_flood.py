@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from marl_q.bench.memory import MemorySampler
+from marl_q.bench.memory import HeapTracer, MemorySampler
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
@@ -30,6 +30,9 @@ class PushFloodConfig:
     window: int = 32  # pushes a worker may have unanswered; 1 = one round trip per push
     seconds: float = 10.0  # each worker pushes for this long, then reports its counts as one episode
     bad_every: int = 0  # every n-th push carries a NaN, which admission rejects; 0 = never
+    # > 0: trace the server process's Python allocations (tracemalloc) and compare a snapshot taken this many
+    # seconds after the first hello with the last one: the summary lists the lines whose memory grew most
+    trace_after_s: float = 0.0
 
     def validate(self) -> None:
         for key in ("size", "window"):
@@ -39,6 +42,8 @@ class PushFloodConfig:
             raise ValueError(f"seconds: must be positive, got {self.seconds}")
         if self.bad_every < 0:
             raise ValueError(f"bad_every: must be >= 0, got {self.bad_every}")
+        if self.trace_after_s < 0:
+            raise ValueError(f"trace_after_s: must be >= 0, got {self.trace_after_s}")
 
 
 PUSH, ACK, WELCOME = "push", "ack", "welcome"
@@ -100,20 +105,25 @@ class PushFloodWorker(Worker):
 class PushFloodService(Service):
     """Adds each push into a vector and acknowledges it; samples this process's memory as it goes."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, trace_after_s: float = 0.0) -> None:
         self.specs = {PUSH: MessageSpec({"x": ((size,), "float32")})}
         self.params = np.zeros(size, dtype=np.float32)
         self.applied = 0
         self.memory = MemorySampler()
+        self.heap = HeapTracer(trace_after_s) if trace_after_s > 0 else None
 
     def hello(self, worker: str, version: int) -> list[Message]:
         self.memory.sample()
+        if self.heap is not None:
+            self.heap.start()
         return [Message(SERVER, worker, WELCOME, base_version=version)]
 
     def handle(self, msg: Message, ctx: Context) -> Outcome:
         self.params += 1e-6 * msg.payload["x"]
         self.applied += 1
         self.memory.sample()
+        if self.heap is not None:
+            self.heap.sample()
         return Outcome(True, [Message(SERVER, msg.src, ACK, base_version=ctx.next_version)])
 
     def on_reject(self, msg: Message, version: int) -> list[Message]:
@@ -130,7 +140,10 @@ class PushFloodService(Service):
 
     def summary(self) -> dict[str, Any]:
         self.memory.sample(force=True)
-        return {"server_rss": self.memory.series, "server_peak_rss_kb": self.memory.peak_kb()}
+        out = {"server_rss": self.memory.series, "server_peak_rss_kb": self.memory.peak_kb()}
+        if self.heap is not None:
+            out["heap_growth"] = self.heap.growth()
+        return out
 
 
 @ALGORITHMS.register("push_flood", config=PushFloodConfig,
@@ -139,7 +152,7 @@ class PushFlood(Algorithm):
     metric_fields = ["sent", "bad_sent", "seconds"]
 
     def make_service(self) -> Service:
-        return PushFloodService(self.cfg.algorithm.size)
+        return PushFloodService(self.cfg.algorithm.size, self.cfg.algorithm.trace_after_s)
 
     def make_worker(self, index: int) -> Worker:
         return PushFloodWorker(self.cfg, index)

@@ -23,14 +23,14 @@ def parse_backends(text: str) -> list[str]:
 
 
 def flood_config(backend: str, workers: int, seconds: float, window: int = 32, size: int = 1024,
-                 max_staleness: Optional[int] = None, bad_every: int = 0) -> dict[str, Any]:
+                 max_staleness: Optional[int] = None, bad_every: int = 0, trace_after_s: float = 0.0) -> dict[str, Any]:
     """push_flood workers; the run ends when every worker has reported its count."""
     return {
         "run": {"seed": 0, "total_episodes": workers, "progress": False, "plots": False},
         "backend": {"name": backend, "workers": workers, "ray": {"num_cpus_per_worker": 0.25}},
         "scenario": {"name": "cartpole"},  # not used by push_flood; a config names one
         "algorithm": {"name": "push_flood", "size": size, "window": window, "seconds": seconds,
-                      "bad_every": bad_every},
+                      "bad_every": bad_every, "trace_after_s": trace_after_s},
         "server": {"aggregation": "hogwild", "max_staleness": max_staleness},
     }
 

@@ -20,3 +20,28 @@ def test_load_accounts_for_every_push_and_samples_memory(tmp_path, capsys):
     assert result["rss_series"] and result["rss_mb"]["peak_vmhwm"] >= result["rss_mb"]["start"] > 0
     assert (tmp_path / "rss.png").stat().st_size > 0 and (tmp_path / "runs" / "sim" / "comm.csv").is_file()
     assert main(["bench", "load", "--backend", "nope"]) == 2
+
+
+def test_trace_after_must_lie_inside_the_run(capsys):
+    assert main(["bench", "load", "--backend", "sim", "--seconds", "1", "--trace-after", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--trace-after: must be in [0, --seconds), got 2.0" in err and len(err.strip().splitlines()) == 1
+
+
+def test_heap_tracer_finds_the_line_whose_memory_grew():
+    from marl_q.bench.memory import HeapTracer
+
+    heap = HeapTracer(after_s=1e-9, every_s=0.0)
+    heap.start()
+    heap.sample()  # the baseline
+    kept = [bytes(1024) for _ in range(2048)]  # 2 MiB in 2048 blocks, held until the next snapshot
+    heap.sample()
+    growth = heap.growth()
+    top = growth["lines"][0]
+    assert "test_bench_load.py" in top["where"].split(" <- ")[0]
+    assert 2048 <= top["grew_kb"] < 2048 * 1.2 and top["blocks_grew"] >= 2048  # each bytes object: 1 KiB + header
+    assert growth["traced_mb"][1] - growth["traced_mb"][0] >= 2.0
+    del kept
+    import tracemalloc
+
+    tracemalloc.stop()
