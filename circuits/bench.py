@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "defaults become n 4,8,12, batches 1,64,600,1024,4096, modes act,fwd_bwd")
     p.add_argument("--rounds", type=int, default=3, help="--peers: interleaved rounds per cell (medians over rounds)")
     p.add_argument("--max-call-s", type=float, default=1.0, help="--peers: skip a simulator in a cell where one call takes longer")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                   help="--peers: time by the process's CPU time (default: what other processes on a shared machine take "
+                        "is left out) or by wall time")
     p.add_argument("--sims", default=None, help="--peers: only the simulators whose names contain one of these comma-separated words")
     p.add_argument("--cpu", type=int, default=None, help="--peers: pin the process to this CPU (default: the first one allowed)")
     return p
@@ -71,26 +74,26 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_per_call(call: Callable[[], Any], device: torch.device, min_time: float, min_calls: int = 3,
-                  repeat_s: float | None = None) -> float:
+                  repeat_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
     """Median seconds per call over repeats of about ``repeat_s`` each (min_time/5 by default), after
-    two warm-up calls. Short repeats (a few ms, below a scheduler time slice) keep the median clean
-    of the waits a shared machine adds."""
+    two warm-up calls. ``clock`` is wall time by default; ``time.process_time`` (the process's CPU
+    time, all threads) leaves out the time a shared machine's other processes take the CPU."""
     for _ in range(2):
         call()
     synchronize(device)
-    start = time.perf_counter()
+    start = clock()
     call()
     synchronize(device)
-    once = max(time.perf_counter() - start, 1e-7)
+    once = max(clock() - start, 1e-7)
     per_repeat = max(1, int((min_time / 5 if repeat_s is None else repeat_s) / once))
     samples: list[float] = []
     deadline = time.perf_counter() + min_time
     while len(samples) < min_calls or time.perf_counter() < deadline:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(per_repeat):
             call()
         synchronize(device)
-        samples.append((time.perf_counter() - start) / per_repeat)
+        samples.append((clock() - start) / per_repeat)
     return statistics.median(samples)
 
 

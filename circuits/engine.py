@@ -59,6 +59,12 @@ def real_product_state(vectors: torch.Tensor) -> torch.Tensor:
     return state
 
 
+def gather_rows(psi: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """psi[..., index, :] for complex states stored batch last (..., 2^n, B): gathered as real pairs,
+    which torch's CPU kernel copies about 2.5x faster than complex elements."""
+    return torch.view_as_complex(torch.view_as_real(psi).index_select(-3, index))
+
+
 def real_product_rows(vectors: torch.Tensor) -> torch.Tensor:
     """``real_product_state`` batch last: per-qubit 2-vectors (n, B, 2) -> (2^n, B), wire 0 first."""
     vectors = vectors.transpose(-1, -2)  # (n, 2, B)
@@ -204,14 +210,14 @@ class CompiledCircuit(nn.Module):
 
     def entangle_rows(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
         """Layer ``layer``'s entangling block on states stored batch last, psi (..., 2^n, B)."""
-        psi = psi.index_select(-2, getattr(self, f"inverse_{layer}"))
+        psi = gather_rows(psi, getattr(self, f"inverse_{layer}"))
         return psi if self.signs_trivial[layer] else psi * getattr(self, f"sign_{layer}")[:, None]
 
     def unentangle_rows(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
         """Undo ``entangle_rows`` (a signed permutation: its inverse is its transpose)."""
         if not self.signs_trivial[layer]:
             psi = psi * getattr(self, f"sign_{layer}")[:, None]
-        return psi.index_select(-2, getattr(self, f"forward_{layer}"))
+        return gather_rows(psi, getattr(self, f"forward_{layer}"))
 
     def encode_rows(self, r: torch.Tensor) -> torch.Tensor:
         """psi_0 = F^(x)n r for the real product vectors r (2^n, B): a phase per basis state when F is

@@ -36,6 +36,7 @@ XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thr
 MARLQ_PATHS = ("auto", "dense", "gates")
 AGREEMENT_TOLERANCE = 1e-5
 REPEAT_S = 0.002  # seconds per timed repeat: under a scheduler slice
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 def uptime() -> str:
@@ -110,9 +111,10 @@ def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: 
         xin = sim.convert(x)
         try:
             function(xin)  # the first call compiles (JAX) or builds caches
-            start = time.perf_counter()
+            clock = CLOCKS[args.clock]
+            start = clock()
             function(xin)
-            once = time.perf_counter() - start
+            once = clock() - start
         except MemoryError:
             out[name] = {"skipped": "out of memory"}
             continue
@@ -123,7 +125,7 @@ def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: 
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(args.rounds):
         for name, call in calls.items():
-            samples[name].append(time_per_call(call, device, args.min_time, repeat_s=REPEAT_S))
+            samples[name].append(time_per_call(call, device, args.min_time, repeat_s=REPEAT_S, clock=CLOCKS[args.clock]))
     for name, values in samples.items():
         median = statistics.median(values)
         out[name] = {"ms_per_call": median * 1e3, "samples_per_s": x.shape[0] / median,
@@ -178,7 +180,7 @@ def main_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     quiet = args.json == "-"
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     say(f"marlq bench quantum --peers: torch {torch.__version__}, 1 thread, pinned to CPU {cpu}; "
-        f"median ms per call over {args.rounds} interleaved rounds (± half the range over rounds)")
+        f"median ms per call ({args.clock} time) over {args.rounds} interleaved rounds (± half the range over rounds)")
     say(f"uptime before: {before}")
     rows: list[dict[str, Any]] = []
     agreements: dict[int, Any] = {}
@@ -205,6 +207,8 @@ def main_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 row.update(summarise(results, excluded))
                 rows.append(row)
                 say(format_cell(row, names))
+                if args.json and args.json != "-":  # every finished cell is kept if the run is stopped
+                    write_json({"meta": meta(args, argv, cpu, before, None, absent, agreements), "rows": rows}, args.json)
     after = uptime()
     say(f"uptime after: {after}")
     for name, why in absent.items():
@@ -215,10 +219,15 @@ def main_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             f">= 2x in {sum(r >= 2.0 for r in judged)}; auto >= 1.0x in "
             f"{sum((r['auto_ratio'] or 0) >= 1.0 for r in rows if r['ratio'])}")
     if args.json:
-        meta = {"command": "marlq bench quantum " + " ".join(argv if argv is not None else sys.argv[1:]),
-                "torch": torch.__version__, "threads": 1, "cpu": cpu, "xla_flags": os.environ["XLA_FLAGS"],
-                "python": platform.python_version(), "uptime_before": before, "uptime_after": after,
-                "rounds": args.rounds, "min_time_s": args.min_time, "not_installed": absent,
-                "agreement": {str(n): a for n, a in agreements.items()}}
-        write_json({"meta": meta, "rows": rows}, args.json)
+        write_json({"meta": meta(args, argv, cpu, before, after, absent, agreements), "rows": rows}, args.json)
     return 0
+
+
+def meta(args: argparse.Namespace, argv: Sequence[str] | None, cpu: int | None, before: str, after: str | None,
+         absent: dict[str, str], agreements: dict[int, Any]) -> dict[str, Any]:
+    """The JSON report's header: the command, the environment, the load, what was not installed."""
+    return {"command": "marlq bench quantum " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "torch": torch.__version__, "threads": 1, "cpu": cpu, "xla_flags": os.environ["XLA_FLAGS"],
+            "python": platform.python_version(), "uptime_before": before, "uptime_after": after, "clock": args.clock,
+            "rounds": args.rounds, "min_time_s": args.min_time, "not_installed": absent,
+            "agreement": {str(n): a for n, a in agreements.items()}}
