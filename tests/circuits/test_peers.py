@@ -93,19 +93,12 @@ def test_peers_bad_arguments_exit_2(capsys):
     assert "--rounds: expected >= 1, got 0" in err and "choices: act, fwd_bwd" in err
 
 
-@needs_jax
-def test_pennylane_jax_peer_agrees():
-    sims, absent = contestants(3, 2, ["jax.jit"])
-    assert "PL default.qubit+jax.jit" in sims, absent
-    report = check_agreement(sims, 3)["PL default.qubit+jax.jit"]
-    assert report["agrees"], report
-
-
-@needs_tensorcircuit
-def test_tensorcircuit_peer_agrees():
-    sims, absent = contestants(3, 2, ["tensorcircuit"])
-    assert "tensorcircuit-ng jax jit+vmap" in sims, absent
-    report = check_agreement(sims, 3)["tensorcircuit-ng jax jit+vmap"]
+@pytest.mark.parametrize("word, name", [pytest.param("jax.jit", "PL default.qubit+jax.jit", marks=needs_jax),
+                                        pytest.param("tensorcircuit", "tensorcircuit-ng jax jit+vmap", marks=needs_tensorcircuit)])
+def test_jax_peers_agree(word, name):
+    sims, absent = contestants(3, 2, [word])
+    assert name in sims, absent
+    report = check_agreement(sims, 3)[name]
     assert report["agrees"], report
 
 
