@@ -22,7 +22,7 @@ each call from the weights, so a training step pays no autograd bookkeeping for 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -47,12 +47,13 @@ def block_layout(n_qubits: int, width: int = BLOCK_WIDTH) -> list[tuple[int, int
     return layout
 
 
-def batched_kron(factors: np.ndarray) -> np.ndarray:
-    """(..., w, 2, 2) per-wire matrices -> (..., 2^w, 2^w) Kronecker products, wire 0 first."""
-    out = factors[..., 0, :, :]
-    for wire in range(1, factors.shape[-3]):
+def kron_matrices(matrices: Any) -> Any:
+    """Kronecker product over wires of per-wire matrices: (..., n, 2, 2) -> (..., 2^n, 2^n), wire 0 first;
+    torch tensors or numpy arrays (``circuits.engine`` re-exports it)."""
+    out = matrices[..., 0, :, :]
+    for wire in range(1, matrices.shape[-3]):
         size = out.shape[-1] * 2
-        out = (out[..., :, None, :, None] * factors[..., wire, None, :, None, :]).reshape(*out.shape[:-2], size, size)
+        out = (out[..., :, None, :, None] * matrices[..., wire, None, :, None, :]).reshape(*out.shape[:-2], size, size)
     return out
 
 
@@ -98,8 +99,8 @@ class BlockMatrices:
                 variants = np.repeat(factors[:, None], width * k, axis=1).reshape(layers, width, k, width, 2, 2)
                 for i in range(width):
                     variants[:, i, :, i] = derivatives[:, first + i]
-                self.derivatives.append(batched_kron(variants))
-            self.blocks.append(torch.from_numpy(batched_kron(factors)).to(complex_dtype))
+                self.derivatives.append(kron_matrices(variants))
+            self.blocks.append(torch.from_numpy(kron_matrices(factors)).to(complex_dtype))
         self.shape = weights.shape
 
     def weight_gradient(self, grads: list[torch.Tensor]) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The native batched torch simulator compiled from a VQC spec.
 
-Two paths compute the same function (tested against each other and against PennyLane):
+Three paths compute the same function (tested against each other and against PennyLane); the
+third, the adjoint state-vector path, is in ``circuits.adjoint`` (``CompiledCircuit.forward_adjoint``):
 
 - dense: when data enters only before the trainable part, the encoded state is a product of
   single-qubit states F (cos(t_i/2), sin(t_i/2)); with F folded in, the whole circuit is one
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from circuits import adjoint, gates
+from circuits.adjoint import kron_matrices  # noqa: F401 (re-exported: diffqas and the tests import it from here)
 from circuits.blocks import ANSATZE, LayerOptions
 from circuits.spec import VQCConfig
 
@@ -72,15 +74,6 @@ def real_product_rows(vectors: torch.Tensor) -> torch.Tensor:
     for wire in range(1, vectors.shape[0]):
         state = (state[:, None] * vectors[wire, None]).flatten(0, 1)
     return state
-
-
-def kron_matrices(matrices: torch.Tensor) -> torch.Tensor:
-    """Kronecker product over wires of per-wire matrices: (..., n, 2, 2) -> (..., 2^n, 2^n), wire 0 first."""
-    out = matrices[..., 0, :, :]
-    for wire in range(1, matrices.shape[-3]):
-        size = out.shape[-1] * 2
-        out = (out[..., :, None, :, None] * matrices[..., wire, None, :, None, :]).reshape(*out.shape[:-2], size, size)
-    return out
 
 
 def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
@@ -193,7 +186,7 @@ class CompiledCircuit(nn.Module):
             phase = np.kron(phase, np.diag(state_map))
         self.register_buffer("encoding_phase", torch.as_tensor(phase, dtype=complex_dtype), persistent=False)
         for b, (_, width) in enumerate(self.adjoint_layout):
-            encoder = adjoint.batched_kron(np.broadcast_to(state_map, (width, 2, 2)))
+            encoder = kron_matrices(np.broadcast_to(state_map, (width, 2, 2)))
             self.register_buffer(f"encoding_block_{b}", torch.as_tensor(encoder, dtype=complex_dtype), persistent=False)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
