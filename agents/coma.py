@@ -27,7 +27,7 @@ from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, crit
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params
-from agents.numpy_heads import numpy_head
+from agents.numpy_heads import numpy_acting_head
 from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
 from marl_q.errors import ConfigError
@@ -82,7 +82,7 @@ class ComaConfig:
     # rewards actually collected in the advantage, so an inaccurate Q biases it less (more variance)
     coma_advantage: Literal["q", "return"] = "q"
     team_reward: Literal["sum", "mean"] = "sum"  # how the agents' rewards make the team reward
-    # actors whose head has a numpy pass (mlp) act in numpy (agents.numpy_heads): three rows through a
+    # actors whose head has a numpy pass (mlp, a dense-path circuit) act in numpy (agents.numpy_heads): three rows through a
     # small MLP cost more in torch dispatch than in arithmetic; false: act through torch
     fast_path: bool = True
     off_policy_correction: bool = False  # weight by pi_prox / pi_behav (decoupled objective, AReaL)
@@ -269,7 +269,7 @@ class ComaWorker(Worker):
         self.episodes_played = 0
 
     def _init_numpy_actor(self) -> None:
-        self._np_actor = numpy_head(self.actor) if getattr(self.hp, "fast_path", True) else None
+        self._np_actor = numpy_acting_head(self.actor) if getattr(self.hp, "fast_path", True) else None
         if self._np_actor is None:  # a circuit acting through torch: workers never differentiate it
             mark_acting_only(self.actor)
 

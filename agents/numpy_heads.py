@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
+import torch
 from torch import nn
 
 from agents.losses import a2c_loss_grad
@@ -141,6 +142,63 @@ class NumpyVQC:
                 grad_readouts = grad_readouts * (readouts > 0.0)
         grad_amplitudes = 2.0 * amplitudes * (grad_readouts @ self.readout.T)
         self.vqc.weights.grad.numpy()[...] = adjoint.weight_grad(r, grad_amplitudes)
+
+
+class NumpyVQCActing(NumpyVQC):
+    """The forward pass alone of a ``VQC`` on the dense path, for acting (no backward): as ``NumpyVQC``
+    plus an optional ``preprocess: linear`` pre-layer, from the cached circuit matrix alone. A head
+    given one is marked acting only (``circuits.vqc.mark_acting_only``), so a weight change rebuilds
+    just that matrix."""
+
+    def __init__(self, vqc: Any) -> None:
+        from circuits.vqc import mark_acting_only
+
+        super().__init__(vqc)
+        mark_acting_only(vqc)
+        self._dense: tuple[Any, np.ndarray] | None = None  # (the torch matrix, its float64 copy)
+
+    @staticmethod
+    def supports(module: nn.Module) -> bool:
+        from circuits.vqc import VQC
+
+        if not isinstance(module, VQC):
+            return False
+        cfg = module.cfg
+        return (module.use_dense and cfg.backend == "torch" and module.weights.device.type == "cpu"
+                and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
+                and cfg.output in NumpyVQC.OUTPUTS)
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        pre = self.vqc.pre
+        if pre is not None:
+            x = x @ pre.weight.detach().numpy().T.astype(np.float64) + pre.bias.detach().numpy()
+        with torch.no_grad():
+            dense = self.vqc.dense_matrix()  # cached until the weights change
+        if self._dense is None or self._dense[0] is not dense:
+            self._dense = (dense, dense.numpy().astype(np.float64))
+        r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
+        amplitudes = r @ self._dense[1]
+        readouts = (amplitudes * amplitudes) @ self.readout
+        kind = self.vqc.cfg.output
+        if kind == "raw":
+            return readouts[:, : self.vqc.out_dim], None
+        if kind == "sum":
+            return readouts @ self.sum_groups, None
+        hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
+        post = self.vqc.post
+        return hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy(), None
+
+    def backward(self, cache: Cache, grad: np.ndarray) -> None:
+        raise TypeError("NumpyVQCActing is for acting only: it has no backward pass")
+
+
+def numpy_acting_head(module: nn.Module) -> Optional[Any]:
+    """The numpy twin an actor that is never differentiated acts through (``numpy_head``'s, else a
+    dense-path circuit's forward alone), or None (act through torch)."""
+    twin = numpy_head(module)
+    if twin is None and NumpyVQCActing.supports(module):
+        return NumpyVQCActing(module)
+    return twin
 
 
 def numpy_head(module: nn.Module) -> Optional[Any]:

@@ -42,17 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options of the quantum benchmark."""
     p = argparse.ArgumentParser(prog="marlq bench quantum", description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--json", action="store_true", help="print one JSON object with a row per measurement")
-    p.add_argument("--n-qubits", type=parse_ints, default=[4], help="comma-separated qubit counts (default 4)")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                   help="write one JSON object with a row per measurement to FILE (stdout without FILE)")
+    p.add_argument("--n-qubits", type=parse_ints, default=None, help="comma-separated qubit counts (default 4; 4,8,12 with --peers)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--ansatz", default="rzryrz_ring", choices=list(ANSATZE), help="a registered ansatz (default rzryrz_ring)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of act,fwd,fwd_bwd")
-    p.add_argument("--batches", type=parse_ints, default=[1, 64, 1024, 4096], help="comma-separated batch sizes")
+    p.add_argument("--modes", default=None, help="comma-separated subset of act,fwd,fwd_bwd (default all; act,fwd_bwd with --peers)")
+    p.add_argument("--batches", type=parse_ints, default=None, help="comma-separated batch sizes (default 1,64,1024,4096; 1,64,600,1024,4096 with --peers)")
     p.add_argument("--pennylane-max-batch", type=int, default=4096, help="larger batches run natively only")
     p.add_argument("--pennylane-max-qubits", type=int, default=12)
     p.add_argument("--min-time", type=float, default=0.3, help="seconds of timed calls per measurement")
     p.add_argument("--cuda-graphs", action="store_true", help="native fwd and fwd_bwd on CUDA replayed as CUDA graphs")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--peers", action="store_true",
+                   help="time the circuit in every installed peer simulator as well (circuits/peers.py); "
+                        "defaults become n 4,8,12, batches 1,64,600,1024,4096, modes act,fwd_bwd")
+    p.add_argument("--rounds", type=int, default=3, help="--peers: interleaved rounds per cell (medians over rounds)")
+    p.add_argument("--max-call-s", type=float, default=1.0, help="--peers: skip a simulator in a cell where one call takes longer")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                   help="--peers: time by the process's CPU time (default: what other processes on a shared machine take "
+                        "is left out) or by wall time")
+    p.add_argument("--sims", default=None, help="--peers: only the simulators whose names contain one of these comma-separated words")
+    p.add_argument("--cpu", type=int, default=None, help="--peers: pin the process to this CPU (default: the first one allowed)")
     return p
 
 
@@ -62,24 +73,27 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_per_call(call: Callable[[], Any], device: torch.device, min_time: float, min_calls: int = 3) -> float:
-    """Median seconds per call over repeats of about min_time/5 each, after two warm-up calls."""
+def time_per_call(call: Callable[[], Any], device: torch.device, min_time: float, min_calls: int = 3,
+                  repeat_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds per call over repeats of about ``repeat_s`` each (min_time/5 by default), after
+    two warm-up calls. ``clock`` is wall time by default; ``time.process_time`` (the process's CPU
+    time, all threads) leaves out the time a shared machine's other processes take the CPU."""
     for _ in range(2):
         call()
     synchronize(device)
-    start = time.perf_counter()
+    start = clock()
     call()
     synchronize(device)
-    once = max(time.perf_counter() - start, 1e-7)
-    per_repeat = max(1, int(min_time / 5 / once))
+    once = max(clock() - start, 1e-7)
+    per_repeat = max(1, int((min_time / 5 if repeat_s is None else repeat_s) / once))
     samples: list[float] = []
     deadline = time.perf_counter() + min_time
     while len(samples) < min_calls or time.perf_counter() < deadline:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(per_repeat):
             call()
         synchronize(device)
-        samples.append((time.perf_counter() - start) / per_repeat)
+        samples.append((clock() - start) / per_repeat)
     return statistics.median(samples)
 
 
@@ -181,7 +195,7 @@ def bench_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                 native_rate = row["native_samples_per_s"]
                 row["ratio"] = native_rate / row["pennylane_samples_per_s"] if pennylane and native_rate else None
                 rows.append(row)
-                if not args.json:
+                if args.json != "-":
                     print(format_row(row), flush=True)
     return rows
 
@@ -205,11 +219,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Native VQC engine vs PennyLane default.qubit: act latency, forward and forward+backward throughput."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
     torch.set_num_threads(args.threads)
+    peers = args.peers
+    args.n_qubits = args.n_qubits or ([4, 8, 12] if peers else [4])
+    args.batches = args.batches or ([1, 64, 600, 1024, 4096] if peers else [1, 64, 1024, 4096])
+    args.modes = args.modes or ("act,fwd_bwd" if peers else ",".join(MODES))
+    if args.peers:
+        from circuits.peer_bench import main_peers
+
+        return main_peers(args, argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("marlq bench quantum: --device cuda, but torch sees no CUDA GPU", file=sys.stderr)
         return 2
     try:
-        if not args.json:
+        if args.json != "-":
             print(f"quantum bench on {args.device} (torch {torch.__version__}, {args.threads} thread(s)); figures are per call")
         rows = bench_rows(args)
     except CircuitConfigError as exc:
@@ -218,8 +240,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         meta = {"device": args.device, "torch": torch.__version__, "threads": args.threads,
                 "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}
-        print(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_json({"meta": meta, "rows": rows}, args.json)
     return 0
+
+
+def write_json(report: dict[str, Any], target: str) -> None:
+    """The report as JSON to a file, or to stdout for '-'."""
+    text = json.dumps(report, indent=1)
+    if target == "-":
+        print(text)
+    else:
+        with open(target, "w") as handle:
+            handle.write(text + "\n")
 
 
 def noise_main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,13 @@ ANALYTIC_MAX_QUBITS = 8  # analytic dense gradient up to 8 qubits (n + 2 complex
 # ... and up to this many rows: its numpy contraction pays off at RL batch sizes (measured 2.3x
 # faster than autograd at batch 1-64 at n = 4), while autograd's torch kernels win on large batches
 ANALYTIC_MAX_BATCH = 64
+# Training-time path choice (``engine: auto``) from n = ADJOINT_MIN_QUBITS on: the adjoint state-vector
+# path (circuits/adjoint.py), except on the dense path's own ground of large batches of few qubits,
+# where one big GEMM with the cached matrix beats the blocks (measured with `marlq bench quantum
+# --peers`, docs/circuits.md). Up to 4 qubits the paths of the shipped scenarios stay as they were, so
+# their runs (and goldens) keep every bit.
+ADJOINT_MIN_QUBITS = 5
+DENSE_MIN_BATCH = 2048  # n <= 8: from this batch on, differentiate through the dense matrix
 
 
 def resolve_device(name: str) -> torch.device:
@@ -143,7 +150,8 @@ class VQC(nn.Module):
         """The circuit's dense matrix; reused across no-grad calls until the weights change (rollouts)."""
         if torch.is_grad_enabled() and self.weights.requires_grad:
             return self.circuit.dense_matrix(self.weights)
-        if self.analytic_grad and not getattr(self, "acting_only", False):
+        if (self.analytic_grad and not getattr(self, "acting_only", False)
+                and self.path(ANALYTIC_MAX_BATCH, True) == "dense_analytic"):
             return self.dense_adjoint()[0]
         cache = self._cached()
         if cache is not None:
@@ -181,12 +189,14 @@ class VQC(nn.Module):
             if self._qnode_function is None:
                 self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg), **self._qnode_seed())
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights).to(angles.dtype)  # type: ignore[attr-defined]
-        if self.use_dense:
-            if (self.analytic_grad and torch.is_grad_enabled() and self.weights.requires_grad
-                    and angles.shape[0] <= ANALYTIC_MAX_BATCH):
-                dense, adjoint = self.dense_adjoint()
-                return self.circuit.forward_dense_adjoint(angles, self.weights, dense, adjoint)
+        path = self.path(angles.shape[0], torch.is_grad_enabled() and self.weights.requires_grad)
+        if path == "dense_analytic":
+            dense, adjoint = self.dense_adjoint()
+            return self.circuit.forward_dense_adjoint(angles, self.weights, dense, adjoint)
+        if path == "dense":
             return self.circuit.forward_dense(angles, self.dense_matrix())
+        if path == "adjoint":
+            return self.circuit.forward_adjoint(angles, self.weights)
         return self.circuit.forward_gates(angles, self.weights)
 
     def _qnode_seed(self) -> dict[str, int]:
@@ -196,6 +206,22 @@ class VQC(nn.Module):
         if self.cfg.shots is None or self.cfg.pennylane_device not in ("default.qubit", "default.mixed"):
             return {}
         return {"seed": self._sampling_seed}
+
+    def path(self, batch: int, grad: bool) -> str:
+        """Which engine path a call on ``batch`` rows takes, with (``grad``) or without a weight gradient:
+        dense (the cached matrix; ``dense_analytic`` with its analytic weight gradient), adjoint (the
+        state vector, differentiated by the adjoint method) or gates (the state vector under autograd,
+        for data re-uploading). See docs/circuits.md, "How the path is chosen"."""
+        cfg = self.cfg
+        if self.use_dense:
+            if not grad:
+                return "dense"
+            if cfg.engine == "dense" or cfg.n_qubits < ADJOINT_MIN_QUBITS or self.weights.device.type != "cpu":
+                return "dense_analytic" if self.analytic_grad and batch <= ANALYTIC_MAX_BATCH else "dense"
+            return "dense" if cfg.n_qubits <= 8 and batch >= DENSE_MIN_BATCH else "adjoint"
+        if cfg.reupload or self.weights.device.type != "cpu":
+            return "gates"
+        return "adjoint"
 
     def head_output(self, readouts: torch.Tensor) -> torch.Tensor:
         """Map readouts (B, m) to outputs (B, out_dim) as the ``output`` key says."""

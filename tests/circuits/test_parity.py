@@ -89,3 +89,36 @@ def test_batch_of_one_matches_reference():
     torch.manual_seed(4)
     module = VQC(4, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0", device=DEVICE)
     assert_parity(module, torch.randn(1, 4, device=DEVICE))
+
+
+@pytest.mark.parametrize("n, batch, preprocess, dense_from", [(8, 3, "none", None), (8, 65, "linear", None), (8, 64, "linear", 64),
+                                                               (12, 3, "linear", None), (12, 70, "none", None)])
+def test_parity_at_8_and_12_qubits_on_every_path_auto_takes(n, batch, preprocess, dense_from, monkeypatch):
+    # n = 8: the adjoint state-vector path (small and RL-learner batches) and the dense matrix (large
+    # batches, from vqc.DENSE_MIN_BATCH rows: lowered here so that float32 sums over thousands of rows
+    # stay inside the absolute tolerance); n = 12: the adjoint path. preprocess: linear also checks the
+    # input-encoding gradient.
+    import circuits.vqc
+
+    if dense_from is not None:
+        monkeypatch.setattr(circuits.vqc, "DENSE_MIN_BATCH", dense_from)
+    torch.manual_seed(n + batch)
+    in_dim = n + 2 if preprocess == "linear" else n
+    module = VQC(in_dim, 2, n_qubits=n, layers=2, ansatz="rzryrz_ring", observable="p0", scaling="atan",
+                 output="relu_linear", preprocess=preprocess, device=DEVICE)
+    expected_path = "dense" if (n <= 8 and batch >= circuits.vqc.DENSE_MIN_BATCH) else "adjoint"
+    if DEVICE == "cpu":
+        assert module.path(batch, True) == expected_path
+    assert_parity(module, torch.randn(batch, in_dim, device=DEVICE) * 2)
+
+
+@pytest.mark.parametrize("ansatz, encoding, hadamard", [("strongly_entangling", "angle_y", True), ("basic_entangler", "angle_z", False),
+                                                        ("ry_cz", "angle_x", False)])
+def test_parity_adjoint_path_other_blocks(ansatz, encoding, hadamard):
+    # the adjoint path with entangling gates after the rotations, CZ signs, and a non-diagonal encoding map
+    torch.manual_seed(7)
+    module = VQC(6, 2, n_qubits=6, layers=2, ansatz=ansatz, encoding=encoding, hadamard=hadamard, scaling="atan",
+                 preprocess="linear", output="linear", engine="gates", device=DEVICE)
+    if DEVICE == "cpu":
+        assert module.path(5, True) == "adjoint"
+    assert_parity(module, torch.randn(5, 6, device=DEVICE))

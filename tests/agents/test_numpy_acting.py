@@ -1,0 +1,40 @@
+"""The acting-only numpy twin of a dense-path circuit head against the torch module (float rounding)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agents.numpy_heads import NumpyVQCActing, numpy_acting_head
+from circuits import VQC
+
+
+@pytest.mark.parametrize("n, preprocess, output, scaling", [(8, "linear", "linear", "atan"), (4, "none", "relu_linear", "none"),
+                                                             (5, "linear", "sum", "atan")])
+def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
+    torch.manual_seed(n)
+    in_dim = 21 if preprocess == "linear" else n
+    module = VQC(in_dim, 5, n_qubits=n, layers=2, preprocess=preprocess, output=output, scaling=scaling)
+    twin = numpy_acting_head(module)
+    x = np.random.default_rng(n).normal(size=(3, in_dim))
+    got, _ = twin.forward(x)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x).float()).double().numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # without a pre-layer the learner's twin (with its backward) serves; else the acting one, and a weight
+    # change rebuilds the matrix alone
+    assert isinstance(twin, NumpyVQCActing) == (preprocess == "linear")
+    assert module.acting_only == (preprocess == "linear")
+    with torch.no_grad():  # a weight change is seen
+        module.weights.add_(0.3)
+        want = module(torch.from_numpy(x).float()).double().numpy()
+    np.testing.assert_allclose(twin.forward(x)[0], want, atol=1e-5)
+    if isinstance(twin, NumpyVQCActing):
+        with pytest.raises(TypeError, match="acting only"):
+            twin.backward(None, np.zeros_like(got))
+
+
+def test_acting_twin_choice():
+    assert isinstance(numpy_acting_head(VQC(20, 5, n_qubits=8, preprocess="linear")), NumpyVQCActing)
+    assert numpy_acting_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # the gate path: torch
+    assert numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1)) is None  # beyond dense_max_qubits

@@ -1,0 +1,130 @@
+"""`marlq bench quantum --peers`: the agreement check, the table's JSON, the path choice it measures.
+
+No timing is asserted. PennyLane default.qubit with torch is always installed, so the agreement
+code path is tested with it; the JAX peers (the project's [peers] extra) are tested where installed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from circuits import peers
+from circuits.adjoint import block_layout
+from circuits.bench import main
+from circuits.peer_bench import bench_module, check_agreement, contestants, summarise
+from circuits.vqc import VQC
+
+needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                               reason="needs the [peers] extra (pip install -e '.[peers]'): jax is not installed")
+needs_tensorcircuit = pytest.mark.skipif(importlib.util.find_spec("tensorcircuit") is None,
+                                         reason="needs the [peers] extra (pip install -e '.[peers]'): tensorcircuit-ng is not installed")
+
+
+def test_pennylane_peer_agrees_and_a_wrong_one_is_flagged():
+    sims, _ = contestants(3, 2, ["default.qubit+torch"])
+    assert set(sims) == {"marl-q auto", "PL default.qubit+torch"}
+    report = check_agreement(sims, 3)
+    assert report["PL default.qubit+torch"]["agrees"]
+    assert report["PL default.qubit+torch"]["output_max_abs_diff"] < 1e-5
+    # a peer whose circuit differs (one weight moved) must be caught, in outputs and gradients
+    wrong = bench_module(3, 2)  # the same seeded parameters as the bench's head
+    with torch.no_grad():
+        wrong.weights[0, 0, 1] += 0.1
+    sims["wrong"] = peers.torch_peer("wrong", wrong, wrong.to_qnode("default.qubit", diff_method="backprop"))
+    report = check_agreement(sims, 3)
+    assert not report["wrong"]["agrees"]
+    assert report["wrong"]["output_max_abs_diff"] > 1e-4
+
+
+def test_agreement_measures_gradients_relative_to_their_scale():
+    # hand-made peers: equal outputs, gradients off by 1% of their largest entry
+    def fake(name: str, scale: float) -> peers.Peer:
+        return peers.Peer(name, act=lambda x: None, fwd_bwd=lambda x: None, outputs=lambda x: np.ones((2, 2)),
+                          grads=lambda x, c: [np.array([100.0, 1.0]) * scale, np.array([2.0])])
+    diffs = peers.agreement(fake("a", 1.01), fake("b", 1.0), torch.zeros(2, 2), np.ones((2, 2)))
+    assert diffs["output_max_abs_diff"] == 0.0
+    assert diffs["grad_max_rel_diff"] == pytest.approx(0.01)
+
+
+def test_summary_ranks_only_agreeing_peers():
+    cell = {"marl-q auto": {"ms_per_call": 2.0, "samples_per_s": 50.0}, "marl-q gates": {"ms_per_call": 1.0, "samples_per_s": 100.0},
+            "fast but wrong": {"ms_per_call": 0.1, "samples_per_s": 1000.0}, "peer": {"ms_per_call": 4.0, "samples_per_s": 25.0},
+            "slow": {"skipped": "one call 2.00 s > 1.0 s"}}
+    summary = summarise(cell, excluded={"fast but wrong"})
+    assert summary == {"marlq_best": "marl-q gates", "fastest_peer": "peer", "ratio": 4.0, "auto_ratio": 2.0}
+
+
+def test_peers_json_table(tmp_path, capsys):
+    out = tmp_path / "peers.json"
+    code = main(["--peers", "--n-qubits", "2", "--batches", "1,3", "--rounds", "2", "--min-time", "0.01",
+                 "--sims", "default.qubit+torch", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert "load average" in report["meta"]["uptime_before"] and "load average" in report["meta"]["uptime_after"]
+    assert "intra_op_parallelism_threads=1" in report["meta"]["xla_flags"]
+    assert report["meta"]["agreement"]["2"]["PL default.qubit+torch"]["agrees"]
+    cells = [(r["mode"], r["batch"]) for r in report["rows"]]
+    assert cells == [("act", 1), ("act", 3), ("fwd_bwd", 1), ("fwd_bwd", 3)]
+    for row in report["rows"]:
+        ours = row["results"][row["marlq_best"]]
+        theirs = row["results"][row["fastest_peer"]]
+        assert row["fastest_peer"] == "PL default.qubit+torch"
+        assert row["ratio"] == pytest.approx(ours["samples_per_s"] / theirs["samples_per_s"])
+        assert len(ours["round_ms"]) == 2
+    printed = capsys.readouterr().out
+    assert "uptime before" in printed and "best/peer" in printed
+    assert torch.get_num_threads() == 1
+
+
+def test_absent_peers_say_not_installed(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "tensorcircuit" else object())
+    assert peers.peer_status("tensorcircuit-ng jax jit+vmap") == "not installed (pip install -e '.[peers]')"
+
+
+def test_peers_bad_arguments_exit_2(capsys):
+    assert main(["--peers", "--device", "cuda", "--n-qubits", "2"]) == 2
+    assert main(["--peers", "--rounds", "0", "--n-qubits", "2"]) == 2
+    assert main(["--peers", "--modes", "fwd", "--n-qubits", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--rounds: expected >= 1, got 0" in err and "choices: act, fwd_bwd" in err
+
+
+@pytest.mark.parametrize("word, name", [pytest.param("jax.jit", "PL default.qubit+jax.jit", marks=needs_jax),
+                                        pytest.param("tensorcircuit", "tensorcircuit-ng jax jit+vmap", marks=needs_tensorcircuit)])
+def test_jax_peers_agree(word, name):
+    sims, absent = contestants(3, 2, [word])
+    assert name in sims, absent
+    report = check_agreement(sims, 3)[name]
+    assert report["agrees"], report
+
+
+def test_path_choice():
+    def module(n: int, **spec) -> VQC:
+        return VQC(n, 2, n_qubits=n, layers=1, **spec)
+
+    # up to 4 qubits the paths are those the shipped scenarios always took
+    assert module(4).path(1, True) == "dense_analytic"
+    assert module(4).path(65, True) == "dense"
+    assert module(4).path(1, False) == "dense"
+    # from 5 qubits on, training takes the adjoint state vector, except large batches at n <= 8
+    assert module(8).path(64, True) == "adjoint"
+    assert module(8).path(600, True) == "adjoint"
+    assert module(8).path(4096, True) == "dense"
+    assert module(8).path(1, False) == "dense"
+    assert module(12).path(1, False) == "adjoint"
+    assert module(12).path(4096, True) == "adjoint"
+    assert module(8, engine="dense").path(600, True) == "dense"
+    assert module(6, engine="gates").path(1, True) == "adjoint"
+    assert module(6, engine="gates", reupload=True).path(1, True) == "gates"
+
+
+def test_block_layout_covers_every_wire_once():
+    for n in range(1, 14):
+        layout = block_layout(n)
+        assert [w for first, width in layout for w in range(first, first + width)] == list(range(n))
+        assert max(width for _, width in layout) <= 4
+        assert max(width for _, width in layout) - min(width for _, width in layout) <= 1
