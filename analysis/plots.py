@@ -456,9 +456,17 @@ def plot_staleness(groups: dict[str, list[Run]], title: str, path: Path,
     ax = axes[0, 0]
     top = int(max(v.max() for v, _ in data.values()))
     bins = np.arange(-0.5, top + 1.5, 1.0)
+    # groups whose histograms are the same would draw exactly on top of each other: one line, naming all
+    alike: dict[tuple, list[str]] = {}
     for label, (values, dropped) in data.items():
+        fractions = np.histogram(values, bins=bins)[0] / len(values)
+        alike.setdefault((tuple(np.round(fractions, 12)), dropped), []).append(label)
+    for names in alike.values():
+        values, dropped = data[names[0]]
+        shown = ", ".join(labels.get(n, n) for n in names)
+        same = f"{len(names)} groups alike: " if len(names) > 1 else ""
         ax.hist(values, bins=bins, density=True, histtype="step", linewidth=1.8,
-                label=f"{labels.get(label, label)} (mean {values.mean():.2f}, rejected {dropped})")
+                label=f"{same}{shown} (mean {values.mean():.2f}, rejected {dropped})")
     ax.set_xlim(-0.5, top + 0.5)
     # staleness counts versions: whole-number ticks only (MaxNLocator alone falls back to -0.4, 0.25, ...
     # when fewer than two integers fit, as for a sync run where every update has staleness 0)

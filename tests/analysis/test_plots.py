@@ -241,6 +241,19 @@ def test_staleness_ticks_are_integers(tmp_path, figures, stale):
     assert ticks and all(float(t).is_integer() for t in ticks)
 
 
+def test_staleness_histograms_alike_are_one_line_naming_every_group(tmp_path, figures):
+    for algo in ("coma", "iac"):
+        write_run(tmp_path / "sw" / algo / "seed0", config(algorithm=algo), np.zeros(10), comm_rows=comm(2, [5, 5], stale=1))
+    write_run(tmp_path / "sw" / "central_v" / "seed0", config(algorithm="central_v"), np.zeros(10),
+              comm_rows=comm(2, [5, 5], stale=2))
+    plots.plot_paths([tmp_path / "sw"], tmp_path / "out")
+    ax = by_name(figures, "staleness.png").axes[0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(texts) == 2 and len(ax.patches) == 2
+    assert any(t.startswith("2 groups alike: ") and "coma" in t and "iac" in t for t in texts)
+    assert any(t.startswith("central_v (mean 2.00") for t in texts)
+
+
 # ----------------------------------------------------------------------------- --label, --title
 def test_label_and_title_on_marlq_plot(tmp_path, figures, capsys):
     for algo in ("coma", "iac"):
