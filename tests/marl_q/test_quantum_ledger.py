@@ -157,3 +157,15 @@ def test_a_bad_qpu_section_exits_2_with_one_line(tmp_path, capsys, override, nee
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
     assert not (tmp_path / "r").exists()
+
+
+def test_marlq_plot_draws_the_quantum_figure_when_quantum_csv_exists(tmp_path):
+    from analysis.plots import load_run, plot_paths
+
+    run(tmp_path, "q", ["run.total_env_steps=120", "qpu.profile=superconducting"])
+    run(tmp_path, "c", ["run.total_env_steps=50"], config=str(ROOT / "scenarios" / "cartpole_qa2c.yaml"))
+    made = plot_paths([tmp_path / "q"], out=tmp_path / "plots_q")
+    assert tmp_path / "plots_q" / "quantum.png" in made
+    assert not any(p.name == "quantum.png" for p in plot_paths([tmp_path / "c"], out=tmp_path / "plots_c"))
+    loaded = load_run(tmp_path / "q")
+    assert loaded.quantum["env_steps"][-1] == loaded.metrics["env_steps"][-1]
