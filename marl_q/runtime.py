@@ -264,7 +264,7 @@ class Runtime:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
-        for writer in (self.metrics, self.ledger, self.quantum.writer):
+        for writer in [w for w in (self.metrics, self.ledger, self.quantum.writer) if w is not None]:
             for attr in ("_pending", "_walls", "_rows"):
                 if isinstance(getattr(writer, attr, None), list):
                     getattr(writer, attr).clear()
