@@ -29,6 +29,7 @@ from agents.losses import actor_critic_loss, categorical
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
 from agents.value_norm import ValueNorm
+from circuits.resources import HeadResources
 from circuits.shots import seed_heads
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
@@ -259,6 +260,8 @@ class ActorCriticWorker(Worker):
         # update differentiates) runs with its graph and the update reuses it instead of a second one
         self._reuse_act_forward = self._one_step_reuse(self.ac) and not self.dist.continuous
         self._rollout_logits: Optional[torch.Tensor] = None
+        # circuit executions of the VQC heads, reported with every step (None without a circuit head)
+        self.resources = HeadResources.of({"actor": self.actor, "critic": self.critic})
         self._init_numpy_path()
         self.reset_env()
 
@@ -284,6 +287,8 @@ class ActorCriticWorker(Worker):
             self._rollout_logits = None
         if "_np_heads" not in state:
             self._init_numpy_path()
+        if "resources" not in state:  # before the quantum-resource ledger
+            self.resources = HeadResources.of({"actor": self.actor, "critic": self.critic})
         if "dist" not in state:  # before continuous actions: every actor-critic policy was a softmax
             self.dist = Categorical(int(self.env.single_action_space.n))
 
@@ -326,7 +331,8 @@ class ActorCriticWorker(Worker):
             payload = {"delta": self.flat.numpy() - before}
         self.waiting = True
         msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq)
-        return Work([msg], env_steps=steps, episodes=episodes)
+        return Work([msg], env_steps=steps, episodes=episodes,
+                    resources=self.resources.take() if self.resources is not None else None)
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
         if self.dist.continuous:

@@ -41,6 +41,7 @@ from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWork
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import FlatParameters, build_head
 from agents.value_norm import ValueNorm
+from circuits.resources import HeadResources
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.protocol import worker_name
@@ -220,6 +221,7 @@ class TeamWorker(ActorCriticWorker):
         self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
         self.version, self.waiting, self.seq = -1, True, 0
         self._reuse_act_forward, self._np_heads, self._rollout_np, self._rollout_logits = False, None, None, None
+        self.resources = HeadResources.of({"actor": self.actor, "critic": self.critic})  # circuit heads' counts
         self.reset_env()
 
     # the ids appended to every agent's row, and where each row's agent sits

@@ -19,6 +19,7 @@ from torch import nn
 
 from agents.losses import a2c_loss_grad
 from agents.returns import rollout_targets
+from circuits.resources import counter_of
 
 # a head's cache from forward, handed back to backward
 Cache = tuple
@@ -110,6 +111,9 @@ class NumpyVQC:
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         self.vqc.resource_counts["act_circuits"] += x.shape[0]  # the head's counters (circuits.gradients; exact: no shots)
+        counter = counter_of(self.vqc)  # the module's forward hook does not see this path
+        if counter is not None:
+            counter.forward(len(x))
         dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
         r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
         amplitudes = r @ dense.numpy().astype(np.float64)  # (B, 2^(n+1)): [Re | Im] of the final state
@@ -127,6 +131,9 @@ class NumpyVQC:
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
         r, amplitudes, readouts, hidden, adjoint = cache
+        counter = counter_of(self.vqc)
+        if counter is not None:
+            counter.backward_grad(grad)
         kind = self.vqc.cfg.output
         if kind == "raw":
             grad_readouts = np.zeros_like(readouts)

@@ -46,6 +46,7 @@ class Run:
     summary: dict[str, Any]
     comm: Optional[dict[str, np.ndarray]] = None
     flat: dict[str, Any] = field(default_factory=dict)
+    quantum: Optional[dict[str, np.ndarray]] = None  # quantum.csv: the circuit heads' resource ledger
 
     @property
     def clock(self) -> str:
@@ -99,6 +100,8 @@ def load_run(path: Path, with_comm: bool = True) -> Run:
     comm = read_csv_columns(path / "comm.csv") if with_comm and (path / "comm.csv").is_file() else None
     run = Run(path, config, read_csv_columns(path / "metrics.csv"), summary, comm)
     run.flat = flatten(config)
+    if (path / "quantum.csv").is_file():
+        run.quantum = read_csv_columns(path / "quantum.csv")
     return run
 
 
@@ -477,6 +480,65 @@ def plot_staleness(groups: dict[str, list[Run]], title: str, path: Path,
     return save_figure(fig, ax, path, legend_title=legend_title)
 
 
+def _shots_column(run: Run) -> tuple[np.ndarray, str]:
+    """Cumulative shots of a run's quantum.csv; for exact heads, circuits x the qpu profile's assumed shots
+    (or the circuit executions when the run has no qpu: profile), with what was drawn."""
+    q = run.quantum
+    if np.nanmax(q["shots"], initial=0.0) > 0:
+        return q["shots"], "shots"
+    assumed = run.summary.get("qpu_profile", {}).get("assumed_shots")
+    if assumed:
+        return q["circuits"] * assumed, f"shots (exact heads: {assumed} per circuit assumed)"
+    return q["circuits"], "circuit executions (exact heads: no shots)"
+
+
+def plot_quantum(groups: dict[str, list[Run]], title: str, path: Path,
+                 labels: Optional[dict[str, str]] = None) -> Optional[Path]:
+    """Cumulative shots and estimated QPU hours against env steps, from quantum.csv (the resource ledger):
+    one line per group, the mean over its seeds with the min-max range over seeds shaded."""
+    labels = labels or {}
+    shown = {label: [r for r in runs if r.quantum is not None and len(r.quantum.get("env_steps", []))]
+             for label, runs in groups.items()}
+    shown = {label: runs for label, runs in shown.items() if runs}
+    if not shown:
+        return None
+    with_qpu = any(np.isfinite(r.quantum["qpu_s"]).any() for runs in shown.values() for r in runs)
+    fig, axes = new_figure((11 if with_qpu else 6.5, 4.4), 1, 2 if with_qpu else 1)
+    ylabels = set()
+    for label, runs in shown.items():
+        xmax = min(float(np.max(r.quantum["env_steps"])) for r in runs)
+        grid = np.linspace(0.0, xmax, GRID_POINTS)
+        n = f"{len(runs)} seed{'s' if len(runs) > 1 else ''}"
+        columns = [[_shots_column(r) for r in runs]]
+        if with_qpu:
+            columns.append([(r.quantum["qpu_s"] / 3600.0, "QPU hours") for r in runs])
+        for col, series in enumerate(columns):
+            ax = axes[0, col]
+            curves = np.array([np.interp(grid, r.quantum["env_steps"], y, left=0.0) for r, (y, _) in zip(runs, series)])
+            line, = ax.plot(grid, curves.mean(axis=0), label=f"{_clip(labels.get(label, label), 60)} ({n})")
+            if len(runs) > 1:
+                ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.2,
+                                linewidth=0)
+            ylabels.add((col, series[0][1]))
+    names = {0: "cumulative shots", 1: "estimated QPU time, cumulative (hours)"}
+    for col in range(axes.shape[1]):
+        what = sorted(text for c, text in ylabels if c == col)
+        axes[0, col].set_ylabel(names[col] if col else "cumulative " + "; ".join(what))
+        axes[0, col].set_xlabel("environment steps (all workers)")
+        axes[0, col].grid(alpha=0.3)
+    several = any(len(runs) > 1 for runs in shown.values())
+    axes[0, 0].legend(fontsize=8, title="mean over seeds, shaded: min-max over seeds" if several else None,
+                      title_fontsize=8)
+    profile = next((r.summary.get("qpu_profile") for runs in shown.values() for r in runs if r.summary.get("qpu_profile")), None)
+    note = (f"; QPU model: {profile['shot_s']:g} s/shot, {profile['circuit_s']:g} s/circuit, {profile['job_s']:g} s/job"
+            if profile else "")
+    fig.suptitle(wrap(f"Quantum resources (act + gradient circuits of every circuit head){note}: {title}", 110),
+                 fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_paths(paths: list[Path], out: Optional[Path] = None, labels: Optional[list[str]] = None,
                title: Optional[str] = None) -> list[Path]:
     """Draw every standard plot for the runs at or below `paths`; return the PNG paths.
@@ -501,6 +563,7 @@ def plot_paths(paths: list[Path], out: Optional[Path] = None, labels: Optional[l
             plot_learning(groups, "t", runs[0].clock, title, out / "return_vs_time.png", names, key),
             plot_traffic(groups, title, out / "traffic.png", names),
             plot_staleness(groups, title, out / "staleness.png", names, key),
+            plot_quantum(groups, title, out / "quantum.png", names),
         ]
     return [p for p in made if p is not None]
 

@@ -7,12 +7,12 @@ the key, which the config loader reports as a ConfigError.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from torch import nn
 
 from circuits.diffqas import DiffQAS, DiffQASConfig
-from circuits.spec import AnsatzName, ObservableName, VQCConfig, validate_config
+from circuits.spec import AnsatzName, ObservableName, OutputName, VQCConfig, validate_config
 from circuits.reference import check_device
 from circuits.vqc import VQC, resolve_device
 
@@ -43,7 +43,7 @@ class HybridHeadConfig(VQCHeadConfig):
 
     ansatz: AnsatzName = "rzryrz_ring"
     observable: ObservableName = "p0"
-    output: Literal["raw", "sum", "scaled", "linear", "relu_linear"] = "relu_linear"
+    output: OutputName = "relu_linear"
 
 
 def build_vqc(cfg: VQCConfig, in_dim: int, out_dim: int) -> nn.Module:

@@ -72,7 +72,9 @@ def _encoding_block(cfg: VQCConfig, angles: Any) -> None:
         gate(angles[..., wire], wires=wire)
 
 
-def _measurements(cfg: VQCConfig) -> list[Any]:
+def _measurements(cfg: VQCConfig) -> Any:
+    if cfg.output == "born":  # the bitstring distribution; the head partitions it into actions
+        return qml.probs(wires=list(range(cfg.n_qubits)))
     family = OBSERVABLES[cfg.observable]
     return [family.pennylane(qml, wires) for wires in family.wires(cfg.n_qubits)]
 
@@ -135,13 +137,17 @@ def build_qnode(cfg: VQCConfig, device: str = "default.qubit", diff_method: str 
     return qml.QNode(circuit, dev, interface="torch", diff_method=diff_method, shots=cfg.shots)
 
 
-def readouts_from_qnode(qnode: qml.QNode, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Run the QNode on a batch (parameter broadcasting) and stack its readouts into (B, m)."""
+def readouts_from_qnode(qnode: qml.QNode, angles: torch.Tensor, weights: torch.Tensor,
+                        partition: torch.Tensor | None = None) -> torch.Tensor:
+    """Run the QNode on a batch (parameter broadcasting) and stack its readouts into (B, m); a Born head's
+    QNode measures probabilities (B, 2^n), returned as ``probabilities @ partition``."""
     if angles.device.type == "cuda":
         with torch.device(angles.device):  # default.qubit makes its initial state on the default device
             results = qnode(angles, weights)
     else:
         results = qnode(angles, weights)
+    if partition is not None:
+        return torch.as_tensor(results).reshape(angles.shape[0], -1).to(partition.dtype) @ partition
     columns = [torch.as_tensor(r).reshape(-1) for r in results]
     batch = angles.shape[0]
     columns = [c.expand(batch) if c.numel() == 1 else c for c in columns]
@@ -153,7 +159,7 @@ def qnode_function(module: torch.nn.Module, qnode: qml.QNode) -> Callable[[torch
 
     def function(x: torch.Tensor) -> torch.Tensor:
         angles = module.angles(x.to(device=module.weights.device, dtype=module.weights.dtype))
-        readouts = readouts_from_qnode(qnode, angles, module.weights)
+        readouts = readouts_from_qnode(qnode, angles, module.weights, module.born_readout())
         return module.head_output(readouts.to(angles.dtype))
 
     function.qnode = qnode  # type: ignore[attr-defined]

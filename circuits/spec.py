@@ -20,7 +20,8 @@ blocks.load_all()  # every module of circuits/ansatze, circuits/encodings, circu
 
 SCALINGS = ("none", "bound", "atan", "trainable")
 GRADS = ("analytic", "parameter_shift", "spsa")
-OUTPUTS = ("raw", "sum", "scaled", "linear", "relu_linear")
+OUTPUTS = ("raw", "sum", "scaled", "linear", "relu_linear", "softmax", "born")
+OutputName = Literal[OUTPUTS]  # type: ignore[valid-type]
 
 # The choices the config loader validates and ``marlq list`` shows: whatever is registered.
 EncodingName = Literal[tuple(ENCODINGS)]  # type: ignore[valid-type]
@@ -66,7 +67,9 @@ class VQCConfig:
     unbounded and is mapped by 2 atan(x_i) instead (Koelle et al.'s CartPole encoding).
     ``output``: raw = the first out_dim readouts; sum = readout i added into output i mod out_dim;
     scaled = raw times a trainable per-output scale; linear / relu_linear = a classical Linear
-    post-layer (on ReLU of the readouts for relu_linear, Koelle et al.'s hybrid head).
+    post-layer (on ReLU of the readouts for relu_linear, Koelle et al.'s hybrid head); softmax = Jerbi
+    et al.'s beta x weighted observables; born = log of the bitstring probabilities partitioned into
+    actions (b -> b mod out_dim; ``observable`` is not read). See circuits/policies.py.
     ``dense_grad``: on the dense CPU path (n <= 8, batches <= 64), analytic = the weight gradient
     contracted from prefix and suffix products of the layer matrices, built once per weight update
     with the cached matrix (the same gradient as autograd up to float rounding, and cheaper at RL
@@ -85,7 +88,7 @@ class VQCConfig:
     entangler: Literal["cnot", "cz"] = "cnot"
     reupload: bool = False
     observable: ObservableName = "z"
-    output: Literal["raw", "sum", "scaled", "linear", "relu_linear"] = "raw"
+    output: OutputName = "raw"
     preprocess: Literal["none", "linear"] = "none"
     backend: Literal["torch", "pennylane"] = "torch"
     engine: Literal["auto", "dense", "gates"] = "auto"

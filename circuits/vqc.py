@@ -15,6 +15,7 @@ from torch import nn
 from circuits.blocks import ANSATZE
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
 from circuits.gradients import Hardware, count, needs_hardware, new_counts
+from circuits.policies import born_log_probs, born_partition, observable_grouping
 from circuits.reference import build_qnode, check_device, qnode_function, qnode_diff_method, readouts_from_qnode
 from circuits.shots import child_seed
 from circuits.spec import CircuitConfigError, VQCConfig, feature_count, make_config, readout_count, validate_config
@@ -74,7 +75,15 @@ class VQC(nn.Module):
         self.circuit = CompiledCircuit(cfg, complex_dtype)
         self.n_readouts = readout_count(cfg.observable, cfg.n_qubits)
         self._check_output(cfg)
+        if cfg.output == "born":  # the readout is the bitstring -> action partition (circuits/policies.py)
+            partition = torch.as_tensor(born_partition(cfg.n_qubits, out_dim), dtype=real_dtype)
+            self.circuit.readout, self.circuit.readout_stacked = partition, torch.cat([partition, partition])
+            self.n_readouts = out_dim
         self.output_scale = nn.Parameter(torch.ones(out_dim, dtype=real_dtype)) if cfg.output == "scaled" else None
+        # softmax (Jerbi et al.): a trainable inverse temperature and observable weights
+        self.beta = nn.Parameter(torch.ones((), dtype=real_dtype)) if cfg.output == "softmax" else None
+        self.observable_weights = (nn.Parameter(observable_grouping(self.n_readouts, out_dim).to(real_dtype))
+                                   if cfg.output == "softmax" else None)
         self.post = nn.Linear(self.n_readouts, out_dim, dtype=real_dtype) if cfg.output in ("linear", "relu_linear") else None
         if cfg.output == "sum":
             groups = torch.zeros(self.n_readouts, out_dim, dtype=real_dtype)
@@ -128,6 +137,9 @@ class VQC(nn.Module):
                 f"output: {cfg.output!r} reads out_dim={self.out_dim} readouts but observable {cfg.observable!r} on "
                 f"{cfg.n_qubits} qubits gives {self.n_readouts}; use output: linear, sum, or more qubits"
             )
+        if cfg.output == "born" and self.out_dim > 2**cfg.n_qubits:
+            raise CircuitConfigError(f"output: 'born' partitions the {2**cfg.n_qubits} bitstrings of {cfg.n_qubits} qubits "
+                                     f"into out_dim={self.out_dim} actions; some would get none: use more qubits")
 
     def angles(self, x: torch.Tensor) -> torch.Tensor:
         """Encoding angles: (B, n) or, with trainable scaling and reupload, (B, layers, n)."""
@@ -188,7 +200,7 @@ class VQC(nn.Module):
         if self.cfg.backend == "pennylane":
             if self._qnode_function is None:
                 self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg), **self._qnode_seed())
-            return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights).to(angles.dtype)  # type: ignore[attr-defined]
+            return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights, self.born_readout()).to(angles.dtype)  # type: ignore[attr-defined]
         path = self.path(angles.shape[0], torch.is_grad_enabled() and self.weights.requires_grad)
         if path == "dense_analytic":
             dense, adjoint = self.dense_adjoint()
@@ -232,9 +244,17 @@ class VQC(nn.Module):
             return readouts[:, : self.out_dim] * self.output_scale
         if kind == "sum":
             return readouts @ self.sum_groups
+        if kind == "softmax":
+            return self.beta * (readouts @ self.observable_weights.T)
+        if kind == "born":
+            return born_log_probs(readouts)
         if kind == "relu_linear":
             readouts = torch.relu(readouts)
         return self.post(readouts)
+
+    def born_readout(self) -> torch.Tensor | None:
+        """The bitstring -> action partition a Born head applies to measured probabilities (else None)."""
+        return self.circuit.readout if self.cfg.output == "born" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, out_dim), computed on the module's device and returned on x's."""

@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 import yaml
 
 from marl_q.errors import ConfigError
+from marl_q.quantum import QPUConfig
 from marl_q.registry import ALGORITHMS, BACKENDS, HEADS, SCENARIOS, Registry, unknown_choice_message
 
 
@@ -223,6 +224,7 @@ class ExperimentConfig:
     algorithm: Choice
     actor: Choice
     critic: Choice
+    qpu: QPUConfig = field(default_factory=QPUConfig)  # the QPU profile of the resource ledger's time estimate
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -233,13 +235,15 @@ class ExperimentConfig:
             "algorithm": self.algorithm.to_dict(),
             "actor": self.actor.to_dict(),
             "critic": self.critic.to_dict(),
+            # only when set: the config.yaml of a run without a QPU estimate stays as it was
+            **({"qpu": to_plain(self.qpu)} if self.qpu.profile is not None else {}),
         }
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-FIXED = {"run": RunConfig, "backend": BackendConfig, "server": ServerConfig}
+FIXED = {"run": RunConfig, "backend": BackendConfig, "server": ServerConfig, "qpu": QPUConfig}
 # section -> (discriminator key, registry, default name)
 CHOSEN: dict[str, tuple[str, Registry, Optional[str]]] = {
     "scenario": ("name", SCENARIOS, None),

@@ -21,7 +21,8 @@ from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, one_line
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
                   "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes",
                   "run.tensorboard")
-RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "summary.json")
+RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "quantum.csv", "quantum_wall.csv",
+             "summary.json")
 
 
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:

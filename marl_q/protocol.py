@@ -43,6 +43,8 @@ class Work:
     env_steps: int = 0
     episodes: list[dict[str, Any]] = field(default_factory=list)
     cost: Optional[float] = None  # units of backend.compute.step_s; defaults to env_steps
+    # circuit heads' counts since the worker's previous step (circuits.resources.HeadResources.take)
+    resources: Optional[dict[str, Any]] = None
 
     @property
     def sim_cost(self) -> float:

@@ -101,7 +101,7 @@ class MetricsWriter:
         self._writer = None
         if path is None:
             return
-        wall_path = Path(path).with_name("metrics_wall.csv")
+        wall_path = Path(path).with_name(Path(path).stem + "_wall.csv")  # metrics.csv -> metrics_wall.csv
         if resume_at is None:
             self._file = open(path, "w", newline="")
             self._wall_file = open(wall_path, "w", newline="")

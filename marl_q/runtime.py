@@ -20,6 +20,7 @@ from marl_q.config import ExperimentConfig
 from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger
 from marl_q.protocol import Work, worker_names
+from marl_q.quantum import QuantumLedger
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
@@ -64,6 +65,8 @@ class Runtime:
         self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields,
                                      resume_at=metrics_at, wall_offset=meta.get("wall_s", 0.0),
                                      wall_fields=tuple(getattr(self.algorithm, "wall_fields", ())))
+        # circuit executions, shots and the QPU estimate of circuit heads (quantum.csv; none without one)
+        self.quantum = QuantumLedger(cfg, out, resume=meta.get("quantum"))
         if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
             self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))
@@ -102,12 +105,15 @@ class Runtime:
     def record_work(self, worker: str, work: Work, t: float) -> None:
         """Count env steps and write one metrics row per finished episode."""
         self.env_steps += work.env_steps
+        if work.resources:
+            self.quantum.add(worker, work.resources)
         for ep in work.episodes:
             self.episodes += 1
-            row = {"t": t, "worker": worker, "env_steps": self.env_steps, "episode": self.episodes}
-            row.update(ep)
+            base = {"t": t, "worker": worker, "env_steps": self.env_steps, "episode": self.episodes}
+            row = dict(base, **ep)
             self.algorithm.annotate(row, self.ledger)
             self.metrics.write(row)
+            self.quantum.row(base)
         if self.tracker is not None:
             self.tracker.service(self.service.updates(), self.service.summary, self.env_steps)
         if self._progress is not None:
@@ -211,6 +217,7 @@ class Runtime:
                     "algorithm": self.cfg.algorithm.name, "backend": self.cfg.backend.name,
                     "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
                     "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
+                    **({"quantum": self.quantum.state()} if self.quantum.active() else {}),
                     "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
             save_checkpoint(path, arrays, meta)
         except RunWriteError:  # (a CSV flush or the archive) a snapshot without its checkpoint is of no use
@@ -241,6 +248,7 @@ class Runtime:
             self._progress.close()
         self.metrics.flush()
         self.ledger.flush()
+        self.quantum.flush()
         summary: dict[str, Any] = {
             "status": status,
             "algorithm": self.cfg.algorithm.name,
@@ -260,11 +268,13 @@ class Runtime:
         }
         summary.update(self.service.summary())
         summary.update(self.algorithm.summarize(self.metrics.rows))
+        summary.update(self.quantum.summary(self.env_steps))
         if self.out:
             if checkpoint:
                 self.checkpoint(clock_s)
             self.metrics.close()
             self.ledger.close()
+            self.quantum.close()
             self.close_tracker()
             write_json_atomic(self.out / "summary.json", summary)
         self.finished = True
@@ -276,7 +286,7 @@ class Runtime:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
-        for writer in (self.metrics, self.ledger):
+        for writer in [w for w in (self.metrics, self.ledger, self.quantum.writer) if w is not None]:
             for attr in ("_pending", "_walls", "_rows"):
                 if isinstance(getattr(writer, attr, None), list):
                     getattr(writer, attr).clear()

@@ -30,6 +30,9 @@ GOLDEN = {
         "431b8622de8639a4b86982f3fbf8b67b9458bf2563a028a4e43f23a631c258bf"),
     "cartpole_qa2c_quantum_critic.yaml": ("04a339a44fe65d1dfaca6d50e06ea3a1a416c68e40dc477ba4127504654378cb",
         "c55b3ed34f71be86b9422aaa001e2038b9d479f04fae5524ab41126229bcb8d1"),
+    # new with the scenario file (pure VQC actor and critic with trainable input and output scaling)
+    "cartpole_skolik.yaml": ("800c0ac55ec8530b402764b87d99d8331f8bf358df537bd96d13619e066ac627",
+        "458d25d2a8db7171f5538b30c94f349acd711a62c282f7537f4f4c66b78560e5"),
     "linear_mdp_regret.yaml": ("aacfbbc65b2a1383cd382ee083555bd8d3e29f2b51075db5c973a789fab55c47",
         "6c950713419836aea6c66dab046ae2e847e4040283eadf7e8584602b4294ae58"),
     "penalty_cue_coma.yaml": ("526ed16ae28cec9e6c7070eda745cab3fd2b56c998e38d9db62f91c465a66c41",
