@@ -15,8 +15,10 @@ weight of the middle layer). log Var = a - r n is fitted by least squares over n
 rate per qubit in the legend (McClean et al. 2018: exponential decay for deep random circuits;
 Cerezo et al. 2021: a local cost at shallow depth decays at most polynomially).
 
-Noise (noise-induced plateaus, Wang et al. 2021) is not computed here: it needs the density-matrix
-path.
+``--noise 0,0.01`` adds per-gate depolarizing noise (noise-induced plateaus, Wang et al. 2021):
+for p > 0 the gradient comes from the noisy density-matrix path (``circuits.density``, the one the
+heads use with a ``noise:`` section), by autograd, one initialisation at a time; up to
+NOISY_MAX_QUBITS qubits.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ DEFAULT_OPTIONS = (VQCConfig.rotation, VQCConfig.entangler)  # the spec's defaul
 
 COSTS = ("global", "local")
 CHUNK_AMPLITUDES = 2**22  # initialisations per pass: at most this many amplitudes per state
+NOISY_MAX_QUBITS = 10  # the density matrix has 4^n entries
 
 
 def observable_diagonal(kind: str, n_qubits: int) -> np.ndarray:
@@ -132,19 +135,43 @@ def initialisations(ansatz: str, n_qubits: int, layers: int, observable: str, sa
 
 
 def gradient_variance(ansatz: str, encoding: str, n_qubits: int, layers: int, observable: str, samples: int,
-                      seed: int, dtype: torch.dtype = torch.complex64) -> dict[str, float]:
+                      seed: int, dtype: torch.dtype = torch.complex64, depolarizing: float = 0.0) -> dict[str, float]:
     """Var over ``samples`` random initialisations of d f / d theta: pooled over weights, and of the
-    first weight of the middle layer."""
+    first weight of the middle layer. The same initialisations with or without noise."""
     weights, inputs = initialisations(ansatz, n_qubits, layers, observable, samples, seed)
-    chunk = max(1, CHUNK_AMPLITUDES // 2**n_qubits)
-    grads = []
-    for start in range(0, samples, chunk):
-        _, g = cost_gradients(ansatz, encoding, torch.from_numpy(weights[start:start + chunk]),
-                              torch.from_numpy(inputs[start:start + chunk]), observable, dtype)
-        grads.append(g.numpy())
-    grad = np.concatenate(grads)  # (samples, L, n, k)
+    if depolarizing > 0:
+        grad = noisy_gradients(ansatz, encoding, weights, inputs, observable, depolarizing, dtype)
+    else:
+        chunk = max(1, CHUNK_AMPLITUDES // 2**n_qubits)
+        grads = []
+        for start in range(0, samples, chunk):
+            _, g = cost_gradients(ansatz, encoding, torch.from_numpy(weights[start:start + chunk]),
+                                  torch.from_numpy(inputs[start:start + chunk]), observable, dtype)
+            grads.append(g.numpy())
+        grad = np.concatenate(grads)  # (samples, L, n, k)
     per_weight = grad.var(axis=0, ddof=1)
     return {"pooled": float(per_weight.mean()), "middle": float(per_weight[layers // 2, 0, 0])}
+
+
+def noisy_gradients(ansatz: str, encoding: str, weights: np.ndarray, inputs: np.ndarray, observable: str,
+                    depolarizing: float, dtype: torch.dtype = torch.complex64) -> np.ndarray:
+    """d f / d theta (samples, L, n, k) with depolarizing noise p after every gate, by autograd through
+    the density-matrix path, one initialisation at a time (each has its own weights)."""
+    from circuits.density import DensityCircuit
+    from circuits.spec import NoiseConfig
+
+    samples, layers, n_qubits, _ = weights.shape
+    cfg = VQCConfig(n_qubits=n_qubits, layers=layers, ansatz=ansatz, encoding=encoding,
+                    noise=NoiseConfig(depolarizing=float(depolarizing)))
+    circuit = DensityCircuit(cfg, dtype)
+    real = COMPLEX_TO_REAL[dtype]
+    diagonal = torch.as_tensor(observable_diagonal(observable, n_qubits), dtype=real)
+    grads = np.empty(weights.shape)
+    for i in range(samples):
+        w = torch.tensor(weights[i], dtype=real, requires_grad=True)
+        f = circuit.probabilities(torch.tensor(inputs[i:i + 1], dtype=real), w)[0] @ diagonal
+        grads[i] = torch.autograd.grad(f, w)[0].numpy()
+    return grads
 
 
 def fit_decay(n: Sequence[float], variance: Sequence[float]) -> tuple[float, float]:
@@ -194,23 +221,29 @@ def plot(results: list[dict], args: argparse.Namespace, path: Path) -> list[tupl
 
     fig, ax = plt.subplots(figsize=(8, 5))
     fits = []
+    noisy = any(p > 0 for p in args.noise_levels)
     for observable in args.observables:
         for rule in args.depth_rules:
-            rows = [r for r in results if r["observable"] == observable and r["depth"] == rule]
-            n = [r["n_qubits"] for r in rows]
-            var = [r["var_pooled"] for r in rows]
-            rate, pre = fit_decay(n, var)
-            label = f"{'Z_0' if observable == 'local' else 'Z⊗…⊗Z'} ({observable}), L = {rule}: r = {rate:.2f} per qubit"
-            line, = ax.semilogy(n, var, "o-" if observable == "global" else "s--", label=label)
-            grid = np.linspace(min(n), max(n), 50)
-            ax.semilogy(grid, pre * np.exp(-rate * grid), ":", color=line.get_color(), alpha=0.6)
-            fits.append((f"{observable}, L={rule}", rate, pre))
+            for p in args.noise_levels:
+                rows = [r for r in results if r["observable"] == observable and r["depth"] == rule and r["noise"] == p]
+                n = [r["n_qubits"] for r in rows]
+                var = [r["var_pooled"] for r in rows]
+                rate, pre = fit_decay(n, var)
+                noise = f", p = {p:g}" if noisy else ""
+                label = f"{'Z_0' if observable == 'local' else 'Z⊗…⊗Z'} ({observable}), L = {rule}{noise}: r = {rate:.2f} per qubit"
+                line, = ax.semilogy(n, var, "o-" if observable == "global" else "s--", label=label,
+                                    alpha=1.0 if p == 0 else 0.75)
+                grid = np.linspace(min(n), max(n), 50)
+                ax.semilogy(grid, pre * np.exp(-rate * grid), ":", color=line.get_color(), alpha=0.6)
+                fits.append((f"{observable}, L={rule}{noise}", rate, pre))
     ax.set_xlabel("qubits n")
     ax.set_ylabel("Var[df/dθ] over initialisations (pooled over weights)")
-    ax.set_title(f"Gradient variance vs qubits: {args.ansatz}, {args.encoding} encoding, "
+    noise_title = ", depolarizing p per gate" if noisy else ""
+    ax.set_title(f"Gradient variance vs qubits: {args.ansatz}, {args.encoding} encoding{noise_title}, "
                  f"{args.samples} random initialisations per point", fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(title="observable, depth: fitted Var ∝ exp(-r n) (dotted)", fontsize=8, title_fontsize=8)
+    ax.legend(title="observable, depth" + (", noise" if noisy else "") + ": fitted Var ∝ exp(-r n) (dotted)",
+              fontsize=8, title_fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -228,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--observables", default="global,local")
     p.add_argument("--samples", type=int, default=200, help="random initialisations per point")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", default="0", help="depolarizing probabilities per gate, comma-separated (0: noiseless; "
+                   f"p > 0 takes the density-matrix path, n <= {NOISY_MAX_QUBITS})")
     p.add_argument("--out", type=Path, required=True, help="the PNG; a CSV of the points is written beside it")
     args = p.parse_args(argv)
     try:
@@ -243,24 +278,37 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"--observables: unknown observable {o!r}; choices: {', '.join(COSTS)}")
         if args.samples < 2:
             raise ValueError(f"--samples: at least 2 initialisations are needed for a variance, got {args.samples}")
+        try:
+            args.noise_levels = [float(v) for v in args.noise.split(",")]
+        except ValueError:
+            raise ValueError(f"--noise: expected comma-separated probabilities, got {args.noise!r}") from None
+        for level in args.noise_levels:
+            if not 0.0 <= level <= 1.0:
+                raise ValueError(f"--noise: a probability must lie in [0, 1], got {level:g}")
+        if any(level > 0 for level in args.noise_levels) and max(qubits) > NOISY_MAX_QUBITS:
+            raise ValueError(f"--noise: the density-matrix path goes up to {NOISY_MAX_QUBITS} qubits, "
+                             f"--qubits asks for {max(qubits)}")
         if args.out.exists() and args.out.is_dir():
             raise ValueError(f"--out: {args.out} is a directory; give a .png file name")
     except ValueError as exc:
         print(f"marlq: error: {exc}", file=sys.stderr)
         return 2
     results = []
-    print(f"{'observable':<10}{'depth':>6}{'n':>4}{'L':>4}{'var pooled':>14}{'var middle':>14}{'seconds':>9}")
+    print(f"{'observable':<10}{'depth':>6}{'noise':>7}{'n':>4}{'L':>4}{'var pooled':>14}{'var middle':>14}{'seconds':>9}")
     for observable in args.observables:
         for rule in args.depth_rules:
-            for n in qubits:
-                t0 = time.perf_counter()
-                layers = depth_of(rule, n)
-                var = gradient_variance(args.ansatz, args.encoding, n, layers, observable, args.samples, args.seed)
-                seconds = time.perf_counter() - t0
-                results.append({"observable": observable, "depth": rule, "n_qubits": n, "layers": layers,
-                                "var_pooled": var["pooled"], "var_middle": var["middle"], "seconds": seconds})
-                print(f"{observable:<10}{rule:>6}{n:>4}{layers:>4}{var['pooled']:>14.4e}{var['middle']:>14.4e}{seconds:>9.2f}",
-                      flush=True)
+            for p_noise in args.noise_levels:
+                for n in qubits:
+                    t0 = time.perf_counter()
+                    layers = depth_of(rule, n)
+                    var = gradient_variance(args.ansatz, args.encoding, n, layers, observable, args.samples, args.seed,
+                                            depolarizing=p_noise)
+                    seconds = time.perf_counter() - t0
+                    results.append({"observable": observable, "depth": rule, "noise": p_noise, "n_qubits": n,
+                                    "layers": layers, "var_pooled": var["pooled"], "var_middle": var["middle"],
+                                    "seconds": seconds})
+                    print(f"{observable:<10}{rule:>6}{p_noise:>7g}{n:>4}{layers:>4}{var['pooled']:>14.4e}"
+                          f"{var['middle']:>14.4e}{seconds:>9.2f}", flush=True)
     csv_path = args.out.with_suffix(".csv")
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "w", newline="") as f:

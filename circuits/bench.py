@@ -218,7 +218,15 @@ def format_row(row: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Native VQC engine vs PennyLane default.qubit: act latency, forward and forward+backward throughput."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
+    try:
+        return _run(args, argv)
+    finally:  # (the bench also runs inside test processes)
+        torch.set_num_threads(threads)
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     peers = args.peers
     args.n_qubits = args.n_qubits or ([4, 8, 12] if peers else [4])
     args.batches = args.batches or ([1, 64, 600, 1024, 4096] if peers else [1, 64, 1024, 4096])

@@ -161,7 +161,23 @@ def format_cell(row: dict[str, Any], names: Sequence[str]) -> str:
 
 
 def main_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    """The --peers bench; prints the table (and writes JSON with --json)."""
+    """The --peers bench; prints the table (and writes JSON with --json). The CPU pinning, torch's thread
+    count and XLA_FLAGS it sets are put back afterwards (it also runs inside a test process)."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    threads, xla = torch.get_num_threads(), os.environ.get("XLA_FLAGS")
+    try:
+        return _run_peers(args, argv)
+    finally:
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)
+        torch.set_num_threads(threads)
+        if xla is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = xla
+
+
+def _run_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if args.device != "cpu":
         print("marlq bench quantum --peers: only --device cpu is supported (the peers run on the CPU)", file=sys.stderr)
         return 2

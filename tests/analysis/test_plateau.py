@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.plateau import cost_gradients, fit_decay, gradient_variance, initialisations, main
+from analysis.plateau import cost_gradients, fit_decay, gradient_variance, initialisations, main, noisy_gradients
 from circuits.blocks import ANSATZE, LayerOptions
 
 import pennylane as qml
@@ -67,6 +67,47 @@ def test_variance_at_two_qubits_matches_brute_force_pennylane(observable):
     assert got["middle"] == pytest.approx(per_weight[1, 0, 0], rel=1e-9)
 
 
+@pytest.mark.parametrize("ansatz, observable", [("strongly_entangling", "global"), ("ry_cz", "local"),
+                                               ("rzryrz_ring", "global")])
+def test_noisy_gradients_match_pennylane_default_mixed(ansatz, observable):
+    """Depolarizing p after every gate on every wire it touches (PennyLane's noise.insert, position all)."""
+    n, layers, p = 3, 2, 0.05
+    weights, inputs = initialisations(ansatz, n, layers, observable, 2, seed=5)
+    got = noisy_gradients(ansatz, "angle_x", weights, inputs, observable, p, dtype=torch.complex128)
+    options = LayerOptions("rx", "cnot")
+
+    def gates(w, x):
+        for wire in range(n):
+            qml.RX(x[wire], wires=wire)
+        for layer in range(layers):
+            ANSATZE[ansatz].pennylane_layer(qml, w, layer, list(range(n)), options)
+
+    noisy_gates = qml.noise.insert(gates, lambda wires: qml.DepolarizingChannel(p, wires=wires), [], position="all")
+
+    def circuit(w, x):
+        noisy_gates(w, x)
+        op = qml.PauliZ(0)
+        if observable == "global":
+            for wire in range(1, n):
+                op = op @ qml.PauliZ(wire)
+        return qml.expval(op)
+
+    cost = qml.QNode(circuit, qml.device("default.mixed", wires=n), interface="torch", diff_method="backprop")
+    for i in range(2):
+        w = torch.tensor(weights[i], requires_grad=True)
+        cost(w, torch.tensor(inputs[i])).backward()
+        np.testing.assert_allclose(got[i], w.grad.numpy(), atol=1e-6)  # the project's 1e-5 parity bound, with room
+    clean = cost_gradients(ansatz, "angle_x", torch.from_numpy(weights), torch.from_numpy(inputs), observable,
+                           torch.complex128)[1].numpy()
+    assert np.abs(got - clean).max() > 1e-3  # the noise changed them
+
+
+def test_noise_shrinks_the_gradient_variance_on_the_same_initialisations():
+    clean = gradient_variance("ry_cz", "angle_x", 3, 3, "global", 16, seed=0, dtype=torch.complex128)
+    noisy = gradient_variance("ry_cz", "angle_x", 3, 3, "global", 16, seed=0, dtype=torch.complex128, depolarizing=0.1)
+    assert noisy["pooled"] < 0.8 * clean["pooled"]
+
+
 def test_one_qubit_rotation_variance_by_hand():
     # n = 2, one layer of RY on each wire (ry_cz; the CZ is diagonal and leaves <Z_0> alone), input RX(x0):
     # <Z_0> = cos(x0) cos(theta0), d/dtheta0 = -cos(x0) sin(theta0); over x0 ~ U[-pi, pi) and
@@ -103,6 +144,9 @@ def test_the_command_writes_the_figure_and_the_points(tmp_path, capsys):
     (["--observables", "nonlocal"], "--observables: unknown observable 'nonlocal'"),
     (["--ansatz", "nope"], "--ansatz: unknown ansatz 'nope'"),
     (["--samples", "1"], "--samples: at least 2"),
+    (["--noise", "1.5"], "--noise: a probability must lie in [0, 1], got 1.5"),
+    (["--noise", "lots"], "--noise: expected comma-separated probabilities"),
+    (["--noise", "0.01", "--qubits", "2-12"], "--noise: the density-matrix path goes up to 10 qubits"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, needle):
     assert main(argv + ["--out", str(tmp_path / "p.png")]) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import numpy as np
 import pytest
@@ -60,6 +61,7 @@ def test_summary_ranks_only_agreeing_peers():
 
 def test_peers_json_table(tmp_path, capsys):
     out = tmp_path / "peers.json"
+    threads, affinity = torch.get_num_threads(), os.sched_getaffinity(0)
     code = main(["--peers", "--n-qubits", "2", "--batches", "1,3", "--rounds", "2", "--min-time", "0.01",
                  "--sims", "default.qubit+torch", "--json", str(out)])
     assert code == 0
@@ -77,7 +79,9 @@ def test_peers_json_table(tmp_path, capsys):
         assert len(ours["round_ms"]) == 2
     printed = capsys.readouterr().out
     assert "uptime before" in printed and "best/peer" in printed
-    assert torch.get_num_threads() == 1
+    # it ran pinned to one CPU with one thread, and leaves the process as it found it
+    assert report["meta"]["threads"] == 1 and report["meta"]["cpu"] in affinity
+    assert torch.get_num_threads() == threads and os.sched_getaffinity(0) == affinity
 
 
 def test_absent_peers_say_not_installed(monkeypatch):
