@@ -532,8 +532,9 @@ def plot_quantum(groups: dict[str, list[Run]], title: str, path: Path,
     profile = next((r.summary.get("qpu_profile") for runs in shown.values() for r in runs if r.summary.get("qpu_profile")), None)
     note = (f"; QPU model: {profile['shot_s']:g} s/shot, {profile['circuit_s']:g} s/circuit, {profile['job_s']:g} s/job"
             if profile else "")
-    fig.suptitle(wrap(f"Quantum resources (act + gradient circuits of every circuit head){note}: {title}", 110),
-                 fontsize=10)
+    # a title that fits the figure's width (one panel without a QPU profile, two with)
+    fig.suptitle(wrap(f"Quantum resources (act + gradient circuits of every circuit head){note}: {title}",
+                      110 if with_qpu else 70), fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
