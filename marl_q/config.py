@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 
 import yaml
 
-from marl_q.errors import ConfigError
+from marl_q.errors import RAY_MISSING, ConfigError
 from marl_q.quantum import QPUConfig
 from marl_q.registry import ALGORITHMS, BACKENDS, HEADS, SCENARIOS, Registry, unknown_choice_message
 
@@ -456,7 +456,7 @@ def validate_faults(cfg: ExperimentConfig) -> None:
         except (ImportError, ValueError):  # a broken or blocked installation
             found = False
         if not found:
-            raise ConfigError("backend.name: ray needs Ray, which is not installed: pip install 'marl-q[ray]'")
+            raise ConfigError(RAY_MISSING)
 
 
 # ----------------------------------------------------------------------------- typed coercion

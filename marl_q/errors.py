@@ -1,6 +1,9 @@
 """Errors a user can cause: each maps to exit code 2 and names what was wrong."""
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 
 class UserError(Exception):
     """Bad input from the user (config, CLI, files, checkpoints): exit code 2."""
@@ -16,6 +19,18 @@ class CheckpointError(UserError):
 
 class RunDirError(UserError):
     """A path given as a run directory is not one."""
+
+
+def import_extra(module: str, message: str, error: type[UserError] = ConfigError) -> Any:
+    """Import a module of an optional extra, or raise ``error(message)`` (which names the key that asked
+    for it and the pip command) when it is not installed: the one place such imports fail."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise error(message) from None
+
+
+RAY_MISSING = "backend.name: ray needs Ray, which is not installed: pip install 'marl-q[ray]'"
 
 
 class RunWriteError(Exception):

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from marl_q.errors import UserError
+from marl_q.errors import UserError, import_extra
 
 COORDINATES = {"t", "env_steps", "episode", "id", "seq", "worker"}  # where a row sits, not what it measures
 INSTALL = "pip install 'marl-q[tensorboard]' (or pip install tensorboard)"
@@ -35,11 +35,9 @@ INSTALL = "pip install 'marl-q[tensorboard]' (or pip install tensorboard)"
 
 def require_tensorboard() -> Any:
     """torch's SummaryWriter; a UserError naming the extra when the tensorboard package is missing."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise UserError(f"run.tensorboard: the tensorboard package is not installed; {INSTALL}") from None
-    return SummaryWriter
+    module = import_extra("torch.utils.tensorboard", f"run.tensorboard: the tensorboard package is not installed; {INSTALL}",
+                          UserError)
+    return module.SummaryWriter
 
 
 def number(value: Any) -> Optional[float]:

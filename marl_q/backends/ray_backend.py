@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from marl_q.backends.local import Duplicator, kill_schedule
-from marl_q.errors import ConfigError
+from marl_q.errors import RAY_MISSING, ConfigError, import_extra
 from marl_q.messages import Message, stamp_life
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
@@ -50,16 +50,11 @@ POLL_S = 0.5  # the driver's loop: kills, liveness, progress
 MAIL_WAIT_S = 1.0  # a blocked worker's long poll for mail
 POLL_EVERY_S = 0.001  # how often a worker that can go on looks for completed calls
 CALLS_IN_FLIGHT = 2  # a worker's submit calls outstanding; what it produces meanwhile waits for the next one
-INSTALL_HINT = "pip install 'marl-q[ray]'"
 
 
 def import_ray() -> Any:
     """The ray module, or a ConfigError saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(f"backend.name: ray needs Ray, which is not installed: {INSTALL_HINT}") from None
-    return ray
+    return import_extra("ray", RAY_MISSING)
 
 
 @BACKENDS.register("ray", help="server and workers as Ray actors, local instance or backend.ray.address")
