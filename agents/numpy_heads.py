@@ -111,9 +111,9 @@ class NumpyVQC:
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         self.vqc.resource_counts["act_circuits"] += x.shape[0]  # the head's counters (circuits.gradients; exact: no shots)
-        counter = counter_of(self.vqc)  # the module's forward hook does not see this path
+        counter = counter_of(self.vqc)  # the module's forward hook does not see this path: its job
         if counter is not None:
-            counter.forward(len(x))
+            counter.forward()
         dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
         r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
         amplitudes = r @ dense.numpy().astype(np.float64)  # (B, 2^(n+1)): [Re | Im] of the final state

@@ -5,7 +5,8 @@ A ``CircuitCounter`` is a forward hook on one ``VQC`` (``attach``); the numpy on
 (``counter_of``). The conventions (docs/hardware.md):
 
 - **act** (forward) circuits: every row a forward evaluates is one circuit execution, whatever the
-  forward is for (sampling an action, a value for a target, the loss's forward). All readouts of a
+  forward is for (sampling an action, a value for a target, the loss's forward); the head counts
+  them itself where the rows are evaluated (``VQC.resource_counts``). All readouts of a
   row are diagonal in the Z basis, so one circuit's measured bitstrings give all of them.
 - **grad** circuits: a backward through a VQC costs, per row whose output gradient is not all zero,
   2 circuits per gate angle that depends on a trainable parameter (the parameter-shift rule of a
@@ -63,17 +64,16 @@ class CircuitCounter:
         self.angles = shift_angles(vqc)
 
     def __call__(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        self.forward(int(inputs[0].shape[0]))
+        self.forward()
         if output.requires_grad:
             output.register_hook(self._on_grad)
 
     def _on_grad(self, grad: torch.Tensor) -> None:
         self.backward(int((grad != 0).any(dim=-1).sum()))
 
-    def forward(self, rows: int) -> None:
-        """One forward call (one job) of ``rows`` circuits."""
-        self.counts["act_circuits"] += rows
-        self.counts["act_shots"] += rows * (self.shots or 0)
+    def forward(self) -> None:
+        """One forward call: one job. Its circuits and shots are the head's own ``resource_counts``
+        (counted where the rows are evaluated, ``circuits.gradients.count``), not counted again here."""
         self.counts["act_jobs"] += 1
 
     def backward(self, rows: int) -> None:
@@ -117,9 +117,10 @@ def head_totals(vqc: nn.Module) -> dict[str, int]:
     (``grad: parameter_shift | spsa``: the circuits it really ran), else the parameter-shift
     equivalent of its analytic gradient counted here."""
     counts = dict(attach(vqc).counts)
-    own = getattr(vqc, "resource_counts", None)
-    if isinstance(own, dict) and getattr(vqc.cfg, "grad", "analytic") != "analytic":
-        counts.update({k: int(own[k]) for k in ("grad_circuits", "grad_shots") if k in own})
+    own = vqc.resource_counts
+    counts.update(act_circuits=int(own["act_circuits"]), act_shots=int(own["act_shots"]))
+    if vqc.cfg.grad != "analytic":
+        counts.update(grad_circuits=int(own["grad_circuits"]), grad_shots=int(own["grad_shots"]))
     return counts
 
 
