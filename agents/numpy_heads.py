@@ -115,19 +115,28 @@ class NumpyVQC:
         if counter is not None:
             counter.forward()
         dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
-        r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
-        amplitudes = r @ dense.numpy().astype(np.float64)  # (B, 2^(n+1)): [Re | Im] of the final state
+        r = self._product_state(x)
+        out, amplitudes, readouts, hidden = self._outputs(r, dense.numpy().astype(np.float64))
+        return out, (r, amplitudes, readouts, hidden, adjoint)
+
+    def _product_state(self, x: np.ndarray) -> np.ndarray:
+        """The encoded product state (B, 2^n)."""
+        return np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)
+
+    def _outputs(self, r: np.ndarray, dense: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray]]:
+        """From the product state and the circuit's float64 matrix: the outputs, the final state's
+        amplitudes (B, 2^(n+1): [Re | Im]), the readouts, and the post-layer's input (None without one)."""
+        amplitudes = r @ dense
         readouts = (amplitudes * amplitudes) @ self.readout
         kind = self.vqc.cfg.output
         if kind == "raw":
-            out, hidden = readouts[:, : self.vqc.out_dim], None
-        elif kind == "sum":
-            out, hidden = readouts @ self.sum_groups, None
-        else:
-            hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
-            post = self.vqc.post
-            out = hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy()
-        return out, (r, amplitudes, readouts, hidden, adjoint)
+            return readouts[:, : self.vqc.out_dim], amplitudes, readouts, None
+        if kind == "sum":
+            return readouts @ self.sum_groups, amplitudes, readouts, None
+        hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
+        post = self.vqc.post
+        out = hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy()
+        return out, amplitudes, readouts, hidden
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
         r, amplitudes, readouts, hidden, adjoint = cache
@@ -183,17 +192,7 @@ class NumpyVQCActing(NumpyVQC):
             dense = self.vqc.dense_matrix()  # cached until the weights change
         if self._dense is None or self._dense[0] is not dense:
             self._dense = (dense, dense.numpy().astype(np.float64))
-        r = np.cos(self._angles(x)[:, :, None] * 0.5 - self.shifts).prod(axis=1)  # (B, 2^n) product state
-        amplitudes = r @ self._dense[1]
-        readouts = (amplitudes * amplitudes) @ self.readout
-        kind = self.vqc.cfg.output
-        if kind == "raw":
-            return readouts[:, : self.vqc.out_dim], None
-        if kind == "sum":
-            return readouts @ self.sum_groups, None
-        hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
-        post = self.vqc.post
-        return hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy(), None
+        return self._outputs(self._product_state(x), self._dense[1])[0], None
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
         raise TypeError("NumpyVQCActing is for acting only: it has no backward pass")
