@@ -11,7 +11,10 @@ figure is a PNG embedded as a data: URI and the style is inline, so the one file
   rliable, see docs/report.md), and the config keys that differ between groups;
 - the ledger per worker (pushes sent, accepted, rejected, dropped as stale, duplicated; messages and bytes
   each way), mean over each group's seeds, from comm.csv (`marl_q.ledger.ledger_audit`);
-- the traffic, staleness and regret figures where the runs have them (`analysis.plots`, `analysis.regret`).
+- the traffic, staleness and regret figures where the runs have them (`analysis.plots`, `analysis.regret`);
+- with circuit heads (quantum.csv): circuits, shots and estimated QPU hours per group, in the whole run
+  and, with `--target R`, up to the first time the trailing mean return reached R; `--qpu PROFILE` costs
+  runs recorded without a `qpu:` profile (`marl_q.quantum.estimate_qpu_rows`).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import numpy as np
 from analysis import plots
 from analysis.stats import iqm, mean_ci, probability_of_improvement, stratified_bootstrap_ci
 from marl_q.errors import UserError
+from marl_q.quantum import QPU_PROFILES, QPUConfig, QPUProfile, estimate_qpu_rows
 
 BOOTSTRAP_REPS = 2000
 # (summary.json key, column title, scale, digits)
@@ -139,6 +143,88 @@ def interval(est: tuple[float, float, float], digits: int = 2) -> str:
     return f"{est[0]:.{digits}f} [{est[1]:.{digits}f}, {est[2]:.{digits}f}]"
 
 
+def qpu_timing(run: plots.Run, qpu: Optional[str]) -> Optional[tuple[QPUProfile, int, str]]:
+    """The QPU model a run is costed with: its own ``qpu:`` profile (as recorded in summary.json), else
+    ``--qpu``'s at the default assumed shots, else None; with where it comes from."""
+    recorded = run.summary.get("qpu_profile")
+    if recorded:
+        return (QPUProfile(recorded["shot_s"], recorded["circuit_s"], recorded["job_s"], ""),
+                int(recorded["assumed_shots"]), recorded.get("source", "the runs' qpu: profile"))
+    if qpu:
+        return QPU_PROFILES[qpu], QPUConfig().assumed_shots, f"--qpu {qpu}"
+    return None
+
+
+def apply_qpu(runs: list[plots.Run], qpu: Optional[str]) -> None:
+    """Runs recorded without a ``qpu:`` profile get ``--qpu``'s estimate in their quantum.csv columns and
+    summary (in memory), so the quantum figure and table show QPU hours for them too."""
+    if not qpu:
+        return
+    for run in runs:
+        if run.quantum is None or run.summary.get("qpu_profile"):
+            continue
+        timing, assumed, _ = qpu_timing(run, qpu)
+        run.quantum["qpu_s"] = estimate_qpu_rows(run.quantum, timing, assumed)
+        run.summary["qpu_profile"] = {"shot_s": timing.shot_s, "circuit_s": timing.circuit_s, "job_s": timing.job_s,
+                                      "assumed_shots": assumed, "source": f"--qpu {qpu}"}
+
+
+def quantum_costs(run: plots.Run, target: Optional[float]) -> dict[str, float]:
+    """A run's circuits, shots and QPU hours in all and per env step, and (with ``target``) up to the first
+    episode at which the trailing mean over run.solve_window episodes reached it (NaN: never, or no such
+    number: an exact head has no shots, a run without a profile no QPU time)."""
+    q = run.quantum
+    steps = q["env_steps"]
+    shots = q["shots"] if np.nanmax(q["shots"], initial=0.0) > 0 else np.full(len(steps), np.nan)
+    qpu_h = q["qpu_s"] / 3600.0
+    last = len(steps) - 1
+    out = {"circuits_per_step": q["circuits"][last] / max(steps[last], 1.0), "shots_per_step": shots[last] / max(steps[last], 1.0),
+           "qpu_h": qpu_h[last]}
+    if target is not None:
+        curve = plots.smoothed(run.metrics["return"], plots.solve_window(run))
+        hit = np.flatnonzero(curve >= target)
+        if len(hit):
+            # quantum.csv has a row per metrics.csv row (the same episode); match by env steps to be safe
+            row = int(np.searchsorted(steps, run.metrics["env_steps"][hit[0]], side="left"))
+            row = min(row, last)
+            out.update(target_steps=steps[row], target_circuits=q["circuits"][row], target_shots=shots[row],
+                       target_qpu_h=qpu_h[row])
+        else:
+            out.update(target_steps=np.nan, target_circuits=np.nan, target_shots=np.nan, target_qpu_h=np.nan)
+    return out
+
+
+def quantum_section(groups: dict[str, list[plots.Run]], target: Optional[float], qpu: Optional[str]) -> Optional[str]:
+    """The quantum-resource table (groups with quantum.csv only), or None."""
+    shown = {g: [r for r in rs if r.quantum is not None and len(r.quantum.get("env_steps", []))] for g, rs in groups.items()}
+    shown = {g: rs for g, rs in shown.items() if rs}
+    if not shown:
+        return None
+    columns = [("circuits_per_step", "circuits per env step", 2), ("shots_per_step", "shots per env step", 0),
+               ("qpu_h", "estimated QPU hours (whole run)", 1)]
+    if target is not None:
+        columns += [("target_steps", f"env steps to reach {target:g}", 0), ("target_circuits", f"circuits to reach {target:g}", 0),
+                    ("target_shots", f"shots to reach {target:g}", 0), ("target_qpu_h", f"QPU hours to reach {target:g}", 1)]
+    rows = []
+    for label, rs in shown.items():
+        costs = [quantum_costs(r, target) for r in rs]
+        row = [label, len(rs)]
+        if target is not None:
+            row.append(f"{sum(np.isfinite(c['target_steps']) for c in costs)} of {len(rs)}")
+        rows.append(row + [mean_pm(np.array([c[k] for c in costs], dtype=float), 1.0, d) for k, _, d in columns])
+    sources = sorted({t[2] for rs in shown.values() for r in rs if (t := qpu_timing(r, qpu)) is not None})
+    head = ["group", "n"] + (["reached"] if target is not None else []) + [name for _, name, _ in columns]
+    note = ("<p class=note>Circuit executions and shots of every circuit head (acting and gradient circuits; an "
+            "analytic gradient counts as its parameter-shift equivalent; see docs/hardware.md), mean over seeds ± "
+            "the 95% t half-width. Shots: — for exact (analytic) heads. QPU hours: the estimate of "
+            + (", ".join(esc(x) for x in sources) if sources else "no profile (none recorded; give --qpu)")
+            + "; exact heads costed at the profile's assumed shots per circuit."
+            + (f" To reach {target:g}: up to the first episode at which the trailing mean return over "
+               "run.solve_window episodes was at least that, over the runs that reached it." if target is not None else "")
+            + "</p>")
+    return note + table(head, rows)
+
+
 def config_diff(groups: dict[str, list[plots.Run]]) -> Optional[str]:
     keys = plots.differing_keys(list(groups.values()))
     if not keys:
@@ -161,6 +247,7 @@ def draw_figures(groups: dict[str, list[plots.Run]], runs: list[plots.Run], titl
             ("traffic", plots.plot_traffic(groups, title, folder / "traffic.png"), "traffic per worker"),
             ("staleness", plots.plot_staleness(groups, title, folder / "staleness.png", None, key),
              "staleness of accepted updates"),
+            ("quantum", plots.plot_quantum(groups, title, folder / "quantum.png"), "cumulative shots and estimated QPU hours"),
         ]
         if any("cum_regret" in r.metrics or "regret" in r.metrics for r in runs):
             from analysis import regret
@@ -173,9 +260,10 @@ def draw_figures(groups: dict[str, list[plots.Run]], runs: list[plots.Run], titl
     return made
 
 
-def build_report(root: Path, reps: int = BOOTSTRAP_REPS) -> str:
+def build_report(root: Path, reps: int = BOOTSTRAP_REPS, target: Optional[float] = None, qpu: Optional[str] = None) -> str:
     """The HTML page for the run or sweep at ``root``."""
     runs = [plots.load_run(p) for p in plots.find_runs([root])]
+    apply_qpu(runs, qpu)
     groups = plots.group_runs(runs)
     title = plots.describe(runs)
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>marl-q report: {esc(root)}</title>"
@@ -231,6 +319,9 @@ def build_report(root: Path, reps: int = BOOTSTRAP_REPS) -> str:
             if rows:
                 parts += [f"<h3>{esc(label)} ({len(rs)} seed{'s' if len(rs) != 1 else ''})</h3>",
                           table(["worker"] + [name for _, name in LEDGER], rows)]
+        quantum = quantum_section(groups, target, qpu)
+        if quantum:
+            parts += ["<h2>Quantum resources</h2>", quantum, section("quantum")]
         for name, heading in (("traffic", "Traffic"), ("staleness", "Staleness"), ("regret", "Regret")):
             body = section(name)
             if body:
@@ -263,16 +354,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("path", type=Path, help="a run directory or a sweep folder")
     p.add_argument("--out", type=Path, help="the HTML file (default: PATH/report.html)")
     p.add_argument("--reps", type=int, default=BOOTSTRAP_REPS, help=f"bootstrap draws (default {BOOTSTRAP_REPS})")
+    p.add_argument("--target", type=float, help="quantum resources (circuits, shots, QPU hours) up to the first time "
+                   "the trailing mean return over run.solve_window episodes reached this")
+    p.add_argument("--qpu", help=f"cost runs recorded without a qpu: profile with this one ({', '.join(QPU_PROFILES)})")
     args = p.parse_args(argv)
     try:
         if args.reps < 100:
             raise UserError(f"--reps: must be at least 100, got {args.reps}")
+        if args.qpu is not None and args.qpu not in QPU_PROFILES:
+            raise UserError(f"--qpu: unknown QPU profile {args.qpu!r}; choices: {', '.join(QPU_PROFILES)}")
+        if args.target is not None and not np.isfinite(args.target):
+            raise UserError(f"--target: must be a finite return, got {args.target}")
         if not args.path.is_dir():
             what = "no such file or directory" if not args.path.exists() else "not a directory"
             raise UserError(f"{args.path}: {what}; give a run directory or a sweep folder")
         plots.find_runs([args.path])  # no run below it: one line, before anything is written
         out = writable(args.out if args.out else args.path / "report.html")
-        page = build_report(args.path, args.reps)
+        page = build_report(args.path, args.reps, args.target, args.qpu)
         out.write_text(page, encoding="utf-8")
     except UserError as exc:
         print(f"marlq report: error: {exc}", file=sys.stderr)

@@ -95,6 +95,17 @@ def qpu_seconds(counts: dict[str, int], exact: dict[str, bool], timing: QPUProfi
     return total
 
 
+def estimate_qpu_rows(quantum: dict[str, Any], timing: QPUProfile, assumed_shots: int) -> Any:
+    """Estimated cumulative QPU seconds at every row of a quantum.csv read as column arrays (a run
+    recorded without a ``qpu:`` profile, costed afterwards): the same model as ``qpu_seconds``, with
+    a role exact where it ran circuits and recorded no shot."""
+    import numpy as np
+
+    exact = {role: not np.nanmax(quantum.get(f"{role}_act_shots", np.zeros(1)), initial=0.0) > 0 for role in ROLES}
+    counts = {key: np.nan_to_num(np.asarray(quantum[key], dtype=float)) for key in counter_columns() if key in quantum}
+    return qpu_seconds(counts, exact, timing, assumed_shots)  # type: ignore[arg-type]
+
+
 class QuantumLedger:
     """Adds up the workers' reports; writes quantum.csv rows and the summary's keys."""
 

@@ -260,3 +260,62 @@ def test_a_single_run_page_has_no_aggregates_and_says_alike_workers_once(tmp_pat
     assert results[1][:3] == ["coma on cartpole", "1", "4.00"]  # one seed: no interval
     ledger = find_table(page, "worker")
     assert len(ledger) == 2 and ledger[1][0] == "each of w0..w3 (4 alike workers)" and ledger[1][6] == "5.0"
+
+
+def write_quantum(run: Path, steps: np.ndarray, circuits_per_step: float, shots: int | None, jobs_per_step: float) -> None:
+    """A quantum.csv beside metrics.csv: the critic's cumulative counts at each row's env steps."""
+    from marl_q.quantum import COLUMNS
+
+    with open(run / "quantum.csv", "w") as fh:
+        fh.write("t,worker,env_steps,episode," + ",".join(COLUMNS) + "\n")
+        for i, s in enumerate(steps):
+            values = dict.fromkeys(COLUMNS, 0)
+            values["critic_act_circuits"] = circuits = int(circuits_per_step * s)
+            values["critic_act_shots"] = circuits * (shots or 0)
+            values["critic_act_jobs"] = int(jobs_per_step * s)
+            values.update(circuits=circuits, shots=circuits * (shots or 0))
+            row = [values[c] for c in COLUMNS[:-1]] + [""]  # no qpu: profile recorded
+            fh.write(f"{s / 1000},w0,{s},{i + 1}," + ",".join(str(v) for v in row) + "\n")
+
+
+def test_quantum_resources_to_a_target_equal_a_hand_computation(tmp_path):
+    """--target R: env steps, circuits, shots and QPU hours up to the first episode whose trailing mean
+    (run.solve_window) reached R; --qpu costs runs recorded without a profile (exact heads at the assumed
+    1024 shots per circuit). Everything below is computed by hand from the written files."""
+    from marl_q.quantum import QPU_PROFILES
+
+    window = 4
+    returns = [0, 0, 0, 0, 10, 10, 10, 10, 10, 10]  # trailing mean of 4 reaches 5 at index 5 (0+0+10+10)/4
+    steps = np.arange(1, 11) * 100
+    sampled = write_run(tmp_path / "g" / "shots", config(seed=0, window=window, critic__shots=128), returns, steps)
+    exact = write_run(tmp_path / "g" / "exact", config(seed=0, window=window), returns[:5] + [0] * 5, steps)
+    write_quantum(sampled, steps, circuits_per_step=3, shots=128, jobs_per_step=0.5)
+    write_quantum(exact, steps, circuits_per_step=2, shots=None, jobs_per_step=1)
+    assert main(["report", str(tmp_path / "g"), "--target", "5", "--qpu", "superconducting"]) == 0
+    page = parse(tmp_path / "g" / "report.html")
+    assert "Quantum resources" in page.h2
+    tab = next(t for t in page.tables if t[0][:3] == ["group", "n", "reached"])
+    rows = {r[0]: dict(zip(tab[0], r)) for r in tab[1:]}
+    shots_row = next(v for k, v in rows.items() if "128" in k)
+    exact_row = next(v for k, v in rows.items() if "128" not in k)
+    prof = QPU_PROFILES["superconducting"]
+    # the sampled run reaches 5 at its 6th episode: 600 env steps, 1800 circuits of 128 shots, 300 jobs
+    assert shots_row["reached"] == "1 of 1" and shots_row["env steps to reach 5"] == "600"
+    assert shots_row["circuits to reach 5"] == "1,800" and shots_row["shots to reach 5"] == f"{1800 * 128:,}"
+    hours = (1800 * 128 * prof.shot_s + 1800 * prof.circuit_s + 300 * prof.job_s) / 3600
+    assert shots_row["QPU hours to reach 5"] == f"{hours:,.1f}"
+    assert shots_row["shots per env step"] == "384"
+    # the exact run's trailing mean peaks at 2.5 < 5: not reached; its whole-run hours at 1024 assumed shots
+    assert exact_row["reached"] == "0 of 1" and exact_row["env steps to reach 5"] == "—"
+    assert exact_row["shots per env step"] == "—"
+    whole = (2000 * 1024 * prof.shot_s + 2000 * prof.circuit_s + 1000 * prof.job_s) / 3600
+    assert exact_row["estimated QPU hours (whole run)"] == f"{whole:,.1f}"
+    assert any(img["alt"] == "cumulative shots and estimated QPU hours" for img in page.images)
+
+
+def test_report_bad_quantum_options_are_one_line_exit_2(tmp_path, capsys):
+    write_run(tmp_path / "r", config(), [1.0, 2.0])
+    assert main(["report", str(tmp_path / "r"), "--qpu", "d-wave"]) == 2
+    assert main(["report", str(tmp_path / "r"), "--target", "inf"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--qpu: unknown QPU profile 'd-wave'" in err[0] and "--target" in err[1]
