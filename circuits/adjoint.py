@@ -17,8 +17,10 @@ probabilities |psi_L|^2. ``StatevectorAdjoint`` runs that on a (B, 2^n) complex 
   gradient uses). lambda at the start gives the gradient of r, through which autograd reaches
   the encoding angles (and a ``preprocess: linear`` layer).
 
-The block matrices and their derivatives (a few 16 x 16 matrices) are built in numpy complex128 on
-each call from the weights, so a training step pays no autograd bookkeeping for them.
+Everything runs in numpy on the CPU tensors' memory: the block matrices and their derivatives (a few
+16 x 16 matrices, complex128, cast to the state's dtype) are built on each call from the weights,
+and the sweeps are numpy GEMMs and gathers, so a training step pays neither autograd bookkeeping nor
+torch's per-op dispatch (several microseconds per op, the whole cost at small batches).
 """
 from __future__ import annotations
 
@@ -57,112 +59,172 @@ def kron_matrices(matrices: Any) -> Any:
     return out
 
 
-def apply_block(psi: torch.Tensor, matrix: torch.Tensor, first: int, width: int, n_qubits: int) -> torch.Tensor:
+def apply_block(psi: np.ndarray, matrix: np.ndarray, first: int, width: int) -> np.ndarray:
     """matrix (2^w, 2^w) on wires first..first+w-1 of states psi (..., 2^n, B), batch last: one GEMM
     (the first wires) or 2^first GEMMs of (2^w, 2^w) x (2^w, 2^rest B)."""
     shape = psi.shape
     return (matrix @ psi.reshape(*shape[:-2], 2**first, 2**width, -1)).reshape(shape)
 
 
-def block_gradient(lam: torch.Tensor, psi: torch.Tensor, first: int, width: int) -> torch.Tensor:
+def block_gradient(lam: np.ndarray, psi: np.ndarray, first: int, width: int) -> np.ndarray:
     """G[i, j] = sum over every other index of lam[.., i, ..] conj(psi[.., j, ..]) on the block's wires;
     lam, psi (2^n, B)."""
     lam = lam.reshape(2**first, 2**width, -1)
-    psi = psi.reshape(2**first, 2**width, -1)
+    psi = psi.reshape(2**first, 2**width, -1).conj()
     if first == 0:
-        return lam[0] @ psi[0].mH
-    return (lam @ psi.mH).sum(0)
+        return lam[0] @ psi[0].T
+    return (lam @ psi.swapaxes(-1, -2)).sum(0)
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of a torch dtype (complex64 -> complex64, ...)."""
+    return torch.empty((), dtype=dtype).numpy().dtype
 
 
 class BlockMatrices:
-    """The blocks of every layer at given weights, and their derivatives in each weight."""
+    """The blocks of every layer at given weights, and their derivatives in each weight (numpy)."""
 
-    def __init__(self, circuit: "CompiledCircuit", weights: np.ndarray, with_derivatives: bool,
-                 complex_dtype: torch.dtype) -> None:
+    def __init__(self, circuit: "CompiledCircuit", weights: np.ndarray, with_derivatives: bool) -> None:
         layers, n, k = weights.shape
         ansatz = ANSATZE[circuit.ansatz]
         if with_derivatives:
             shifts = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])  # the weights, then each shifted by pi
             matrices = ansatz.matrices_np(weights[:, :, None, :] + shifts, circuit.options)  # (L, n, 1 + k, 2, 2)
             rotations = matrices[:, :, 0]
-            derivatives = 0.5 * matrices[:, :, 1:]  # (L, n, k, 2, 2): d R / d w = R(w + pi) / 2
+            # R^dagger dR / dw per weight, with dR / dw = R(w + pi) / 2 (L, n, k, 2, 2)
+            self.generators = 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])
         else:
             rotations = ansatz.matrices_np(weights, circuit.options)  # (L, n, 2, 2)
+        dtype = numpy_dtype(circuit.complex_dtype)
         self.layout = circuit.adjoint_layout
         self.k = k
-        self.blocks: list[torch.Tensor] = []  # per block: (L, 2^w, 2^w) torch
-        self.derivatives: list[np.ndarray] = []  # per block: (L, w, k, 2^w, 2^w) numpy
+        self.exact: list[np.ndarray] = []  # per block: (L, 2^w, 2^w) complex128
+        self.blocks: list[np.ndarray] = []  # the same in the state's dtype
+        self.adjoints: list[np.ndarray] = []  # their conjugate transposes (un-applying a block)
         for first, width in self.layout:
-            factors = rotations[:, first : first + width]  # (L, w, 2, 2)
-            if with_derivatives:
-                # (L, w * k, w, 2, 2): the factors with wire i's matrix replaced by d R_i / d w_ik
-                variants = np.repeat(factors[:, None], width * k, axis=1).reshape(layers, width, k, width, 2, 2)
-                for i in range(width):
-                    variants[:, i, :, i] = derivatives[:, first + i]
-                self.derivatives.append(kron_matrices(variants))
-            self.blocks.append(torch.from_numpy(kron_matrices(factors)).to(complex_dtype))
+            exact = kron_matrices(rotations[:, first : first + width])  # (L, 2^w, 2^w)
+            block = exact.astype(dtype)
+            self.exact.append(exact)
+            self.blocks.append(block)
+            self.adjoints.append(np.ascontiguousarray(block.conj().swapaxes(-1, -2)))
         self.shape = weights.shape
 
-    def weight_gradient(self, grads: list[torch.Tensor]) -> np.ndarray:
-        """d loss / d weights (L, n, k) from each block's G (L, 2^w, 2^w), torch's convention for complex grads."""
+    def weight_gradient(self, grads: list[np.ndarray]) -> np.ndarray:
+        """d loss / d weights (L, n, k) from each block's G (L, 2^w, 2^w), torch's convention for complex grads.
+
+        A weight of wire i changes the block K to K Gen (Gen = g on wire i, the identity elsewhere,
+        g = R^dagger dR/dw), so its gradient Re sum conj(G) (K Gen) is Re sum conj(H_i) g with H = K^dagger G
+        and H_i its partial trace over the block's other wires: one GEMM per block and a 2 x 2 per wire."""
         out = np.empty(self.shape)
-        for (first, width), grad, derivative in zip(self.layout, grads, self.derivatives):
-            g = grad.numpy().astype(np.complex128).conj()  # (L, d, d)
-            out[:, first : first + width] = (derivative * g[:, None, None]).real.sum(axis=(-1, -2))
+        layers = self.shape[0]
+        for (first, width), grad, exact in zip(self.layout, grads, self.exact):
+            h = np.conj(np.swapaxes(exact, -1, -2)) @ grad.astype(np.complex128)  # (L, d, d)
+            for i in range(width):
+                view = h.reshape(layers, 2**i, 2, 2 ** (width - i - 1), 2**i, 2, 2 ** (width - i - 1))
+                partial = np.einsum("laibajb->lij", view)  # (L, 2, 2)
+                out[:, first + i] = np.einsum("lrs,lkrs->lk", partial.conj(), self.generators[:, first + i]).real
         return out
 
 
-def evolve(circuit: "CompiledCircuit", psi: torch.Tensor, blocks: BlockMatrices) -> torch.Tensor:
-    """The state after every layer, from psi (2^n, B); no autograd."""
-    n = circuit.n_qubits
+class Structure:
+    """A circuit's fixed arrays as numpy views of its buffers (no copies), read on each call: a head
+    may replace its readout after construction (``output: born``)."""
+
+    def __init__(self, circuit: "CompiledCircuit") -> None:
+        self.inverse = [getattr(circuit, f"inverse_{layer}").numpy() for layer in range(circuit.layers)]
+        self.forward = [getattr(circuit, f"forward_{layer}").numpy() for layer in range(circuit.layers)]
+        self.sign = [None if circuit.signs_trivial[layer] else getattr(circuit, f"sign_{layer}").numpy()[:, None]
+                     for layer in range(circuit.layers)]
+        self.readout = circuit.readout.numpy()
+        self.phase = circuit.encoding_phase.numpy()[:, None] if circuit.encoding_diagonal else None
+        self.encoders = [getattr(circuit, f"encoding_block_{b}").numpy() for b in range(len(circuit.adjoint_layout))]
+
+
+def entangle(psi: np.ndarray, structure: Structure, layer: int) -> np.ndarray:
+    """Layer ``layer``'s signed permutation on states (..., 2^n, B)."""
+    psi = np.take(psi, structure.inverse[layer], axis=-2)
+    sign = structure.sign[layer]
+    return psi if sign is None else psi * sign
+
+
+def unentangle(psi: np.ndarray, structure: Structure, layer: int) -> np.ndarray:
+    """Undo ``entangle`` (a signed permutation: its inverse is its transpose)."""
+    sign = structure.sign[layer]
+    if sign is not None:
+        psi = psi * sign
+    return np.take(psi, structure.forward[layer], axis=-2)
+
+
+def encode(r: np.ndarray, structure: Structure, layout: list[tuple[int, int]], dtype: np.dtype) -> np.ndarray:
+    """psi_0 = F^(x)n r for the real product vectors r (2^n, B): a phase per basis state when F is
+    diagonal (angle_x, angle_y without Hadamard), else F's Kronecker blocks."""
+    if structure.phase is not None:
+        return r * structure.phase
+    psi = r.astype(dtype)
+    for (first, width), encoder in zip(layout, structure.encoders):
+        psi = apply_block(psi, encoder, first, width)
+    return psi
+
+
+def encode_backward(grad: np.ndarray, structure: Structure, layout: list[tuple[int, int]]) -> np.ndarray:
+    """d loss / d r from d loss / d psi_0 (torch's convention): Re of F^(x)n's adjoint applied."""
+    if structure.phase is not None:
+        return (grad * structure.phase.conj()).real
+    for (first, width), encoder in zip(layout, structure.encoders):
+        grad = apply_block(grad, encoder.conj().T, first, width)
+    return grad.real
+
+
+def evolve(circuit: "CompiledCircuit", psi: np.ndarray, blocks: BlockMatrices, structure: Structure) -> np.ndarray:
+    """The state after every layer, from psi (2^n, B)."""
     for layer in range(circuit.layers):
         if circuit.entangle_first:
-            psi = circuit.entangle_rows(psi, layer)
+            psi = entangle(psi, structure, layer)
         for (first, width), matrix in zip(blocks.layout, blocks.blocks):
-            psi = apply_block(psi, matrix[layer], first, width, n)
+            psi = apply_block(psi, matrix[layer], first, width)
         if not circuit.entangle_first:
-            psi = circuit.entangle_rows(psi, layer)
+            psi = entangle(psi, structure, layer)
     return psi
 
 
 class StatevectorAdjoint(torch.autograd.Function):
     """readouts (B, m) from r (2^n, B) real (the product state, batch last) and weights (L, n, k);
-    see the module docstring."""
+    see the module docstring. The state and adjoint sweeps run in numpy on the CPU tensors' memory."""
 
     @staticmethod
     def forward(ctx, r: torch.Tensor, weights: torch.Tensor, circuit: "CompiledCircuit") -> torch.Tensor:
-        blocks = BlockMatrices(circuit, weights.detach().numpy().astype(np.float64),
-                               ctx.needs_input_grad[1], circuit.complex_dtype)
-        psi = evolve(circuit, circuit.encode_rows(r), blocks)
-        amplitudes = torch.view_as_real(psi)  # (2^n, B, 2)
-        ctx.save_for_backward(psi)
-        ctx.blocks, ctx.circuit = blocks, circuit
-        return (circuit.readout.T @ (amplitudes.square().sum(-1))).T
+        blocks = BlockMatrices(circuit, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
+        structure = Structure(circuit)
+        dtype = numpy_dtype(circuit.complex_dtype)
+        psi = evolve(circuit, encode(r.detach().numpy(), structure, circuit.adjoint_layout, dtype), blocks, structure)
+        ctx.psi, ctx.blocks, ctx.structure, ctx.circuit = psi, blocks, structure, circuit
+        probabilities = psi.real**2 + psi.imag**2  # (2^n, B)
+        return torch.from_numpy(np.ascontiguousarray((structure.readout.T @ probabilities).T))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        (psi,) = ctx.saved_tensors
-        circuit, blocks = ctx.circuit, ctx.blocks
-        n = circuit.n_qubits
+        psi, circuit, blocks, structure = ctx.psi, ctx.circuit, ctx.blocks, ctx.structure
         # state and adjoint stacked (2, 2^n, B): every un-apply is one GEMM on both.
         # lambda = d loss / d conj(psi) in torch's convention: 2 (R g) psi
-        both = torch.empty((2,) + psi.shape, dtype=psi.dtype)
+        both = np.empty((2,) + psi.shape, dtype=psi.dtype)
         both[0] = psi
-        torch.mul(psi, (circuit.readout @ grad.T).mul_(2.0), out=both[1])
-        grads: list[list[torch.Tensor]] = [[None] * circuit.layers for _ in blocks.layout]  # type: ignore[list-item]
+        np.multiply(psi, 2.0 * (structure.readout @ grad.detach().numpy().T), out=both[1])
+        grads: list[list[np.ndarray]] = [[None] * circuit.layers for _ in blocks.layout]  # type: ignore[list-item]
         for layer in reversed(range(circuit.layers)):
             if not circuit.entangle_first:
-                both = circuit.unentangle_rows(both, layer)
+                both = unentangle(both, structure, layer)
             for b in reversed(range(len(blocks.layout))):
                 first, width = blocks.layout[b]
                 adjoint_out = both[1]
-                both = apply_block(both, blocks.blocks[b][layer].mH, first, width, n)
+                both = apply_block(both, blocks.adjoints[b][layer], first, width)
                 if ctx.needs_input_grad[1]:  # G = lambda_out psi_in^dagger
                     grads[b][layer] = block_gradient(adjoint_out, both[0], first, width)
             if circuit.entangle_first:
-                both = circuit.unentangle_rows(both, layer)
-        grad_r = circuit.encode_rows_backward(both[1]) if ctx.needs_input_grad[0] else None
+                both = unentangle(both, structure, layer)
+        real = psi.real.dtype
+        grad_r = (torch.from_numpy(np.ascontiguousarray(encode_backward(both[1], structure, circuit.adjoint_layout), dtype=real))
+                  if ctx.needs_input_grad[0] else None)
         grad_w = None
         if ctx.needs_input_grad[1]:
-            grad_w = torch.from_numpy(blocks.weight_gradient([torch.stack(g) for g in grads])).to(psi.real.dtype)
+            grad_w = torch.from_numpy(blocks.weight_gradient([np.stack(g) for g in grads]).astype(real))
         return grad_r, grad_w, None

@@ -61,12 +61,6 @@ def real_product_state(vectors: torch.Tensor) -> torch.Tensor:
     return state
 
 
-def gather_rows(psi: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """psi[..., index, :] for complex states stored batch last (..., 2^n, B): gathered as real pairs,
-    which torch's CPU kernel copies about 2.5x faster than complex elements."""
-    return torch.view_as_complex(torch.view_as_real(psi).index_select(-3, index))
-
-
 def real_product_rows(vectors: torch.Tensor) -> torch.Tensor:
     """``real_product_state`` batch last: per-qubit 2-vectors (n, B, 2) -> (2^n, B), wire 0 first."""
     vectors = vectors.transpose(-1, -2)  # (n, 2, B)
@@ -200,35 +194,6 @@ class CompiledCircuit(nn.Module):
         """Apply layer ``layer``'s entangling block."""
         sign = None if self.signs_trivial[layer] else getattr(self, f"sign_{layer}")
         return apply_signed_permutation(psi, getattr(self, f"inverse_{layer}"), sign)
-
-    def entangle_rows(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
-        """Layer ``layer``'s entangling block on states stored batch last, psi (..., 2^n, B)."""
-        psi = gather_rows(psi, getattr(self, f"inverse_{layer}"))
-        return psi if self.signs_trivial[layer] else psi * getattr(self, f"sign_{layer}")[:, None]
-
-    def unentangle_rows(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
-        """Undo ``entangle_rows`` (a signed permutation: its inverse is its transpose)."""
-        if not self.signs_trivial[layer]:
-            psi = psi * getattr(self, f"sign_{layer}")[:, None]
-        return gather_rows(psi, getattr(self, f"forward_{layer}"))
-
-    def encode_rows(self, r: torch.Tensor) -> torch.Tensor:
-        """psi_0 = F^(x)n r for the real product vectors r (2^n, B): a phase per basis state when F is
-        diagonal (angle_x, angle_y without Hadamard), else F's Kronecker blocks."""
-        if self.encoding_diagonal:
-            return r * self.encoding_phase[:, None]
-        psi = r.to(self.complex_dtype)
-        for b, (first, width) in enumerate(self.adjoint_layout):
-            psi = adjoint.apply_block(psi, getattr(self, f"encoding_block_{b}"), first, width, self.n_qubits)
-        return psi
-
-    def encode_rows_backward(self, grad: torch.Tensor) -> torch.Tensor:
-        """d loss / d r from d loss / d psi_0 (torch's convention): Re of F^(x)n's adjoint applied."""
-        if self.encoding_diagonal:
-            return (grad * self.encoding_phase.conj()[:, None]).real
-        for b, (first, width) in enumerate(self.adjoint_layout):
-            grad = adjoint.apply_block(grad, getattr(self, f"encoding_block_{b}").mH, first, width, self.n_qubits)
-        return grad.real
 
     def forward_adjoint(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) by the adjoint state-vector path (``circuits.adjoint``); no re-uploading."""
