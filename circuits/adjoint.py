@@ -175,6 +175,35 @@ def encode_backward(grad: np.ndarray, structure: Structure, layout: list[tuple[i
     return grad.real
 
 
+def product_rows(angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The real product vectors r (2^n, B), wire 0 first, of per-wire (cos(t/2), sin(t/2)) for angles
+    (B, n); with those per-wire vectors (n, 2, B) for the backward."""
+    half = 0.5 * angles.T  # (n, B)
+    vectors = np.stack([np.cos(half), np.sin(half)], axis=1)  # (n, 2, B)
+    r = vectors[0]
+    for wire in range(1, len(vectors)):
+        r = (r[:, None] * vectors[wire][None]).reshape(-1, r.shape[-1])
+    return r, vectors
+
+
+def product_rows_backward(grad: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """d loss / d angles (B, n) from d loss / d r (2^n, B): wire i's factor replaced by its derivative
+    (-sin(t/2), cos(t/2)) / 2, the other wires' products contracted in (prefix and suffix products)."""
+    n, _, batch = vectors.shape
+    prefixes = [np.ones((1, batch))]  # products of wires < i: (2^i, B)
+    for wire in range(n - 1):
+        prefixes.append((prefixes[-1][:, None] * vectors[wire][None]).reshape(-1, batch))
+    out = np.empty((batch, n))
+    suffix = np.ones((1, batch))  # product of wires > i: (2^(n-1-i), B)
+    for wire in reversed(range(n)):
+        view = grad.reshape(2**wire, 2, -1, batch)
+        env = np.einsum("ajcb,ab,cb->jb", view, prefixes[wire], suffix)  # (2, B)
+        cos, sin = vectors[wire]
+        out[:, wire] = 0.5 * (cos * env[1] - sin * env[0])
+        suffix = (vectors[wire][:, None] * suffix[None]).reshape(-1, batch)
+    return out
+
+
 def evolve(circuit: "CompiledCircuit", psi: np.ndarray, blocks: BlockMatrices, structure: Structure) -> np.ndarray:
     """The state after every layer, from psi (2^n, B)."""
     for layer in range(circuit.layers):
@@ -188,15 +217,16 @@ def evolve(circuit: "CompiledCircuit", psi: np.ndarray, blocks: BlockMatrices, s
 
 
 class StatevectorAdjoint(torch.autograd.Function):
-    """readouts (B, m) from r (2^n, B) real (the product state, batch last) and weights (L, n, k);
-    see the module docstring. The state and adjoint sweeps run in numpy on the CPU tensors' memory."""
+    """readouts (B, m) from the encoding angles (B, n) and weights (L, n, k); see the module docstring.
+    The product state, the sweeps and the angles' gradient run in numpy on the CPU tensors' memory."""
 
     @staticmethod
-    def forward(ctx, r: torch.Tensor, weights: torch.Tensor, circuit: "CompiledCircuit") -> torch.Tensor:
+    def forward(ctx, angles: torch.Tensor, weights: torch.Tensor, circuit: "CompiledCircuit") -> torch.Tensor:
         blocks = BlockMatrices(circuit, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
         structure = Structure(circuit)
         dtype = numpy_dtype(circuit.complex_dtype)
-        psi = evolve(circuit, encode(r.detach().numpy(), structure, circuit.adjoint_layout, dtype), blocks, structure)
+        r, ctx.vectors = product_rows(angles.detach().numpy())
+        psi = evolve(circuit, encode(r, structure, circuit.adjoint_layout, dtype), blocks, structure)
         ctx.psi, ctx.blocks, ctx.structure, ctx.circuit = psi, blocks, structure, circuit
         probabilities = psi.real**2 + psi.imag**2  # (2^n, B)
         return torch.from_numpy(np.ascontiguousarray((structure.readout.T @ probabilities).T))
@@ -222,9 +252,11 @@ class StatevectorAdjoint(torch.autograd.Function):
             if circuit.entangle_first:
                 both = unentangle(both, structure, layer)
         real = psi.real.dtype
-        grad_r = (torch.from_numpy(np.ascontiguousarray(encode_backward(both[1], structure, circuit.adjoint_layout), dtype=real))
-                  if ctx.needs_input_grad[0] else None)
+        grad_angles = None
+        if ctx.needs_input_grad[0]:
+            grad_r = encode_backward(both[1], structure, circuit.adjoint_layout)
+            grad_angles = torch.from_numpy(product_rows_backward(grad_r, ctx.vectors).astype(real))
         grad_w = None
         if ctx.needs_input_grad[1]:
             grad_w = torch.from_numpy(blocks.weight_gradient([np.stack(g) for g in grads]).astype(real))
-        return grad_r, grad_w, None
+        return grad_angles, grad_w, None

@@ -61,15 +61,6 @@ def real_product_state(vectors: torch.Tensor) -> torch.Tensor:
     return state
 
 
-def real_product_rows(vectors: torch.Tensor) -> torch.Tensor:
-    """``real_product_state`` batch last: per-qubit 2-vectors (n, B, 2) -> (2^n, B), wire 0 first."""
-    vectors = vectors.transpose(-1, -2)  # (n, 2, B)
-    state = vectors[0]
-    for wire in range(1, vectors.shape[0]):
-        state = (state[:, None] * vectors[wire, None]).flatten(0, 1)
-    return state
-
-
 def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
     """(..., n) angles -> (..., n, 2) real vectors (cos(t/2), sin(t/2))."""
     half = angles * 0.5
@@ -197,8 +188,7 @@ class CompiledCircuit(nn.Module):
 
     def forward_adjoint(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) by the adjoint state-vector path (``circuits.adjoint``); no re-uploading."""
-        r = real_product_rows(half_angle_vectors(angles.to(self.real_dtype).T.contiguous()))
-        return adjoint.StatevectorAdjoint.apply(r, weights, self)
+        return adjoint.StatevectorAdjoint.apply(angles.to(self.real_dtype), weights, self)
 
     def rotate(self, psi: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
         """Apply per-qubit matrices (..., n, 2, 2): Kronecker products of up to 4 wires at a time."""
