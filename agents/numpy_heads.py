@@ -187,7 +187,8 @@ class NumpyVQCActing(NumpyVQC):
         if not isinstance(module, VQC):
             return False
         cfg = module.cfg
-        # (a head with shots or noise samples or mixes through its Hardware: the torch path)
+        # (a head with shots, noise or a hardware gradient rule runs through its Hardware, which this
+        # exact twin would skip: the torch path)
         return (module.use_dense and cfg.backend == "torch" and module.weights.device.type == "cpu"
                 and module.hardware is None and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
                 and cfg.output in NumpyVQC.OUTPUTS)
