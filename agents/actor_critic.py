@@ -23,14 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.heads import FlatParameters, build_head, count_params
+from agents.heads import FlatParameters, build_head, count_params, head_report, resumed_heads, worker_heads
 from agents.distributions import Categorical, Distribution, LogStd, distribution_for
 from agents.losses import actor_critic_loss, categorical
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
 from agents.value_norm import ValueNorm
-from circuits.resources import HeadResources
-from circuits.shots import seed_heads
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
@@ -39,7 +37,7 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
-from marl_q.seeding import derive, worker_seed
+from marl_q.seeding import worker_seed
 from marl_q.services import PARAMS, ParameterService
 
 if TYPE_CHECKING:
@@ -248,8 +246,8 @@ class ActorCriticWorker(Worker):
         self.check_scenario(spec)
         self.env = spec.make(cfg.scenario.params, seed=self.seed)
         self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
-        # circuit heads with shots or SPSA: this worker's own stream per head (none is drawn otherwise)
-        seed_heads((self.actor, self.critic), lambda k: derive(cfg.run.seed, "shots", index, k))
+        # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
+        self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
         self.dist = distribution_for(self.env.single_action_space)
         self.flat = FlatParameters(self.actor, self.critic)
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
@@ -260,8 +258,6 @@ class ActorCriticWorker(Worker):
         # update differentiates) runs with its graph and the update reuses it instead of a second one
         self._reuse_act_forward = self._one_step_reuse(self.ac) and not self.dist.continuous
         self._rollout_logits: Optional[torch.Tensor] = None
-        # circuit executions of the VQC heads, reported with every step (None without a circuit head)
-        self.resources = HeadResources.of({"actor": self.actor, "critic": self.critic})
         self._init_numpy_path()
         self.reset_env()
 
@@ -288,7 +284,7 @@ class ActorCriticWorker(Worker):
         if "_np_heads" not in state:
             self._init_numpy_path()
         if "resources" not in state:  # before the quantum-resource ledger
-            self.resources = HeadResources.of({"actor": self.actor, "critic": self.critic})
+            self.resources = resumed_heads({"actor": self.actor, "critic": self.critic})
         if "dist" not in state:  # before continuous actions: every actor-critic policy was a softmax
             self.dist = Categorical(int(self.env.single_action_space.n))
 
@@ -331,8 +327,7 @@ class ActorCriticWorker(Worker):
             payload = {"delta": self.flat.numpy() - before}
         self.waiting = True
         msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq)
-        return Work([msg], env_steps=steps, episodes=episodes,
-                    resources=self.resources.take() if self.resources is not None else None)
+        return Work([msg], env_steps=steps, episodes=episodes, resources=head_report(self.resources))
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
         if self.dist.continuous:

@@ -26,7 +26,7 @@ from torch import nn
 from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, critic_in_dim, critic_out_dim,
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
-from agents.heads import FlatParameters, build_head, count_params
+from agents.heads import FlatParameters, build_head, count_params, head_report, resumed_heads, worker_heads
 from agents.numpy_heads import numpy_acting_head
 from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
@@ -260,6 +260,9 @@ class ComaWorker(Worker):
         self.env = make_env(cfg, self.seed)
         self.desc = describe_env(cfg, self.env)
         self.actor = build_actor(cfg, self.desc.dims)
+        # a circuit actor: its own shot/SPSA stream, and its acting forwards counted for the ledger (the
+        # critic and the actor's learning step run on the server, agents/coma_learner.py: not counted)
+        self.resources = worker_heads({"actor": self.actor}, cfg.run.seed, index)
         self.flat = FlatParameters(self.actor)
         self._init_numpy_actor()
         self.version = -1
@@ -274,10 +277,12 @@ class ComaWorker(Worker):
             mark_acting_only(self.actor)
 
     def __setstate__(self, state: dict) -> None:
-        # a snapshot from before the numpy actor: take it up on resume
+        # a snapshot from before the numpy actor or the quantum-resource ledger: take them up on resume
         self.__dict__.update(state)
         if "_np_actor" not in state:
             self._init_numpy_actor()
+        if "resources" not in state:
+            self.resources = resumed_heads({"actor": self.actor})
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, HELLO)]
@@ -303,7 +308,7 @@ class ComaWorker(Worker):
         msg = Message(self.name, SERVER, TRAJECTORY, episode, base_version=self.version, seq=self.seq,
                       info={"agents": list(self.desc.agents)})
         row = {"return": float(episode["rewards"].sum()), "length": steps, "version": self.version}
-        return Work([msg], env_steps=steps, episodes=[row])
+        return Work([msg], env_steps=steps, episodes=[row], resources=head_report(self.resources))
 
     def close(self) -> None:
         self.env.close()

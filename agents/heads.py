@@ -1,15 +1,19 @@
-"""Classical heads: features (B, in_dim) -> outputs (B, out_dim), chosen by `actor.head` / `critic.head`."""
+"""Classical heads: features (B, in_dim) -> outputs (B, out_dim), chosen by `actor.head` / `critic.head`;
+and what every worker does with the circuit heads it holds (``worker_heads``, ``head_report``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
+from circuits.resources import HeadResources
+from circuits.shots import seed_heads
 from marl_q.errors import ConfigError
 from marl_q.registry import HEADS
+from marl_q.seeding import derive
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -62,6 +66,30 @@ def build_head(section, in_dim: int, out_dim: int) -> nn.Module:
         return HEADS.get(section.name).obj(section.params, in_dim, out_dim)
     except ValueError as exc:
         raise HeadSizeError(f"head {section.name!r} cannot map {in_dim} inputs to {out_dim} outputs: {exc}") from None
+
+
+def worker_heads(roles: dict[str, nn.Module], run_seed: int, worker: int) -> Optional[HeadResources]:
+    """A worker's circuit heads by role (``actor``, ``critic``): the k-th head among them that samples
+    (shots, SPSA) draws from the worker's own stream ``derive(run_seed, "shots", worker, k)``
+    (``circuits.shots.seed_heads``; an exact head draws nothing), and the returned counters are what the
+    worker reports with each step (``head_report``); None without a circuit head."""
+    seed_heads(roles.values(), lambda k: derive(run_seed, "shots", worker, k))
+    return HeadResources.of(roles)
+
+
+def resumed_heads(roles: dict[str, nn.Module]) -> Optional[HeadResources]:
+    """``worker_heads``' counters for a worker unpickled from a snapshot taken before it reported them:
+    counted from the resume on, as the run's ledger holds nothing of what the heads ran before (their
+    shot streams continue as they were)."""
+    resources = HeadResources.of(roles)
+    head_report(resources)
+    return resources
+
+
+def head_report(resources: Optional[HeadResources]) -> Optional[dict[str, Any]]:
+    """A worker step's ``Work.resources``: its circuit heads' counts since its previous step (None
+    without a circuit head)."""
+    return resources.take() if resources is not None else None
 
 
 class FlatParameters:

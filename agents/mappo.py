@@ -39,9 +39,8 @@ from torch import nn
 from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update,
                                  make_optimizer)
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
-from agents.heads import FlatParameters, build_head
+from agents.heads import FlatParameters, build_head, worker_heads
 from agents.value_norm import ValueNorm
-from circuits.resources import HeadResources
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.protocol import worker_name
@@ -221,7 +220,8 @@ class TeamWorker(ActorCriticWorker):
         self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
         self.version, self.waiting, self.seq = -1, True, 0
         self._reuse_act_forward, self._np_heads, self._rollout_np, self._rollout_logits = False, None, None, None
-        self.resources = HeadResources.of({"actor": self.actor, "critic": self.critic})  # circuit heads' counts
+        # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
+        self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
         self.reset_env()
 
     # the ids appended to every agent's row, and where each row's agent sits

@@ -19,6 +19,7 @@ from torch import nn
 
 from agents.losses import a2c_loss_grad
 from agents.returns import rollout_targets
+from circuits.gradients import count
 from circuits.resources import counter_of
 
 # a head's cache from forward, handed back to backward
@@ -109,11 +110,17 @@ class NumpyVQC:
             x = np.pad(x, ((0, 0), (0, self.missing)))
         return x
 
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
-        self.vqc.resource_counts["act_circuits"] += x.shape[0]  # the head's counters (circuits.gradients; exact: no shots)
-        counter = counter_of(self.vqc)  # the module's forward hook does not see this path: its job
+    def _count_forward(self, rows: int) -> None:
+        """What ``VQC.forward`` counts, for a forward this path runs instead: ``rows`` circuits in the
+        head's counters (circuits.gradients; exact: no shots) and one job in its forward hook's, which
+        does not see this path."""
+        count(self.vqc, "act", rows, self.vqc.cfg.shots)
+        counter = counter_of(self.vqc)
         if counter is not None:
             counter.forward()
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        self._count_forward(x.shape[0])
         dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
         r = self._product_state(x)
         out, amplitudes, readouts, hidden = self._outputs(r, dense.numpy().astype(np.float64))
@@ -180,11 +187,14 @@ class NumpyVQCActing(NumpyVQC):
         if not isinstance(module, VQC):
             return False
         cfg = module.cfg
+        # (a head with shots, noise or a hardware gradient rule runs through its Hardware, which this
+        # exact twin would skip: the torch path)
         return (module.use_dense and cfg.backend == "torch" and module.weights.device.type == "cpu"
-                and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
+                and module.hardware is None and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
                 and cfg.output in NumpyVQC.OUTPUTS)
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        self._count_forward(x.shape[0])
         pre = self.vqc.pre
         if pre is not None:
             x = x @ pre.weight.detach().numpy().T.astype(np.float64) + pre.bias.detach().numpy()

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
-from agents.heads import FlatParameters, count_params
+from agents.heads import FlatParameters, count_params, head_report, resumed_heads, worker_heads
 from marl_q.errors import ConfigError, UserError
 from marl_q.evaluation import EvalProgress, eval_progress
 from marl_q.messages import HELLO, SERVER, Message
@@ -355,6 +355,8 @@ class RoutingPPOWorker(Worker):
                                   first_id=index, id_step=cfg.backend.workers)
         obs_space, act_space = routing_spaces(self.world, service_onehot)
         self.actor, self.critic = build_models(cfg, obs_space, act_space)
+        # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
+        self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
         self.flat = FlatParameters(self.actor, self.critic)
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac)
         self.snapshot: Optional[Snapshot] = None
@@ -373,6 +375,12 @@ class RoutingPPOWorker(Worker):
         self.version = 0
         self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
         self._rows: list[dict[str, Any]] = []
+
+    def __setstate__(self, state: dict) -> None:
+        # a snapshot from before the quantum-resource ledger: take it up on resume
+        self.__dict__.update(state)
+        if "resources" not in state:
+            self.resources = resumed_heads({"actor": self.actor, "critic": self.critic})
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, HELLO)]
@@ -447,7 +455,7 @@ class RoutingPPOWorker(Worker):
         self.compute_s += time.perf_counter() - t0
         for row in rows:
             row["compute_s"] = self.compute_s
-        return Work(messages, env_steps=1, episodes=rows)
+        return Work(messages, env_steps=1, episodes=rows, resources=head_report(self.resources))
 
     def policy_message(self) -> Message:
         """Upload of the current actor and critic parameters."""

@@ -7,7 +7,8 @@ magic offsets that could collide. Add a stream name to the end of STREAMS when n
 reorder it: that would change every derived seed). agents/mappo.py (ippo, mappo, ia2c, maa2c) is
 built on it: ``worker_seed`` for its workers and ``derive(seed, "env_copy", worker, copy)`` for
 each environment copy. A circuit head that samples shots or SPSA directions gets
-``derive(seed, "shots", worker, k)`` for the k-th such head of a worker (``circuits.shots.seed_heads``).
+``derive(seed, "shots", worker, k)`` for the k-th such head of a worker, whatever the worker's kind
+(``agents.heads.worker_heads``, through ``circuits.shots.seed_heads``).
 
 The streams that published figures were made with keep their historical formulas, named here so
 that no other module writes one: changing them would change every recorded run (the golden test

@@ -171,3 +171,90 @@ def test_marlq_plot_draws_the_quantum_figure_when_quantum_csv_exists(tmp_path):
     assert not any(p.name == "quantum.png" for p in plot_paths([tmp_path / "c"], out=tmp_path / "plots_c"))
     loaded = load_run(tmp_path / "q")
     assert loaded.quantum["env_steps"][-1] == loaded.metrics["env_steps"][-1]
+
+
+def coma_raw(actor: dict, steps: int = 100, workers: int = 2) -> dict:
+    """COMA on team_cue (3 agents, episodes of 5 steps) with a circuit actor; the critic is on the server."""
+    return {"run": {"seed": 0, "total_env_steps": steps, "progress": False, "plots": False, "checkpoint_every": 0},
+            "backend": {"name": "sim", "workers": workers},
+            "server": {"aggregation": "buffered", "buffer_k": 2},
+            "scenario": {"name": "team_cue", "n_agents": 3, "n_cues": 3, "episode_length": 5},
+            "algorithm": {"name": "coma", "eval_episodes": 1, "team_reward": "mean"},
+            # input: cue one-hot (3) + agent id one-hot (3) = 6 features, one qubit each
+            "actor": {"head": "vqc", "n_qubits": 6, "layers": 1, **actor},
+            "critic": {"head": "mlp", "hidden": [16]}}
+
+
+@pytest.mark.parametrize("actor", [{"output": "linear"},  # acts through the numpy twin (NumpyVQCActing)
+                                   {"output": "scaled"},  # no numpy twin: acts through torch
+                                   {"output": "linear", "shots": 8}])  # samples: torch
+def test_coma_workers_report_their_actor_forwards(tmp_path, actor):
+    """A COMA worker plays whole episodes: T transitions take T + 1 forwards (the last row only feeds
+    the critic's bootstrap), each of all 3 agents' rows in one job. So after e episodes and s env steps
+    the ledger holds 3 (s + e) actor circuits in s + e jobs; nothing is differentiated on a worker."""
+    from marl_q.config import build_config
+
+    out = tmp_path / "coma"
+    summary = run_experiment(build_config(coma_raw(actor)), out)
+    with open(out / "quantum.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(out / "metrics.csv", newline="") as f:
+        metrics = list(csv.DictReader(f))
+    assert len(rows) == len(metrics) == summary["episodes"] > 0
+    shots = actor.get("shots", 0)
+    for r, m in zip(rows, metrics):
+        forwards = int(m["env_steps"]) + int(m["episode"])
+        assert int(r["actor_act_circuits"]) == 3 * forwards and int(r["actor_act_jobs"]) == forwards
+        assert int(r["actor_act_shots"]) == 3 * forwards * shots
+        assert all(int(r[f"{role}_grad_{c}"]) == 0 for role in ("actor", "critic") for c in ("circuits", "jobs"))
+        assert int(r["critic_act_circuits"]) == 0  # the critic is on the server
+    assert summary["quantum_actor_act_circuits"] == 3 * (summary["env_steps"] + summary["episodes"])
+    assert set(summary["quantum_per_worker"]) == {"w0", "w1"}
+    assert summary["quantum_exact"] is (shots == 0)
+
+
+def test_routing_workers_report_what_their_heads_ran(tmp_path, monkeypatch):
+    """Routing PPO workers act (1 row per decision) and learn locally (forwards over the rollout,
+    epochs x minibatches of forwards and backwards). A brute-force count, from hooks of the test's own
+    on every worker head, of the rows and calls of each forward and of the rows with a gradient in each
+    backward (x 2 shifts x (12 weights + 4 pre-layer-fed angles)), equals the ledger's totals."""
+    from agents.routing import RoutingPPO
+
+    seen = {role: dict.fromkeys(("act_circuits", "act_jobs", "grad_circuits", "grad_jobs"), 0)
+            for role in ("actor", "critic")}
+
+    def watch(role: str):
+        def hook(module, inputs, output):
+            seen[role]["act_circuits"] += inputs[0].shape[0]
+            seen[role]["act_jobs"] += 1
+            if output.requires_grad:
+                def on_grad(grad):
+                    rows = int((grad != 0).any(dim=-1).sum())
+                    seen[role]["grad_circuits"] += rows * 2 * (4 * 3 + 4)
+                    seen[role]["grad_jobs"] += rows > 0
+                output.register_hook(on_grad)
+        return hook
+
+    make = RoutingPPO.make_worker
+
+    def make_watched(self, index):
+        worker = make(self, index)
+        for role in ("actor", "critic"):
+            vqc, = [m for m in getattr(worker, role).modules() if isinstance(m, VQC)]
+            vqc.register_forward_hook(watch(role))
+        return worker
+
+    monkeypatch.setattr(RoutingPPO, "make_worker", make_watched)
+    head = "{head: vqc, n_qubits: 4, layers: 1, preprocess: linear, output: linear}"
+    cfg = load_config(str(ROOT / "scenarios" / "routing_amarl.yaml"),
+                      # steps one at a time (every step computed is recorded: none left in flight at the end)
+                      QUICK + ["backend.schedule=round_robin", "algorithm.max_clock_skew_s=null",
+                               "run.total_env_steps=240", "algorithm.n_steps=32", "algorithm.epochs=2",
+                               "algorithm.eval_days=0.005", "algorithm.episode_requests=20",
+                               "algorithm.eval_baselines=false", f"actor={head}", f"critic={head}"])
+    summary = run_experiment(cfg, tmp_path / "routing")
+    for role in ("actor", "critic"):
+        assert seen[role]["grad_jobs"] > 0
+        assert {k: summary[f"quantum_{role}_{k}"] for k in seen[role]} == seen[role]
+    assert summary["quantum_actor_act_circuits"] > summary["env_steps"]  # acting + the updates' forwards
+    assert (tmp_path / "routing" / "quantum.csv").is_file()
