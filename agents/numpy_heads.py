@@ -135,15 +135,19 @@ class NumpyVQC:
         amplitudes (B, 2^(n+1): [Re | Im]), the readouts, and the post-layer's input (None without one)."""
         amplitudes = r @ dense
         readouts = (amplitudes * amplitudes) @ self.readout
+        out, hidden = self._head(readouts)
+        return out, amplitudes, readouts, hidden
+
+    def _head(self, readouts: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """The output layer on readouts (B, m): the outputs and the post-layer's input (None without one)."""
         kind = self.vqc.cfg.output
         if kind == "raw":
-            return readouts[:, : self.vqc.out_dim], amplitudes, readouts, None
+            return readouts[:, : self.vqc.out_dim], None
         if kind == "sum":
-            return readouts @ self.sum_groups, amplitudes, readouts, None
+            return readouts @ self.sum_groups, None
         hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
         post = self.vqc.post
-        out = hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy()
-        return out, amplitudes, readouts, hidden
+        return hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy(), hidden
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
         r, amplitudes, readouts, hidden, adjoint = cache
@@ -169,16 +173,21 @@ class NumpyVQC:
 
 class NumpyVQCActing(NumpyVQC):
     """The forward pass alone of a ``VQC`` on the dense path, for acting (no backward): as ``NumpyVQC``
-    plus an optional ``preprocess: linear`` pre-layer, from the cached circuit matrix alone. A head
-    given one is marked acting only (``circuits.vqc.mark_acting_only``), so a weight change rebuilds
-    just that matrix."""
+    plus an optional ``preprocess: linear`` pre-layer. Up to 4 qubits from the cached circuit matrix (a
+    head given one is marked acting only, ``circuits.vqc.mark_acting_only``, so a weight change rebuilds
+    just that matrix); from 5 (``ADJOINT_MIN_QUBITS``) by the state-vector forward of
+    ``circuits.adjoint`` with its Kronecker blocks cached per weights: an actor's weights change every
+    few dozen acts, and rebuilding a 2^n x 2^n matrix each time cost more than all its acts together
+    (7.6 ms per rebuild at 8 qubits, against ~0.1 ms per act of 3 rows)."""
 
     def __init__(self, vqc: Any) -> None:
-        from circuits.vqc import mark_acting_only
+        from circuits.vqc import ADJOINT_MIN_QUBITS, mark_acting_only
 
         super().__init__(vqc)
         mark_acting_only(vqc)
         self._dense: tuple[Any, np.ndarray] | None = None  # (the torch matrix, its float64 copy)
+        self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS
+        self._blocks: tuple[torch.Tensor, Any] | None = None  # (the weights, their adjoint.BlockMatrices)
 
     @staticmethod
     def supports(module: nn.Module) -> bool:
@@ -198,6 +207,17 @@ class NumpyVQCActing(NumpyVQC):
         pre = self.vqc.pre
         if pre is not None:
             x = x @ pre.weight.detach().numpy().T.astype(np.float64) + pre.bias.detach().numpy()
+        if self.statevector:
+            from circuits import adjoint
+
+            weights = self.vqc.weights.detach()
+            circuit = self.vqc.circuit
+            if self._blocks is None or not torch.equal(self._blocks[0], weights):
+                self._blocks = (weights.clone(), adjoint.BlockMatrices(circuit, weights.numpy().astype(np.float64), False))
+                self._structure = adjoint.Structure(circuit)
+            angles = self._angles(x).astype(weights.numpy().dtype)
+            readouts = adjoint.readouts_np(circuit, angles, self._blocks[1], self._structure).astype(np.float64)
+            return self._head(readouts)[0], None
         with torch.no_grad():
             dense = self.vqc.dense_matrix()  # cached until the weights change
         if self._dense is None or self._dense[0] is not dense:

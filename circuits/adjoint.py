@@ -216,6 +216,27 @@ def evolve(circuit: "CompiledCircuit", psi: np.ndarray, blocks: BlockMatrices, s
     return psi
 
 
+def final_state(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMatrices,
+                structure: Structure) -> tuple[np.ndarray, np.ndarray]:
+    """The final state (2^n, B) for encoding angles (B, n), and the per-wire encoding vectors (n, 2, B)."""
+    r, vectors = product_rows(angles)
+    psi = encode(r, structure, circuit.adjoint_layout, numpy_dtype(circuit.complex_dtype))
+    return evolve(circuit, psi, blocks, structure), vectors
+
+
+def readouts_of(psi: np.ndarray, structure: Structure) -> np.ndarray:
+    """Readouts (B, m) of final states psi (2^n, B)."""
+    return np.ascontiguousarray((structure.readout.T @ (psi.real**2 + psi.imag**2)).T)
+
+
+def readouts_np(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMatrices,
+                structure: Structure | None = None) -> np.ndarray:
+    """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient);
+    ``structure``: the circuit's, kept by a caller that acts many times."""
+    structure = structure or Structure(circuit)
+    return readouts_of(final_state(circuit, angles, blocks, structure)[0], structure)
+
+
 class StatevectorAdjoint(torch.autograd.Function):
     """readouts (B, m) from the encoding angles (B, n) and weights (L, n, k); see the module docstring.
     The product state, the sweeps and the angles' gradient run in numpy on the CPU tensors' memory."""
@@ -224,12 +245,9 @@ class StatevectorAdjoint(torch.autograd.Function):
     def forward(ctx, angles: torch.Tensor, weights: torch.Tensor, circuit: "CompiledCircuit") -> torch.Tensor:
         blocks = BlockMatrices(circuit, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
         structure = Structure(circuit)
-        dtype = numpy_dtype(circuit.complex_dtype)
-        r, ctx.vectors = product_rows(angles.detach().numpy())
-        psi = evolve(circuit, encode(r, structure, circuit.adjoint_layout, dtype), blocks, structure)
+        psi, ctx.vectors = final_state(circuit, angles.detach().numpy(), blocks, structure)
         ctx.psi, ctx.blocks, ctx.structure, ctx.circuit = psi, blocks, structure, circuit
-        probabilities = psi.real**2 + psi.imag**2  # (2^n, B)
-        return torch.from_numpy(np.ascontiguousarray((structure.readout.T @ probabilities).T))
+        return torch.from_numpy(readouts_of(psi, structure))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

@@ -25,6 +25,8 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
     # change rebuilds the matrix alone
     assert isinstance(twin, NumpyVQCActing) == (preprocess == "linear")
     assert module.acting_only == (preprocess == "linear")
+    if isinstance(twin, NumpyVQCActing):  # from 5 qubits the state-vector forward acts, no dense matrix
+        assert twin.statevector == (n >= 5) and (twin._dense is None) == (n >= 5)
     with torch.no_grad():  # a weight change is seen
         module.weights.add_(0.3)
         want = module(torch.from_numpy(x).float()).double().numpy()

@@ -118,12 +118,36 @@ def test_path_choice():
     assert module(8).path(64, True) == "adjoint"
     assert module(8).path(600, True) == "adjoint"
     assert module(8).path(4096, True) == "dense"
-    assert module(8).path(1, False) == "dense"
     assert module(12).path(1, False) == "adjoint"
     assert module(12).path(4096, True) == "adjoint"
     assert module(8, engine="dense").path(600, True) == "dense"
     assert module(6, engine="gates").path(1, True) == "adjoint"
     assert module(6, engine="gates", reupload=True).path(1, True) == "gates"
+
+
+def test_calls_without_gradient_build_the_dense_matrix_only_for_reuse():
+    """From 5 qubits, a call without a gradient takes the state vector at new weights (no 2^n x 2^n
+    rebuild), the dense matrix from the second call at the same weights (a rollout) on, and the state
+    vector again after a weight change or from ACT_ADJOINT_MIN_BATCH rows; both give the same outputs."""
+    from circuits.vqc import ACT_ADJOINT_MIN_BATCH
+
+    torch.manual_seed(0)
+    m = VQC(6, 2, n_qubits=6, layers=2)
+    x = torch.randn(3, 6)
+    taken = []
+    with torch.no_grad():
+        for _ in range(3):
+            taken.append(m.path(3, False))
+            out = m(x)
+        assert taken == ["adjoint", "dense", "dense"] and m._cached() is not None
+        assert m.path(ACT_ADJOINT_MIN_BATCH, False) == "adjoint"
+        m.weights.add_(0.1)
+        assert m.path(3, False) == "adjoint"
+        first = m(x)
+        assert m.path(3, False) == "dense"
+        torch.testing.assert_close(m(x), first, atol=1e-6, rtol=0)
+    assert not torch.allclose(out, first)
+    assert VQC(4, 2, n_qubits=4).path(3, False) == "dense"  # up to 4 qubits as the goldens always ran
 
 
 def test_block_layout_covers_every_wire_once():
