@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -208,6 +209,7 @@ class VQC(nn.Module):
         if self.cfg.backend == "pennylane":
             if self._qnode_function is None:
                 self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg), **self._qnode_seed())
+                self._restore_qnode_rng()
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights, self.born_readout()).to(angles.dtype)  # type: ignore[attr-defined]
         path = self.path(angles.shape[0], torch.is_grad_enabled() and self.weights.requires_grad)
         if path == "dense_analytic":
@@ -223,11 +225,25 @@ class VQC(nn.Module):
 
     def _qnode_seed(self) -> dict[str, int]:
         """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's
-        seed key or torch's initial seed): reruns are reproducible. PennyLane's generator does not
-        travel with a snapshot, so a resumed run restarts its stream."""
+        seed key or torch's initial seed): reruns are reproducible. The state of the device's generator
+        travels with a snapshot (``__getstate__``), so a resumed run continues its stream."""
         if self.cfg.shots is None or self.cfg.pennylane_device not in ("default.qubit", "default.mixed"):
             return {}
         return {"seed": self._sampling_seed}
+
+    def _qnode_rng(self) -> Any:
+        """The numpy generator PennyLane's device samples shots with (None: no QNode yet, or a device
+        without one)."""
+        function = self.__dict__.get("_qnode_function")
+        rng = getattr(getattr(getattr(function, "qnode", None), "device", None), "_rng", None)
+        return rng if isinstance(rng, np.random.Generator) else None
+
+    def _restore_qnode_rng(self) -> None:
+        """After a snapshot: the rebuilt device's generator continues where the pickled one was."""
+        saved = self.__dict__.pop("_qnode_rng_state", None)
+        rng = self._qnode_rng()
+        if saved is not None and rng is not None:
+            rng.bit_generator.state = saved
 
     def path(self, batch: int, grad: bool) -> str:
         """Which engine path a call on ``batch`` rows takes, with (``grad``) or without a weight gradient:
@@ -287,6 +303,9 @@ class VQC(nn.Module):
         # the QNode closure of ``backend: pennylane`` does not pickle (a sim snapshot, a deepcopy): it is
         # rebuilt on the next call
         state = dict(self.__dict__)
+        rng = self._qnode_rng()
+        if rng is not None:  # with shots: the device's sampling stream, so a resume continues it
+            state["_qnode_rng_state"] = rng.bit_generator.state
         state["_qnode_function"] = None
         return state
 

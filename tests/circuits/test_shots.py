@@ -212,6 +212,24 @@ def test_sim_reruns_and_resumes_are_exact_with_shots(tmp_path):
 
 
 @pytest.mark.parametrize("device, noise", [("default.qubit", None), ("default.mixed", {"depolarizing": 0.05})])
+def test_pennylane_backend_snapshot_continues_the_device_stream(device, noise):
+    """A pickled pennylane-backend head with shots (a sim snapshot) rebuilds its QNode with the device's
+    generator where it was: the draws after a round trip equal those the original makes next."""
+    import pickle
+
+    keys = dict(n_qubits=2, layers=1, shots=10, seed=3, backend="pennylane", pennylane_device=device, noise=noise,
+                grad="parameter_shift")
+    head = VQC(2, 2, **keys)
+    x = torch.randn(50, 2)
+    with torch.no_grad():
+        head(x)  # the stream has moved
+        copy = pickle.loads(pickle.dumps(head))
+        following = head(x)
+        assert torch.equal(copy(x), following)
+        assert not torch.equal(VQC(2, 2, **keys)(x), following)  # a fresh head restarts: different draws
+
+
+@pytest.mark.parametrize("device, noise", [("default.qubit", None), ("default.mixed", {"depolarizing": 0.05})])
 def test_pennylane_backend_with_shots_is_seeded(device, noise):
     """backend: pennylane samples with PennyLane (shots passed to the QNode, its device seeded from
     the head's seed): the same seed gives the same draws, and the mean of 2000 rows matches the
