@@ -272,10 +272,10 @@ class CompiledCircuit(nn.Module):
             suffix = kron_transposed[layer] @ suffix
             if self.entangle_first:
                 suffix = np.take(suffix, forwards[layer], axis=0) * row_signs[layer]
-        real = self._np_constant("real", lambda: np.dtype(str(self.real_dtype).removeprefix("torch.")))
+        real = self._np_constant("real", lambda: adjoint.numpy_dtype(self.real_dtype))
         dense_real = torch.from_numpy(np.concatenate([dense.real, dense.imag], axis=-1).astype(real))
-        adjoint = DenseAdjoint(prefixes, suffix_kron, generators, self._np_constant("wire_first", self._wire_first_orders), real)
-        return dense_real, adjoint
+        dense_adjoint = DenseAdjoint(prefixes, suffix_kron, generators, self._np_constant("wire_first", self._wire_first_orders), real)
+        return dense_real, dense_adjoint
 
     def _np_constant(self, key: object, make: Callable[[], object]) -> Any:
         """Structure-only numpy arrays of the analytic path, made on first use and kept."""
