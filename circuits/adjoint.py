@@ -35,6 +35,21 @@ if TYPE_CHECKING:
     from circuits.engine import CompiledCircuit
 
 BLOCK_WIDTH = 4  # wires per Kronecker block: a 16 x 16 GEMM per block
+_BLAS_SINGLE_THREAD = False
+
+
+def single_thread_blas() -> None:
+    """Numpy's BLAS to one thread, once per process, on the first call of a numpy engine path. Its
+    GEMMs here (16 x 16 blocks against a few thousand columns) gain nothing from threads, and
+    OpenBLAS's spinning workers cost 6x the CPU time of one thread on a busy 2-core machine (1.29 vs
+    0.21 ms for a block at B = 600); a process pinned to one CPU (``marlq bench quantum --peers``)
+    lost up to 80x. torch's own pool is left alone (``torch.set_num_threads``)."""
+    global _BLAS_SINGLE_THREAD
+    if not _BLAS_SINGLE_THREAD:
+        _BLAS_SINGLE_THREAD = True
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
 
 
 def block_layout(n_qubits: int, width: int = BLOCK_WIDTH) -> list[tuple[int, int]]:
@@ -233,6 +248,7 @@ def readouts_np(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMat
                 structure: Structure | None = None) -> np.ndarray:
     """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient);
     ``structure``: the circuit's, kept by a caller that acts many times."""
+    single_thread_blas()
     structure = structure or Structure(circuit)
     return readouts_of(final_state(circuit, angles, blocks, structure)[0], structure)
 
@@ -243,6 +259,7 @@ class StatevectorAdjoint(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, angles: torch.Tensor, weights: torch.Tensor, circuit: "CompiledCircuit") -> torch.Tensor:
+        single_thread_blas()
         blocks = BlockMatrices(circuit, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
         structure = Structure(circuit)
         psi, ctx.vectors = final_state(circuit, angles.detach().numpy(), blocks, structure)

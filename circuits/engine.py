@@ -236,6 +236,7 @@ class CompiledCircuit(nn.Module):
         every rotation used here. Contracted with the output gradient, only vectors meet these
         matrices (``DenseAdjoint``): no Jacobian is formed.
         """
+        adjoint.single_thread_blas()
         w = weights.detach().cpu().numpy().astype(np.float64)
         layers, n, k = w.shape
         angles = w[:, :, None, :] + self._np_constant(("shifts", k), lambda: np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)]))

@@ -33,12 +33,10 @@ ANALYTIC_MAX_BATCH = 64
 # their runs (and goldens) keep every bit.
 ADJOINT_MIN_QUBITS = 5
 DENSE_MIN_BATCH = 2048  # n <= 8: from this batch on, differentiate through the dense matrix
-# Calls without a gradient from ADJOINT_MIN_QUBITS on: the cached dense matrix only where it is built
-# for reuse (it is valid, or this is the second call at the same weights: a rollout), else the
-# state-vector forward, which needs no 2^n x 2^n rebuild (2.6 ms at n = 8 against 0.2 ms per call of
-# a few rows); and the state-vector forward from this batch on, where its blocks beat the dense GEMM
-# (n = 8: 3.4 vs 4.6 ms at B = 600, 36 vs 57 ms at B = 4096)
-ACT_ADJOINT_MIN_BATCH = 512
+# Calls without a gradient from ADJOINT_MIN_QUBITS on take the cached dense matrix only where it is
+# built for reuse (it is valid, or this is the second call at the same weights: a rollout), else the
+# state-vector forward, which needs no 2^n x 2^n rebuild (2.6 ms at n = 8 against 0.2 ms for a call
+# of a few rows); see ``VQC.path``.
 
 
 def resolve_device(name: str) -> torch.device:
@@ -250,16 +248,13 @@ class VQC(nn.Module):
         dense (the cached matrix; ``dense_analytic`` with its analytic weight gradient), adjoint (the
         state vector, differentiated by the adjoint method) or gates (the state vector under autograd,
         for data re-uploading). Without a gradient from ``ADJOINT_MIN_QUBITS`` on it also depends on whether
-        the dense matrix is built for reuse (``ACT_ADJOINT_MIN_BATCH``). See docs/circuits.md, "How the
-        path is chosen"."""
+        the dense matrix is built for reuse. See docs/circuits.md, "How the path is chosen"."""
         cfg = self.cfg
         if self.use_dense:
             if not grad:
                 if (cfg.engine == "dense" or cfg.n_qubits < ADJOINT_MIN_QUBITS or self.weights.device.type != "cpu"
                         or cfg.backend != "torch"):
                     return "dense"
-                if batch >= ACT_ADJOINT_MIN_BATCH:
-                    return "adjoint"
                 reused = self._cached() is not None or (
                     self._act_weights is not None and torch.equal(self._act_weights, self.weights))
                 return "dense" if reused else "adjoint"

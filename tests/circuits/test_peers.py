@@ -128,9 +128,7 @@ def test_path_choice():
 def test_calls_without_gradient_build_the_dense_matrix_only_for_reuse():
     """From 5 qubits, a call without a gradient takes the state vector at new weights (no 2^n x 2^n
     rebuild), the dense matrix from the second call at the same weights (a rollout) on, and the state
-    vector again after a weight change or from ACT_ADJOINT_MIN_BATCH rows; both give the same outputs."""
-    from circuits.vqc import ACT_ADJOINT_MIN_BATCH
-
+    vector again after a weight change; both give the same outputs."""
     torch.manual_seed(0)
     m = VQC(6, 2, n_qubits=6, layers=2)
     x = torch.randn(3, 6)
@@ -140,7 +138,6 @@ def test_calls_without_gradient_build_the_dense_matrix_only_for_reuse():
             taken.append(m.path(3, False))
             out = m(x)
         assert taken == ["adjoint", "dense", "dense"] and m._cached() is not None
-        assert m.path(ACT_ADJOINT_MIN_BATCH, False) == "adjoint"
         m.weights.add_(0.1)
         assert m.path(3, False) == "adjoint"
         first = m(x)
