@@ -182,7 +182,7 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
     if len(groups) == 1:
         c = groups[0][0].config
         return {f"{c['algorithm'].get('name')} on {c['scenario'].get('name')}": groups[0]}
-    keys = differing_keys(groups)
+    keys = label_keys(groups, differing_keys(groups))
     out: dict[str, list[Run]] = {}
     for g in groups:
         if len(keys) == 1:
@@ -201,6 +201,21 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
             label += "'"
         out[label] = g
     return out
+
+
+def label_keys(groups: list[list[Run]], keys: list[str]) -> list[str]:
+    """The differing keys a group label names, less those that are zero where set and unset elsewhere
+    (the zero sub-keys of a `noise:` section present in some groups, null in the rest), when the other
+    keys alone tell every group apart."""
+    def idle(key: str) -> bool:
+        values = {str(g[0].flat.get(key)) for g in groups if g[0].flat.get(key) is not None}
+        return values <= {"0", "0.0", "False", "[]", "{}"}
+
+    telling = [k for k in keys if not idle(k)]
+    if telling and len(telling) < len(keys):
+        if len({tuple(str(g[0].flat.get(k)) for k in telling) for g in groups}) == len(groups):
+            return telling
+    return keys
 
 
 def legend_key(runs: list[Run]) -> Optional[str]:
@@ -344,6 +359,10 @@ def plot_learning(groups: dict[str, list[Run]], xkey: str, xlabel: str, title: s
             continue
         counts.append(len(curves))
         mean, lo, hi = mean_band(curves)
+        # the mean of "n seeds" only where all n have data: past the first seed's end it would be
+        # the mean of the others, a jump that no run made
+        partial = ~np.all(np.isfinite(np.vstack(curves)), axis=0)
+        mean, lo, hi = (np.where(partial, np.nan, v) for v in (mean, lo, hi))
         n = f"{len(curves)} seed{'s' if len(curves) > 1 else ''}"
         line, = ax.plot(grid, mean, label=f"{labels.get(label, label)} ({n})")
         if len(curves) > 1:

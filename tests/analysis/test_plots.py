@@ -273,3 +273,26 @@ def test_bad_label_exits_2_with_one_line(tmp_path, capsys, label):
     assert main(["plot", str(tmp_path / "r"), "--out", str(tmp_path / "out"), "--label", label]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("marlq: error: --label:")
+
+
+def test_group_labels_leave_out_zero_keys_of_a_section_set_in_some_groups(tmp_path):
+    """critic.noise set in two groups (its other channels 0.0) and null in the third: the labels name
+    shots and depolarizing, not the channels at 0 that only tell 'set' from 'unset'."""
+    noise = {"depolarizing": 0.01, "amplitude_damping": 0.0, "phase_damping": 0.0, "readout": 0.0}
+    write_run(tmp_path / "exact", config(critic__noise=None, critic__shots=None), np.zeros(5))
+    write_run(tmp_path / "shots", config(critic__noise=None, critic__shots=128), np.zeros(5))
+    write_run(tmp_path / "noisy", config(critic__noise=noise, critic__shots=None), np.zeros(5))
+    runs = [plots.load_run(tmp_path / name) for name in ("exact", "shots", "noisy")]
+    labels = sorted(plots.group_runs(runs))
+    assert labels == ["depolarizing=0.01, shots=None", "depolarizing=None, shots=128", "depolarizing=None, shots=None"]
+
+
+def test_a_groups_mean_stops_where_its_shortest_seed_ends(tmp_path, figures):
+    """Two seeds of one group, one 10 episodes shorter: the mean line (and band) is drawn only where
+    both have data, not as the longer seed alone after the shorter one ends."""
+    write_run(tmp_path / "s0", config(seed=0), np.full(40, 10.0))
+    write_run(tmp_path / "s1", config(seed=1), np.full(30, 30.0))
+    plots.plot_paths([tmp_path], tmp_path / "out")
+    line = by_name(figures, "return_vs_steps.png").axes[0].get_lines()[0]
+    x, y = line.get_xdata(), line.get_ydata()
+    assert np.all(np.isnan(y[x > 300])) and np.allclose(y[(x >= 10) & (x <= 300)], 20.0)
