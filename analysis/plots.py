@@ -542,7 +542,8 @@ def plot_quantum(groups: dict[str, list[Run]], title: str, path: Path,
     names = {0: "cumulative shots", 1: "estimated QPU time, cumulative (hours)"}
     for col in range(axes.shape[1]):
         what = sorted(text for c, text in ylabels if c == col)
-        axes[0, col].set_ylabel(names[col] if col else "cumulative " + "; ".join(what))
+        # several kinds of count on one axis (exact heads' circuits beside shots) make a long label: wrapped
+        axes[0, col].set_ylabel(names[col] if col else wrap("cumulative " + "; ".join(what), 45))
         axes[0, col].set_xlabel("environment steps (all workers)")
         axes[0, col].grid(alpha=0.3)
     several = any(len(runs) > 1 for runs in shown.values())
