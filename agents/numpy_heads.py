@@ -188,6 +188,15 @@ class NumpyVQCActing(NumpyVQC):
         self._dense: tuple[Any, np.ndarray] | None = None  # (the torch matrix, its float64 copy)
         self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS
         self._blocks: tuple[torch.Tensor, Any] | None = None  # (the weights, their adjoint.BlockMatrices)
+        self._structure: Any = None  # the circuit's adjoint.Structure, made with the first blocks
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a twin pickled before it could act by the state vector (a sim snapshot): it keeps its dense
+        # matrix, so the resumed run acts exactly as the snapshot's would have
+        state.setdefault("statevector", False)
+        state.setdefault("_blocks", None)
+        state.setdefault("_structure", None)
+        self.__dict__.update(state)
 
     @staticmethod
     def supports(module: nn.Module) -> bool:

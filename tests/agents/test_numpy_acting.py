@@ -40,3 +40,26 @@ def test_acting_twin_choice():
     assert isinstance(numpy_acting_head(VQC(20, 5, n_qubits=8, preprocess="linear")), NumpyVQCActing)
     assert numpy_acting_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # the gate path: torch
     assert numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1)) is None  # beyond dense_max_qubits
+
+
+def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix():
+    """A sim snapshot's twin from before ``statevector`` existed unpickles and acts through the dense
+    matrix, as it did when pickled; a current twin keeps its choice across a round trip."""
+    import pickle
+
+    torch.manual_seed(1)
+    module = VQC(21, 5, n_qubits=6, layers=2, preprocess="linear", output="linear", scaling="atan")
+    twin = numpy_acting_head(module)
+    x = np.random.default_rng(1).normal(size=(3, 21))
+    old = dict(twin.__dict__)
+    for key in ("statevector", "_blocks", "_structure"):
+        old.pop(key)
+    legacy = NumpyVQCActing.__new__(NumpyVQCActing)
+    legacy.__setstate__(old)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x).float()).double().numpy()
+    assert legacy.statevector is False
+    np.testing.assert_allclose(legacy.forward(x)[0], want, atol=1e-5)
+    again = pickle.loads(pickle.dumps(twin))
+    assert again.statevector is True
+    np.testing.assert_allclose(again.forward(x)[0], want, atol=1e-5)
