@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from circuits.blocks import ANSATZE
+from circuits.density import DensityCircuit
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
 from circuits.gradients import Hardware, count, needs_hardware, new_counts
 from circuits.policies import born_log_probs, born_partition, observable_grouping
@@ -312,6 +313,12 @@ class VQC(nn.Module):
         if "resource_counts" not in self.__dict__:
             self.resource_counts = new_counts()
         self.__dict__.setdefault("_act_weights", None)
+        hardware = self._modules.get("hardware")
+        density = getattr(hardware, "density", None)
+        if density is not None and not hasattr(density, "diagonal_noise"):
+            # pickled before the density path held Pauli components: rebuilt for this spec (the same
+            # channels; values agree to float rounding)
+            hardware.density = DensityCircuit(self.cfg, COMPLEX_DTYPES[self.cfg.dtype])
 
     @property
     def sampler(self):

@@ -103,3 +103,23 @@ def test_readout_error_alone_runs_on_every_engine_path():
     x = torch.randn(4, 3, dtype=torch.float64)
     torch.testing.assert_close(dense(x), gates(x), atol=1e-12, rtol=0)
     assert_parity(gates, torch.randn(3, 3), device="default.mixed")
+
+
+def test_a_head_pickled_with_the_old_density_path_resumes_on_the_current_one():
+    """A sim snapshot from before the Pauli-transfer density path (its DensityCircuit has none of the
+    new buffers) unpickles with the path rebuilt for its spec, and computes what a fresh head does."""
+    import pickle
+
+    torch.manual_seed(8)
+    head = VQC(4, 2, n_qubits=4, layers=2, noise={"depolarizing": 0.02, "amplitude_damping": 0.01})
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        want = head(x)
+    old = head.hardware.density
+    for name in ("noise_ptm", "z_strings", "walsh", "start"):
+        old._buffers.pop(name, None)
+    del old.__dict__["diagonal_noise"]
+    again = pickle.loads(pickle.dumps(head))
+    assert again.hardware.density is not old and hasattr(again.hardware.density, "diagonal_noise")
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), want, atol=1e-6, rtol=0)
