@@ -74,8 +74,10 @@ class NumpyMLP:
 
 
 class NumpyVQC:
-    """A ``VQC`` on the dense path with the analytic weight gradient (circuits.engine.DenseAdjoint):
-    fixed feature scaling (none | atan | bound), no pre-layer, any output but a trainable scale."""
+    """A ``VQC`` whose weight gradient has a numpy form: up to 4 qubits the dense path's analytic gradient
+    (circuits.engine.DenseAdjoint), from 5 (where the torch head takes the adjoint path) the adjoint
+    state-vector sweeps of circuits.adjoint, without torch's autograd around them; fixed feature scaling
+    (none | atan | bound), no pre-layer, any output but a trainable scale."""
 
     OUTPUTS = ("raw", "sum", "linear", "relu_linear")
 
@@ -88,6 +90,21 @@ class NumpyVQC:
         self.bounded = vqc.bounded.numpy() if vqc.cfg.scaling == "bound" else None
         self.bound_scale = vqc.bound_scale.numpy().astype(np.float64) if vqc.cfg.scaling == "bound" else None
         self.sum_groups = vqc.sum_groups.numpy().astype(np.float64) if vqc.cfg.output == "sum" else None
+        self.adjoint = NumpyVQC.on_adjoint_path(vqc)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a twin pickled before the adjoint form existed (a sim snapshot) keeps the dense path it ran on
+        state.setdefault("adjoint", False)
+        self.__dict__.update(state)
+
+    @staticmethod
+    def on_adjoint_path(vqc: Any) -> bool:
+        """Whether the torch head's gradient would take the adjoint state-vector path (from 5 qubits on the
+        CPU, with the exact torch engine): the twin then runs its numpy sweeps."""
+        from circuits.vqc import ANALYTIC_MAX_BATCH
+
+        return (vqc.cfg.backend == "torch" and vqc.hardware is None and vqc.weights.device.type == "cpu"
+                and not vqc.cfg.reupload and vqc.path(ANALYTIC_MAX_BATCH, True) == "adjoint")
 
     @staticmethod
     def supports(module: nn.Module) -> bool:
@@ -96,9 +113,11 @@ class NumpyVQC:
         if not isinstance(module, VQC):
             return False
         cfg = module.cfg
-        # (a head with shots, noise or a hardware gradient rule has analytic_grad off: the torch path)
-        return (module.analytic_grad and module.pre is None and module.input_scale is None
-                and cfg.scaling in ("none", "atan", "bound") and cfg.output in NumpyVQC.OUTPUTS)
+        # (a head with shots, noise or a hardware gradient rule has analytic_grad off and is not on the
+        # exact adjoint path: the torch path)
+        return ((module.analytic_grad or NumpyVQC.on_adjoint_path(module)) and module.pre is None
+                and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
+                and cfg.output in NumpyVQC.OUTPUTS)
 
     def _angles(self, x: np.ndarray) -> np.ndarray:
         scaling = self.vqc.cfg.scaling
@@ -121,10 +140,21 @@ class NumpyVQC:
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         self._count_forward(x.shape[0])
-        dense, adjoint = self.vqc.dense_adjoint()  # cached until the weights change
+        if self.adjoint:
+            from circuits import adjoint
+
+            adjoint.single_thread_blas()
+            weights, circuit = self.vqc.weights.detach().numpy(), self.vqc.circuit
+            blocks = adjoint.BlockMatrices(circuit, weights.astype(np.float64), True)
+            structure = adjoint.structure_of(circuit)
+            psi = adjoint.final_state(circuit, self._angles(x).astype(weights.dtype), blocks, structure)[0]
+            readouts = adjoint.readouts_of(psi, structure).astype(np.float64)
+            out, hidden = self._head(readouts)
+            return out, (readouts, hidden, (psi, blocks, structure))
+        dense, dense_adjoint = self.vqc.dense_adjoint()  # cached until the weights change
         r = self._product_state(x)
         out, amplitudes, readouts, hidden = self._outputs(r, dense.numpy().astype(np.float64))
-        return out, (r, amplitudes, readouts, hidden, adjoint)
+        return out, (readouts, hidden, (r, amplitudes, dense_adjoint))
 
     def _product_state(self, x: np.ndarray) -> np.ndarray:
         """The encoded product state (B, 2^n)."""
@@ -150,7 +180,7 @@ class NumpyVQC:
         return hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy(), hidden
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
-        r, amplitudes, readouts, hidden, adjoint = cache
+        readouts, hidden, state = cache
         counter = counter_of(self.vqc)
         if counter is not None:
             counter.backward_grad(grad)
@@ -167,8 +197,16 @@ class NumpyVQC:
             grad_readouts = grad @ post.weight.detach().numpy().astype(np.float64)
             if kind == "relu_linear":
                 grad_readouts = grad_readouts * (readouts > 0.0)
-        grad_amplitudes = 2.0 * amplitudes * (grad_readouts @ self.readout.T)
-        self.vqc.weights.grad.numpy()[...] = adjoint.weight_grad(r, grad_amplitudes)
+        if self.adjoint:
+            from circuits import adjoint
+
+            psi, blocks, structure = state
+            weight_grad = adjoint.backward_sweep(self.vqc.circuit, psi, grad_readouts.astype(psi.real.dtype),
+                                                 blocks, structure, True)[1]
+        else:
+            r, amplitudes, dense_adjoint = state
+            weight_grad = dense_adjoint.weight_grad(r, 2.0 * amplitudes * (grad_readouts @ self.readout.T))
+        self.vqc.weights.grad.numpy()[...] = weight_grad
 
 
 class NumpyVQCActing(NumpyVQC):
@@ -188,14 +226,13 @@ class NumpyVQCActing(NumpyVQC):
         self._dense: tuple[Any, np.ndarray] | None = None  # (the torch matrix, its float64 copy)
         self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS
         self._blocks: tuple[torch.Tensor, Any] | None = None  # (the weights, their adjoint.BlockMatrices)
-        self._structure: Any = None  # the circuit's adjoint.Structure, made with the first blocks
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a twin pickled before it could act by the state vector (a sim snapshot): it keeps its dense
         # matrix, so the resumed run acts exactly as the snapshot's would have
         state.setdefault("statevector", False)
+        state.setdefault("adjoint", False)
         state.setdefault("_blocks", None)
-        state.setdefault("_structure", None)
         self.__dict__.update(state)
 
     @staticmethod
@@ -207,7 +244,8 @@ class NumpyVQCActing(NumpyVQC):
         cfg = module.cfg
         # (a head with shots, noise or a hardware gradient rule runs through its Hardware, which this
         # exact twin would skip: the torch path)
-        return (module.use_dense and cfg.backend == "torch" and module.weights.device.type == "cpu"
+        return ((module.use_dense or NumpyVQC.on_adjoint_path(module)) and cfg.backend == "torch"
+                and module.weights.device.type == "cpu"
                 and module.hardware is None and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
                 and cfg.output in NumpyVQC.OUTPUTS)
 
@@ -223,9 +261,8 @@ class NumpyVQCActing(NumpyVQC):
             circuit = self.vqc.circuit
             if self._blocks is None or not torch.equal(self._blocks[0], weights):
                 self._blocks = (weights.clone(), adjoint.BlockMatrices(circuit, weights.numpy().astype(np.float64), False))
-                self._structure = adjoint.Structure(circuit)
             angles = self._angles(x).astype(weights.numpy().dtype)
-            readouts = adjoint.readouts_np(circuit, angles, self._blocks[1], self._structure).astype(np.float64)
+            readouts = adjoint.readouts_np(circuit, angles, self._blocks[1]).astype(np.float64)
             return self._head(readouts)[0], None
         with torch.no_grad():
             dense = self.vqc.dense_matrix()  # cached until the weights change
@@ -238,10 +275,12 @@ class NumpyVQCActing(NumpyVQC):
 
 
 def numpy_acting_head(module: nn.Module) -> Optional[Any]:
-    """The numpy twin an actor that is never differentiated acts through (``numpy_head``'s, else a
-    dense-path circuit's forward alone), or None (act through torch)."""
+    """The numpy twin an actor that is never differentiated acts through, or None (act through torch):
+    ``numpy_head``'s up to 4 qubits (the dense matrix it keeps serves acting too), else a circuit's
+    forward alone (``NumpyVQCActing``: from 5 qubits the state vector with the blocks cached per weights,
+    where the learner's twin would build their derivatives on every act)."""
     twin = numpy_head(module)
-    if twin is None and NumpyVQCActing.supports(module):
+    if (twin is None or getattr(twin, "adjoint", False)) and NumpyVQCActing.supports(module):
         return NumpyVQCActing(module)
     return twin
 

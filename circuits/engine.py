@@ -174,6 +174,11 @@ class CompiledCircuit(nn.Module):
             encoder = kron_matrices(np.broadcast_to(state_map, (width, 2, 2)))
             self.register_buffer(f"encoding_block_{b}", torch.as_tensor(encoder, dtype=complex_dtype), persistent=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_adjoint_structure", None)  # numpy views of the buffers (circuits.adjoint.structure_of)
+        return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         # pickled before ``options`` existed (a sim snapshot): the rotation was kept; the entangler was
         # only read at construction (into the permutation buffers), so None stands for it

@@ -11,7 +11,9 @@ with one thread everywhere (torch, and XLA's flags, set before JAX is imported);
 recorded before and after.
 
 marl-q's columns: ``auto`` (the path the engine chooses, what a head gets), ``dense`` and ``gates``
-(the two paths forced); "best" is the fastest of them, and the ratio is best / fastest peer.
+(the two paths forced), all through torch's autograd, and ``numpy``: the numpy twins that COMA's actor
+workers act through and the one-step A2C workers train through (``circuits.peers.numpy_twin``); "best"
+is the fastest of them, and the ratio is best / fastest peer.
 """
 from __future__ import annotations
 
@@ -75,6 +77,11 @@ def contestants(n: int, layers: int, only: list[str] | None = None) -> tuple[dic
         module = base if path == "auto" else bench_module(n, layers, path)
         module.load_state_dict(base.state_dict())
         sims[f"marl-q {path}"] = peer_mod.torch_peer(f"marl-q {path}", module, module)
+    if wanted("marl-q numpy"):
+        twins = [bench_module(n, layers) for _ in range(2)]
+        for twin in twins:
+            twin.load_state_dict(base.state_dict())
+        sims["marl-q numpy"] = peer_mod.numpy_twin(*twins)
     absent: dict[str, str] = {}
     for name in filter(wanted, peer_mod.PEERS):
         peer, why = peer_mod.build_peer(name, base)

@@ -69,6 +69,35 @@ def torch_peer(name: str, module: VQC, function: Callable[[torch.Tensor], torch.
     return Peer(name, act, fwd_bwd, outputs, grads)
 
 
+def numpy_twin(acting: VQC, training: VQC) -> Peer:
+    """marl-q's numpy twins of a head (``agents.numpy_heads``), outside torch's autograd: ``act`` is
+    what COMA's actor workers act through (``NumpyVQCActing``, on ``acting``, which it marks acting
+    only), ``fwd_bwd`` the forward and backward of the one-step A2C workers (``NumpyVQC``: the dense
+    analytic gradient up to 4 qubits, the adjoint sweeps from 5), writing the gradients into
+    ``training``'s .grad; both take float64 numpy rows, as the workers do."""
+    from agents.numpy_heads import NumpyVQC, NumpyVQCActing
+
+    actor, learner = NumpyVQCActing(acting), NumpyVQC(training)
+    params = [training.weights, training.post.weight, training.post.bias]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+
+    def fwd_bwd(x: np.ndarray) -> list[np.ndarray]:
+        training._dense_cache = None  # new weights every call, as in training
+        out, cache = learner.forward(x)
+        learner.backward(cache, np.ones_like(out))
+        return [p.grad for p in params]
+
+    def grads(x: torch.Tensor, coefficients: np.ndarray) -> list[np.ndarray]:
+        training._dense_cache = None
+        out, cache = learner.forward(x.double().numpy())
+        learner.backward(cache, coefficients.astype(np.float64))
+        return [p.grad.double().numpy().copy() for p in params]
+
+    return Peer("marl-q numpy", lambda x: actor.forward(x)[0], fwd_bwd,
+                lambda x: actor.forward(x.double().numpy())[0], grads, lambda x: x.double().numpy())
+
+
 def pennylane_torch(module: VQC) -> Peer:
     """PennyLane default.qubit, torch interface, backprop, parameter broadcasting over the batch."""
     return torch_peer("PL default.qubit+torch", module, module.to_qnode("default.qubit", diff_method="backprop"))

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from circuits import adjoint
 from circuits.blocks import ANSATZE
 from circuits.density import DensityCircuit
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
@@ -99,6 +100,8 @@ class VQC(nn.Module):
         self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None = None
         # the weights of the last call without a gradient that took the state-vector forward (see path)
         self._act_weights: torch.Tensor | None = None
+        # (those weights, their adjoint.BlockMatrices) for it
+        self._act_blocks: tuple[Any, ...] | None = None
         self.analytic_grad = self.use_dense and self._analytic_fits(cfg, device)
         # set by mark_acting_only: a copy that is never differentiated builds the dense matrix alone on a
         # weight change, not also what the analytic gradient needs (about 5x the cost at n = 8)
@@ -189,9 +192,9 @@ class VQC(nn.Module):
         if cache is not None and cache[2] is not None:
             return cache[1], cache[2]
         weights = self.weights.detach().clone()
-        dense, adjoint = self.circuit.dense_adjoint(weights)
-        self._dense_cache = (weights, dense, adjoint)
-        return dense, adjoint
+        dense, analytic = self.circuit.dense_adjoint(weights)
+        self._dense_cache = (weights, dense, analytic)
+        return dense, analytic
 
     def _cached(self) -> tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None:
         cache = self._dense_cache
@@ -212,15 +215,30 @@ class VQC(nn.Module):
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights, self.born_readout()).to(angles.dtype)  # type: ignore[attr-defined]
         path = self.path(angles.shape[0], torch.is_grad_enabled() and self.weights.requires_grad)
         if path == "dense_analytic":
-            dense, adjoint = self.dense_adjoint()
-            return self.circuit.forward_dense_adjoint(angles, self.weights, dense, adjoint)
+            dense, analytic = self.dense_adjoint()
+            return self.circuit.forward_dense_adjoint(angles, self.weights, dense, analytic)
         if path == "dense":
             return self.circuit.forward_dense(angles, self.dense_matrix())
         if path == "adjoint":
-            if not torch.is_grad_enabled() or not self.weights.requires_grad:
+            if not torch.is_grad_enabled():
+                return self._act_statevector(angles)
+            if not self.weights.requires_grad:
                 self._act_weights = self.weights.detach().clone()
             return self.circuit.forward_adjoint(angles, self.weights)
         return self.circuit.forward_gates(angles, self.weights)
+
+    def _act_statevector(self, angles: torch.Tensor) -> torch.Tensor:
+        """Readouts of a call without any gradient on the adjoint path: the numpy state-vector forward
+        (``circuits.adjoint.readouts_np``, the same arithmetic as the autograd node's forward) with the
+        layers' blocks cached per weights; an actor acts many times between weight changes, and at one
+        row the blocks and torch's autograd node cost as much as the sweep (12 qubits)."""
+        weights = self.weights.detach()
+        cache = self._act_blocks
+        if cache is None or self._act_weights is not cache[0] or not torch.equal(cache[0], weights):
+            clone = weights.clone()
+            cache = (clone, adjoint.BlockMatrices(self.circuit, clone.numpy().astype(np.float64), False))
+            self._act_blocks, self._act_weights = cache, clone
+        return torch.from_numpy(adjoint.readouts_np(self.circuit, angles.detach().numpy(), cache[1]))
 
     def _qnode_seed(self) -> dict[str, int]:
         """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's
@@ -303,6 +321,7 @@ class VQC(nn.Module):
         if rng is not None:  # with shots: the device's sampling stream, so a resume continues it
             state["_qnode_rng_state"] = rng.bit_generator.state
         state["_qnode_function"] = None
+        state["_act_blocks"] = None  # numpy caches, rebuilt on the next call
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -313,6 +332,7 @@ class VQC(nn.Module):
         if "resource_counts" not in self.__dict__:
             self.resource_counts = new_counts()
         self.__dict__.setdefault("_act_weights", None)
+        self.__dict__.setdefault("_act_blocks", None)
         hardware = self._modules.get("hardware")
         density = getattr(hardware, "density", None)
         if density is not None and not hasattr(density, "diagonal_noise"):

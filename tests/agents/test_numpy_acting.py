@@ -10,7 +10,8 @@ from circuits import VQC
 
 
 @pytest.mark.parametrize("n, preprocess, output, scaling", [(8, "linear", "linear", "atan"), (4, "none", "relu_linear", "none"),
-                                                             (5, "linear", "sum", "atan")])
+                                                             (5, "linear", "sum", "atan"), (6, "none", "linear", "atan"),
+                                                             (11, "none", "relu_linear", "atan")])
 def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
     torch.manual_seed(n)
     in_dim = 21 if preprocess == "linear" else n
@@ -21,10 +22,10 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
     with torch.no_grad():
         want = module(torch.from_numpy(x).float()).double().numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
-    # without a pre-layer the learner's twin (with its backward) serves; else the acting one, and a weight
-    # change rebuilds the matrix alone
-    assert isinstance(twin, NumpyVQCActing) == (preprocess == "linear")
-    assert module.acting_only == (preprocess == "linear")
+    # up to 4 qubits without a pre-layer the learner's twin (with its backward) serves; else the acting
+    # one, and a weight change rebuilds the matrix (or the blocks) alone
+    assert isinstance(twin, NumpyVQCActing) == (preprocess == "linear" or n >= 5)
+    assert module.acting_only == (preprocess == "linear" or n >= 5)
     if isinstance(twin, NumpyVQCActing):  # from 5 qubits the state-vector forward acts, no dense matrix
         assert twin.statevector == (n >= 5) and (twin._dense is None) == (n >= 5)
     with torch.no_grad():  # a weight change is seen
@@ -39,7 +40,8 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
 def test_acting_twin_choice():
     assert isinstance(numpy_acting_head(VQC(20, 5, n_qubits=8, preprocess="linear")), NumpyVQCActing)
     assert numpy_acting_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # the gate path: torch
-    assert numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1)) is None  # beyond dense_max_qubits
+    assert isinstance(numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1)), NumpyVQCActing)  # no dense path: the state vector
+    assert numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1, shots=100)) is None  # shots: torch draws them
 
 
 def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix():
@@ -52,7 +54,7 @@ def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix()
     twin = numpy_acting_head(module)
     x = np.random.default_rng(1).normal(size=(3, 21))
     old = dict(twin.__dict__)
-    for key in ("statevector", "_blocks", "_structure"):
+    for key in ("statevector", "_blocks", "adjoint"):
         old.pop(key)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
     legacy.__setstate__(old)

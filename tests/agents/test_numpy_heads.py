@@ -68,6 +68,46 @@ def test_vqc_forward_and_gradients_equal_gate_engine_autograd(scaling, output, o
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
 
 
+ADJOINT_CASES = [(5, "atan", "relu_linear", "p0", "rzryrz_ring", 5), (6, "bound", "sum", "z", "strongly_entangling", 4),
+                 (6, "none", "raw", "zz", "ry_cz", 6), (9, "atan", "linear", "z", "rzryrz_ring", 9)]
+
+
+@pytest.mark.parametrize("n,scaling,output,observable,ansatz,features", ADJOINT_CASES)
+def test_vqc_twin_on_the_adjoint_path_equals_gate_engine_autograd(n, scaling, output, observable, ansatz, features):
+    """From 5 qubits the twin runs circuits.adjoint's numpy sweeps (the torch head's training path there),
+    not the dense matrix: outputs and every parameter's gradient against the gate engine's autograd."""
+    rng = np.random.default_rng(n)
+    spec = dict(n_qubits=n, layers=2, scaling=scaling, ansatz=ansatz, observable=observable, output=output,
+                dtype="complex128", seed=3, bounds=[2.0] + [None] * (features - 1) if scaling == "bound" else [])
+    module = VQC(features, 2, **spec)
+    ref = VQC(features, 2, engine="gates", **spec)
+    ref.load_state_dict(module.state_dict())
+    head = numpy_head(module)
+    assert isinstance(head, NumpyVQC) and head.adjoint and module.path(1, True) == "adjoint"
+    x, g = rng.normal(size=(3, features)), rng.normal(size=(3, 2))
+    ref_out, ref_grads = _autograd_grads(ref, x, g)
+    out, grads = _numpy_grads(module, x, g)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
+    assert np.abs(grads[0]).max() > 1e-6  # the circuit weights
+    for a, b in zip(grads, ref_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_twin_pickled_before_the_adjoint_form_keeps_the_dense_path():
+    module = VQC(6, 2, n_qubits=6, layers=1, seed=0)
+    head = numpy_head(module)
+    state = dict(head.__dict__)
+    del state["adjoint"]  # what a snapshot from before the adjoint twin holds
+    old = NumpyVQC.__new__(NumpyVQC)
+    old.__setstate__(state)
+    x = np.random.default_rng(0).normal(size=(2, 6))
+    for p in module.parameters():
+        p.grad = torch.zeros_like(p)
+    out_old, cache = old.forward(x)
+    assert not old.adjoint and len(cache[2]) == 3 and cache[2][0].shape == (2, 64)  # (r, amplitudes, DenseAdjoint)
+    np.testing.assert_allclose(out_old, head.forward(x)[0], atol=1e-5)
+
+
 def test_heads_without_a_numpy_pass_keep_the_torch_path():
     assert numpy_head(VQC(4, 2, n_qubits=4, scaling="trainable")) is None  # trainable input scale
     assert numpy_head(VQC(4, 2, n_qubits=4, output="scaled")) is None

@@ -138,3 +138,37 @@ def test_readout_matrix_hand_computed_two_qubits():
     np.testing.assert_array_equal(gates.readout_matrix("z", 2), [[1, 1], [1, -1], [-1, 1], [-1, -1]])
     np.testing.assert_array_equal(gates.readout_matrix("zz", 2), [[1], [-1], [-1], [1]])
     np.testing.assert_array_equal(gates.readout_matrix("p0", 2), [[1, 1], [1, 0], [0, 1], [0, 0]])
+
+
+@pytest.mark.parametrize("n, batch", [(4, 1), (4, 3), (6, 1), (6, 2), (8, 1), (8, 40), (12, 1)])
+def test_numpy_block_kernels_match_kronecker_products(n, batch):
+    """circuits.adjoint's apply_block and block_gradient in every layout they switch between (one GEMM on
+    the first wires, the rows by matrix^T for one column, gathered or summed products for the gradient)
+    against the block written out as a 2^n x 2^n Kronecker product."""
+    from circuits import adjoint
+
+    psi = RNG.normal(size=(2**n, batch)) + 1j * RNG.normal(size=(2**n, batch))
+    lam = RNG.normal(size=(2**n, batch)) + 1j * RNG.normal(size=(2**n, batch))
+    for first, width in adjoint.block_layout(n) + [(1, 2), (n - 1, 1)]:
+        d = 2**width
+        matrix = RNG.normal(size=(d, d)) + 1j * RNG.normal(size=(d, d))
+        full = np.kron(np.kron(np.eye(2**first), matrix), np.eye(2 ** (n - first - width)))
+        np.testing.assert_allclose(adjoint.apply_block(psi, matrix, first, width), full @ psi, atol=1e-10)
+        stacked = np.stack([psi, lam])  # the backward pass's (2, 2^n, B)
+        np.testing.assert_allclose(adjoint.apply_block(stacked, matrix, first, width)[1], full @ lam, atol=1e-10)
+        # G[i, j] = sum lam[.., i, ..] conj(psi[.., j, ..]) over the other wires and the batch
+        view = lambda a: a.reshape(2**first, d, 2 ** (n - first - width), batch)
+        expected = np.einsum("aicb,ajcb->ij", view(lam), view(psi).conj())
+        np.testing.assert_allclose(adjoint.block_gradient(lam, psi, first, width), expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_partial_trace_selector_gives_every_wires_partial_trace(width):
+    from circuits.adjoint import partial_trace_selector
+
+    d = 2**width
+    h = RNG.normal(size=(d, d)) + 1j * RNG.normal(size=(d, d))
+    got = (h.reshape(-1) @ partial_trace_selector(width)).reshape(width, 2, 2)
+    for i in range(width):
+        view = h.reshape(2**i, 2, 2 ** (width - i - 1), 2**i, 2, 2 ** (width - i - 1))
+        np.testing.assert_allclose(got[i], np.einsum("airajr->ij", view), atol=1e-12)

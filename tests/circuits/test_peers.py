@@ -147,6 +147,31 @@ def test_calls_without_gradient_build_the_dense_matrix_only_for_reuse():
     assert VQC(4, 2, n_qubits=4).path(3, False) == "dense"  # up to 4 qubits as the goldens always ran
 
 
+def test_acting_past_the_dense_path_reuses_the_weights_blocks_and_matches_the_differentiable_forward():
+    """Past ``dense_max_qubits`` every call without a gradient runs the numpy state-vector forward with the
+    blocks cached per weights: the same numbers as the autograd node's forward, blocks rebuilt only after a
+    weight change (or a replaced readout), and left out of a pickle."""
+    import pickle
+
+    torch.manual_seed(0)
+    m = VQC(11, 2, n_qubits=11, layers=2)
+    x = torch.randn(2, 11)
+    with torch.no_grad():
+        first = m(x)
+        blocks = m._act_blocks[1]
+        assert torch.equal(m(x), first) and m._act_blocks[1] is blocks and m._act_weights is m._act_blocks[0]
+    assert torch.equal(m(x).detach(), first)  # with a gradient: circuits.adjoint.StatevectorAdjoint
+    with torch.no_grad():
+        m.weights.add_(0.05)
+        moved = m(x)
+        assert m._act_blocks[1] is not blocks and not torch.allclose(moved, first)
+    assert torch.equal(m(x).detach(), moved)
+    assert pickle.loads(pickle.dumps(m))._act_blocks is None
+    with torch.no_grad():
+        m.circuit.readout = m.circuit.readout.flip(0)  # a head replacing its readout (output: born) rebuilds
+        assert not torch.allclose(m(x), moved)
+
+
 def test_block_layout_covers_every_wire_once():
     for n in range(1, 14):
         layout = block_layout(n)
