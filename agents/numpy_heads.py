@@ -224,7 +224,7 @@ class NumpyVQCActing(NumpyVQC):
         super().__init__(vqc)
         mark_acting_only(vqc)
         self._dense: tuple[Any, np.ndarray] | None = None  # (the torch matrix, its float64 copy)
-        self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS
+        self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS or not vqc.use_dense
         self._blocks: tuple[torch.Tensor, Any] | None = None  # (the weights, their adjoint.BlockMatrices)
 
     def __setstate__(self, state: dict[str, Any]) -> None:

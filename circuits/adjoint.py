@@ -116,20 +116,31 @@ def block_gradient(lam: np.ndarray, psi: np.ndarray, first: int, width: int) -> 
     return (lam @ psi.conj().swapaxes(-1, -2)).sum(0)
 
 
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {}
+
+
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The numpy dtype of a torch dtype (complex64 -> complex64, ...)."""
-    return torch.empty((), dtype=dtype).numpy().dtype
+    if dtype not in _NUMPY_DTYPES:
+        _NUMPY_DTYPES[dtype] = torch.empty((), dtype=dtype).numpy().dtype
+    return _NUMPY_DTYPES[dtype]
+
+
+_SHIFTS: dict[int, np.ndarray] = {}
 
 
 class BlockMatrices:
-    """The blocks of every layer at given weights, and their derivatives in each weight (numpy)."""
+    """The blocks of every layer at given weights, and their derivatives in each weight (numpy). When
+    every block has the same width (n a multiple of the block count) each step runs on all blocks at
+    once (``grouped``): at one row the per-block numpy calls were most of a training step's cost."""
 
     def __init__(self, circuit: "CompiledCircuit", weights: np.ndarray, with_derivatives: bool) -> None:
         layers, n, k = weights.shape
         ansatz = ANSATZE[circuit.ansatz]
         if with_derivatives:
-            shifts = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])  # the weights, then each shifted by pi
-            matrices = ansatz.matrices_np(weights[:, :, None, :] + shifts, circuit.options)  # (L, n, 1 + k, 2, 2)
+            if k not in _SHIFTS:  # the weights, then each shifted by pi
+                _SHIFTS[k] = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
+            matrices = ansatz.matrices_np(weights[:, :, None, :] + _SHIFTS[k], circuit.options)  # (L, n, 1 + k, 2, 2)
             rotations = matrices[:, :, 0]
             # R^dagger dR / dw per weight, with dR / dw = R(w + pi) / 2 (L, n, k, 2, 2)
             self.generators = 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])
@@ -138,26 +149,42 @@ class BlockMatrices:
         dtype = numpy_dtype(circuit.complex_dtype)
         self.layout = circuit.adjoint_layout
         self.k = k
-        self.exact: list[np.ndarray] = []  # per block: (L, 2^w, 2^w) complex128
-        self.blocks: list[np.ndarray] = []  # the same in the state's dtype
-        self.adjoints: list[np.ndarray] = []  # their conjugate transposes (un-applying a block)
+        self.shape = weights.shape
+        widths = {width for _, width in self.layout}
+        self.grouped = len(widths) == 1
+        if self.grouped:  # (L, blocks, 2^w, 2^w), then a view per block
+            width = widths.pop()
+            exact = kron_matrices(rotations.reshape(layers, len(self.layout), width, 2, 2))
+            block = exact.astype(dtype)
+            self.exact_all = exact
+            adjoints = np.ascontiguousarray(block.conj().swapaxes(-1, -2))
+            self.exact = [exact[:, b] for b in range(len(self.layout))]  # per block: (L, 2^w, 2^w) complex128
+            self.blocks = [block[:, b] for b in range(len(self.layout))]  # the same in the state's dtype
+            self.adjoints = [adjoints[:, b] for b in range(len(self.layout))]  # conjugate transposes (un-applying)
+            return
+        self.exact, self.blocks, self.adjoints = [], [], []
         for first, width in self.layout:
             exact = kron_matrices(rotations[:, first : first + width])  # (L, 2^w, 2^w)
             block = exact.astype(dtype)
             self.exact.append(exact)
             self.blocks.append(block)
             self.adjoints.append(np.ascontiguousarray(block.conj().swapaxes(-1, -2)))
-        self.shape = weights.shape
 
     def weight_gradient(self, grads: list[np.ndarray]) -> np.ndarray:
         """d loss / d weights (L, n, k) from each block's G (L, 2^w, 2^w), torch's convention for complex grads.
 
         A weight of wire i changes the block K to K Gen (Gen = g on wire i, the identity elsewhere,
         g = R^dagger dR/dw), so its gradient Re sum conj(G) (K Gen) is Re sum conj(H_i) g with H = K^dagger G
-        and H_i its partial trace over the block's other wires: per block one GEMM for H, one for every
-        wire's partial trace (``partial_trace_selector``) and one contraction with the generators."""
+        and H_i its partial trace over the block's other wires: one GEMM for H, one for every wire's
+        partial trace (``partial_trace_selector``) and one contraction with the generators, per block or
+        for all blocks at once when they have the same width."""
+        layers, n, k = self.shape
+        if self.grouped:
+            width = self.layout[0][1]
+            h = np.conj(np.swapaxes(self.exact_all, -1, -2)) @ np.stack(grads, axis=1).astype(np.complex128)
+            partial = (h.reshape(-1, 4**width) @ partial_trace_selector(width)).reshape(layers, n, 1, 4)
+            return (partial.conj() * self.generators.reshape(layers, n, k, 4)).sum(-1).real
         out = np.empty(self.shape)
-        layers = self.shape[0]
         for (first, width), grad, exact in zip(self.layout, grads, self.exact):
             h = np.conj(np.swapaxes(exact, -1, -2)) @ grad.astype(np.complex128)  # (L, d, d)
             partial = (h.reshape(layers, -1) @ partial_trace_selector(width)).reshape(layers, width, 1, 4)
@@ -259,8 +286,11 @@ def kron_rows(vectors: np.ndarray) -> np.ndarray:
     """Kronecker products of per-wire vectors (k, 2, B) -> (2^k, B), wire 0 first, as a balanced tree:
     each half's product, then one outer product (wire by wire, the large products were built n - 1
     times: 2.3x slower at 12 qubits and one row, 3.7x at 8 qubits and 600 rows)."""
-    if len(vectors) == 1:
-        return vectors[0]
+    if len(vectors) <= 4:  # (the tree's calls cost more than it saves on a few wires)
+        out = vectors[0]
+        for wire in range(1, len(vectors)):
+            out = (out[:, None] * vectors[wire][None]).reshape(-1, vectors.shape[-1])
+        return out
     half = len(vectors) // 2
     first, rest = kron_rows(vectors[:half]), kron_rows(vectors[half:])
     return (first[:, None] * rest[None]).reshape(-1, vectors.shape[-1])

@@ -12,8 +12,10 @@ recorded before and after.
 
 marl-q's columns: ``auto`` (the path the engine chooses, what a head gets), ``dense`` and ``gates``
 (the two paths forced), all through torch's autograd, and ``numpy``: the numpy twins that COMA's actor
-workers act through and the one-step A2C workers train through (``circuits.peers.numpy_twin``); "best"
-is the fastest of them, and the ratio is best / fastest peer.
+workers act through and the one-step A2C workers train through (``circuits.peers.numpy_twin``; up to 4
+qubits also ``numpy gates``, the twins of an ``engine: gates`` head, which run the adjoint sweeps where
+the auto head's twins use the dense matrix); "best" is the fastest of them, and the ratio is best /
+fastest peer.
 """
 from __future__ import annotations
 
@@ -26,13 +28,12 @@ import sys
 import time
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from circuits import peers as peer_mod
 from circuits.bench import time_per_call, write_json
 from circuits.spec import CircuitConfigError
-from circuits.vqc import VQC
+from circuits.vqc import ADJOINT_MIN_QUBITS, VQC
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 MARLQ_PATHS = ("auto", "dense", "gates")
@@ -77,11 +78,15 @@ def contestants(n: int, layers: int, only: list[str] | None = None) -> tuple[dic
         module = base if path == "auto" else bench_module(n, layers, path)
         module.load_state_dict(base.state_dict())
         sims[f"marl-q {path}"] = peer_mod.torch_peer(f"marl-q {path}", module, module)
-    if wanted("marl-q numpy"):
-        twins = [bench_module(n, layers) for _ in range(2)]
+    # the numpy twins of the auto head and, where it takes another path (up to 4 qubits the auto head's
+    # twin is the dense one), of an ``engine: gates`` head: the adjoint sweeps
+    for name, engine in (("marl-q numpy", "auto"), ("marl-q numpy gates", "gates")):
+        if not wanted(name) or (engine == "gates" and n >= ADJOINT_MIN_QUBITS):
+            continue
+        twins = [bench_module(n, layers, engine) for _ in range(2)]
         for twin in twins:
             twin.load_state_dict(base.state_dict())
-        sims["marl-q numpy"] = peer_mod.numpy_twin(*twins)
+        sims[name] = peer_mod.numpy_twin(*twins, name)
     absent: dict[str, str] = {}
     for name in filter(wanted, peer_mod.PEERS):
         peer, why = peer_mod.build_peer(name, base)

@@ -69,7 +69,7 @@ def torch_peer(name: str, module: VQC, function: Callable[[torch.Tensor], torch.
     return Peer(name, act, fwd_bwd, outputs, grads)
 
 
-def numpy_twin(acting: VQC, training: VQC) -> Peer:
+def numpy_twin(acting: VQC, training: VQC, name: str = "marl-q numpy") -> Peer:
     """marl-q's numpy twins of a head (``agents.numpy_heads``), outside torch's autograd: ``act`` is
     what COMA's actor workers act through (``NumpyVQCActing``, on ``acting``, which it marks acting
     only), ``fwd_bwd`` the forward and backward of the one-step A2C workers (``NumpyVQC``: the dense
@@ -94,7 +94,7 @@ def numpy_twin(acting: VQC, training: VQC) -> Peer:
         learner.backward(cache, coefficients.astype(np.float64))
         return [p.grad.double().numpy().copy() for p in params]
 
-    return Peer("marl-q numpy", lambda x: actor.forward(x)[0], fwd_bwd,
+    return Peer(name, lambda x: actor.forward(x)[0], fwd_bwd,
                 lambda x: actor.forward(x.double().numpy())[0], grads, lambda x: x.double().numpy())
 
 

@@ -41,6 +41,24 @@ def test_pennylane_peer_agrees_and_a_wrong_one_is_flagged():
     assert report["wrong"]["output_max_abs_diff"] > 1e-4
 
 
+@pytest.mark.parametrize("n", [3, 6])
+def test_numpy_twins_in_the_bench_agree_with_the_torch_head(n):
+    """The bench's numpy columns (the acting and one-step training twins; up to 4 qubits also those of an
+    ``engine: gates`` head) compute the torch head's outputs and gradients, and fwd_bwd leaves the
+    gradients of sum(outputs) in the parameters' .grad."""
+    sims, _ = contestants(n, 2, ["numpy"])
+    expected = {"marl-q auto", "marl-q numpy"} | ({"marl-q numpy gates"} if n < 5 else set())
+    assert set(sims) == expected
+    report = check_agreement(sims, n)
+    for name in expected - {"marl-q auto"}:
+        assert report[name]["agrees"] and report[name]["grad_max_rel_diff"] < 1e-5, (name, report[name])
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(3))
+    got = sims["marl-q numpy"].fwd_bwd(sims["marl-q numpy"].convert(x))
+    want = sims["marl-q auto"].fwd_bwd(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
 def test_agreement_measures_gradients_relative_to_their_scale():
     # hand-made peers: equal outputs, gradients off by 1% of their largest entry
     def fake(name: str, scale: float) -> peers.Peer:
