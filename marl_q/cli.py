@@ -89,7 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints every thread's Python stack of a running ``marlq`` to stderr and lets it
+    go on: where a run that seems stuck (a slow shutdown, a wait on a worker) is waiting."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if argv is None:  # run as a program (the `marlq` script, python -m marl_q.cli), not called from Python
+        dump_stacks_on_sigusr1()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "bench" and len(argv) >= 2 and not argv[1].startswith("-"):

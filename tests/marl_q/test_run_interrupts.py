@@ -47,8 +47,11 @@ def _interrupt(proc: subprocess.Popen) -> tuple[int, list[str]]:
     try:
         _, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)  # marlq prints every thread's stack (cli.dump_stacks_on_sigusr1)
+        time.sleep(2.0)
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the interrupted run did not end")
+        _, err = proc.communicate()
+        pytest.fail("the interrupted run did not end in 120 s; where it waited:\n" + err[-6000:])
     return proc.returncode, [ln for ln in err.splitlines() if ln.strip()]
 
 
@@ -102,3 +105,18 @@ def test_ctrl_c_on_ray_prints_one_line_checkpoints_what_was_learned_and_resumes(
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     _interrupt_after_learning_then_resume(small_raw, tmp_path)  # its own local Ray instance
 
+
+
+def test_sigusr1_prints_where_every_thread_is_and_the_run_goes_on(small_raw, tmp_path):
+    """`kill -USR1 PID` on a running `marlq` (marl_q.cli.dump_stacks_on_sigusr1): every thread's stack on
+    stderr, the run unharmed (it still stops on Ctrl-C as usual)."""
+    small_raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 10_000})
+    proc, out = _start(small_raw, tmp_path)
+    _wait_for(lambda: (out / "metrics.csv").is_file(), proc)
+    os.kill(proc.pid, signal.SIGUSR1)
+    time.sleep(1.0)
+    assert proc.poll() is None  # it goes on
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    text = "\n".join(err)
+    assert "most recent call first" in text and "marl_q/cli.py" in text and "in main" in text
