@@ -113,12 +113,32 @@ def check_agreement(sims: dict[str, peer_mod.Peer], n: int) -> dict[str, dict[st
     return result
 
 
-def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Interleaved rounds over the simulators for one cell; per simulator the median, min and max."""
+def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: argparse.Namespace,
+              previous: dict[str, tuple[int, float | None]] | None = None) -> dict[str, dict[str, Any]]:
+    """Interleaved rounds over the simulators for one cell; per simulator the median, min and max.
+
+    ``previous``: per simulator, (batch, seconds of one call or None if skipped) at the last smaller batch
+    of the same qubits and mode, updated here. A simulator skipped there, or whose call would take over
+    ``--max-call-s`` scaled linearly to this batch, is skipped without being called: its first call at a
+    batch it cannot handle may take minutes or all the memory (PennyLane's backprop at 12 qubits and
+    4096 rows was killed by the kernel at 24 GB, ending the bench)."""
     device = torch.device("cpu")
     calls: dict[str, Any] = {}
     out: dict[str, dict[str, Any]] = {}
+    previous = {} if previous is None else previous
+    batch = x.shape[0]
     for name, sim in sims.items():
+        before = previous.get(name)
+        if before is not None:
+            smaller, seconds = before
+            if seconds is None:
+                out[name] = {"skipped": f"skipped at B={smaller}"}
+                continue
+            if seconds * batch / smaller > args.max_call_s:
+                out[name] = {"skipped": f"one call predicted {seconds * batch / smaller:.2f} s > {args.max_call_s} s "
+                                        f"(from B={smaller})"}
+                previous[name] = (smaller, None)
+                continue
         function = sim.act if mode == "act" else sim.fwd_bwd
         xin = sim.convert(x)
         try:
@@ -129,10 +149,13 @@ def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: 
             once = clock() - start
         except MemoryError:
             out[name] = {"skipped": "out of memory"}
+            previous[name] = (batch, None)
             continue
         if once > args.max_call_s:
             out[name] = {"skipped": f"one call {once:.2f} s > {args.max_call_s} s"}
+            previous[name] = (batch, None)
             continue
+        previous[name] = (batch, once)
         calls[name] = (lambda f=function, v=xin: f(v))
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(args.rounds):
@@ -228,9 +251,10 @@ def _run_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         names = list(sims)
         say(" " * 19 + " ".join(f"{name[:15]:>15}" for name in names))
         for mode in modes:
-            for batch in args.batches:
+            previous: dict[str, tuple[int, float | None]] = {}
+            for batch in sorted(args.batches):
                 x = torch.randn(batch, n, generator=torch.Generator().manual_seed(batch))
-                results = time_cell(sims, mode, x, args)
+                results = time_cell(sims, mode, x, args, previous)
                 row = {"n_qubits": n, "mode": mode, "batch": batch, "results": results}
                 row.update(summarise(results, excluded))
                 rows.append(row)

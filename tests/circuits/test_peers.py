@@ -59,6 +59,30 @@ def test_numpy_twins_in_the_bench_agree_with_the_torch_head(n):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
 
 
+def test_a_simulator_too_slow_at_a_smaller_batch_is_not_called_at_a_larger_one():
+    """time_cell skips, without calling it, a simulator skipped at a smaller batch or whose one call,
+    scaled linearly from there, would pass --max-call-s (a first call at a batch it cannot handle may
+    take all the memory); the others are timed."""
+    import argparse
+
+    from circuits.peer_bench import time_cell
+
+    called: list[str] = []
+
+    def fake(name: str) -> peers.Peer:
+        def call(x):
+            called.append(name)
+        return peers.Peer(name, act=call, fwd_bwd=call, outputs=lambda x: None, grads=lambda x, c: [])
+
+    sims = {name: fake(name) for name in ("fast", "slow", "gone")}
+    args = argparse.Namespace(clock="cpu", max_call_s=0.5, rounds=1, min_time=0.001)
+    previous = {"slow": (64, 0.2), "gone": (64, None), "fast": (64, 1e-6)}
+    out = time_cell(sims, "act", torch.zeros(1024, 2), args, previous)
+    assert set(called) == {"fast"}
+    assert "predicted 3.20 s" in out["slow"]["skipped"] and out["gone"]["skipped"] == "skipped at B=64"
+    assert "ms_per_call" in out["fast"] and previous["slow"] == (64, None) and previous["fast"][0] == 1024
+
+
 def test_agreement_measures_gradients_relative_to_their_scale():
     # hand-made peers: equal outputs, gradients off by 1% of their largest entry
     def fake(name: str, scale: float) -> peers.Peer:
