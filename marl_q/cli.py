@@ -99,9 +99,20 @@ def dump_stacks_on_sigusr1() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
+def interrupt_on_sigint() -> None:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt even when the process started with SIGINT ignored, as a
+    non-interactive shell starts a background job (`marlq run ... &` in a script) and then `kill -INT`
+    did nothing on the sim and ray backends (local installs its own handler): every backend stops,
+    checkpoints and prints how to resume the same way."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is None:  # run as a program (the `marlq` script, python -m marl_q.cli), not called from Python
         dump_stacks_on_sigusr1()
+        interrupt_on_sigint()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "bench" and len(argv) >= 2 and not argv[1].startswith("-"):

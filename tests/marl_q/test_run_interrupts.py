@@ -20,14 +20,17 @@ from marl_q.rundir import latest_checkpoint, load_checkpoint
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start(raw: dict, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def _start(raw: dict, tmp_path: Path, sigint_ignored: bool = False) -> tuple[subprocess.Popen, Path]:
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump(raw))
     out = tmp_path / "r"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    # sigint_ignored: started as a non-interactive shell starts a background job (SIGINT ignored)
+    disposition = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
     proc = subprocess.Popen([sys.executable, "-m", "marl_q.cli", "run", str(cfg), "--out", str(out), "--quiet"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, like a job in a terminal
+                            start_new_session=True,  # its own process group, like a job in a terminal
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, disposition))
     return proc, out
 
 
@@ -120,3 +123,16 @@ def test_sigusr1_prints_where_every_thread_is_and_the_run_goes_on(small_raw, tmp
     assert code == 130, err
     text = "\n".join(err)
     assert "most recent call first" in text and "marl_q/cli.py" in text and "in main" in text
+
+
+def test_ctrl_c_reaches_a_run_started_with_sigint_ignored(small_raw, tmp_path):
+    """A non-interactive shell starts background jobs with SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: `kill -INT` did nothing to a sim or ray run so started (this test's Ray sibling
+    hung for 120 s whenever pytest itself ran in the background). marlq restores it
+    (cli.interrupt_on_sigint)."""
+    small_raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 20})
+    proc, out = _start(small_raw, tmp_path, sigint_ignored=True)
+    _wait_for(lambda: latest_checkpoint(out) is not None, proc)
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    assert err[-1] == f"marlq: interrupted; continue with `marlq resume {out}`"
