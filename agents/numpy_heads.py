@@ -227,12 +227,18 @@ class NumpyVQCActing(NumpyVQC):
         self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS or not vqc.use_dense
         self._blocks: tuple[torch.Tensor, Any] | None = None  # (the weights, their adjoint.BlockMatrices)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_blocks"] = None  # a cache: rebuilt from the weights on the next act (the same matrices)
+        return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a twin pickled before it could act by the state vector (a sim snapshot): it keeps its dense
-        # matrix, so the resumed run acts exactly as the snapshot's would have
+        # matrix, so the resumed run acts exactly as the snapshot's would have. Blocks pickled by an
+        # earlier version lack what the current forward reads: rebuilt
         state.setdefault("statevector", False)
         state.setdefault("adjoint", False)
-        state.setdefault("_blocks", None)
+        state["_blocks"] = None
         self.__dict__.update(state)
 
     @staticmethod

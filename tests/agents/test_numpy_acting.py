@@ -65,3 +65,23 @@ def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix()
     again = pickle.loads(pickle.dumps(twin))
     assert again.statevector is True
     np.testing.assert_allclose(again.forward(x)[0], want, atol=1e-5)
+
+
+def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them():
+    """Sim snapshots of a 5+ qubit acting twin held its cached adjoint.BlockMatrices; those of an earlier
+    version lack what the forward reads now (the first layer's per-wire matrices, the grouping). The
+    blocks are a cache: left out of pickles and rebuilt, with the same outputs."""
+    import pickle
+
+    torch.manual_seed(2)
+    module = VQC(6, 3, n_qubits=6, layers=2, output="linear", scaling="atan")
+    twin = numpy_acting_head(module)
+    x = np.random.default_rng(2).normal(size=(3, 6))
+    want = twin.forward(x)[0]
+    blocks = twin._blocks[1]
+    del blocks.first_wires, blocks.grouped  # what a block object of the earlier version holds
+    old_state = dict(twin.__dict__)  # as an earlier version pickled it: with its blocks
+    legacy = NumpyVQCActing.__new__(NumpyVQCActing)
+    legacy.__setstate__(old_state)
+    np.testing.assert_array_equal(legacy.forward(x)[0], want)
+    assert pickle.loads(pickle.dumps(twin))._blocks is None
