@@ -129,70 +129,77 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 _SHIFTS: dict[int, np.ndarray] = {}
 
 
+def rotations_and_generators(circuit: "CompiledCircuit", weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each wire's matrix R (L, n, 2, 2) at weights (L, n, k), and for each weight g = R^dagger dR/dw
+    (L, n, k, 2, 2), with dR/dw = R(w + pi) / 2 for a Pauli-rotation angle; numpy complex128. Both
+    analytic gradients use it: the dense path's (``CompiledCircuit.dense_adjoint``) and the adjoint
+    path's (``BlockMatrices``)."""
+    k = weights.shape[-1]
+    if k not in _SHIFTS:  # the weights, then each shifted by pi
+        _SHIFTS[k] = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
+    matrices = ANSATZE[circuit.ansatz].matrices_np(weights[:, :, None, :] + _SHIFTS[k], circuit.options)
+    rotations = matrices[:, :, 0]  # (L, n, 1 + k, 2, 2): at the weights, then each shifted
+    return rotations, 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])
+
+
+def width_groups(layout: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(first wire, width, count) of each run of neighbouring blocks of one width (``block_layout`` gives
+    at most two: the wider blocks first)."""
+    groups: list[list[int]] = []
+    for first, width in layout:
+        if groups and groups[-1][1] == width:
+            groups[-1][2] += 1
+        else:
+            groups.append([first, width, 1])
+    return [(first, width, count) for first, width, count in groups]
+
+
 class BlockMatrices:
-    """The blocks of every layer at given weights, and their derivatives in each weight (numpy). When
-    every block has the same width (n a multiple of the block count) each step runs on all blocks at
-    once (``grouped``): at one row the per-block numpy calls were most of a training step's cost."""
+    """The blocks of every layer at given weights, and their derivatives in each weight (numpy). Blocks of
+    one width are built and differentiated together (``width_groups``): at one row the per-block numpy
+    calls were most of a training step's cost."""
 
     def __init__(self, circuit: "CompiledCircuit", weights: np.ndarray, with_derivatives: bool) -> None:
-        layers, n, k = weights.shape
-        ansatz = ANSATZE[circuit.ansatz]
+        layers = weights.shape[0]
         if with_derivatives:
-            if k not in _SHIFTS:  # the weights, then each shifted by pi
-                _SHIFTS[k] = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
-            matrices = ansatz.matrices_np(weights[:, :, None, :] + _SHIFTS[k], circuit.options)  # (L, n, 1 + k, 2, 2)
-            rotations = matrices[:, :, 0]
-            # R^dagger dR / dw per weight, with dR / dw = R(w + pi) / 2 (L, n, k, 2, 2)
-            self.generators = 0.5 * np.einsum("lnji,lnkjm->lnkim", rotations.conj(), matrices[:, :, 1:])
+            rotations, self.generators = rotations_and_generators(circuit, weights)
         else:
-            rotations = ansatz.matrices_np(weights, circuit.options)  # (L, n, 2, 2)
+            rotations = ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options)  # (L, n, 2, 2)
         dtype = numpy_dtype(circuit.complex_dtype)
         self.layout = circuit.adjoint_layout
-        self.k = k
         self.shape = weights.shape
         # the first layer's rotation of each wire times the encoding's 2 x 2 (final_state, rotations first)
         self.first_wires = (None if circuit.entangle_first or not layers
                             else (rotations[0] @ circuit.state_map.numpy()).astype(dtype))
-        widths = {width for _, width in self.layout}
-        self.grouped = len(widths) == 1
-        if self.grouped:  # (L, blocks, 2^w, 2^w), then a view per block
-            width = widths.pop()
-            exact = kron_matrices(rotations.reshape(layers, len(self.layout), width, 2, 2))
+        self.groups = width_groups(self.layout)
+        self.exact: list[np.ndarray] = []  # per group: (L, count, 2^w, 2^w) complex128
+        self.blocks: list[np.ndarray] = []  # per block: (L, 2^w, 2^w) in the state's dtype
+        self.adjoints: list[np.ndarray] = []  # their conjugate transposes (un-applying a block)
+        for first, width, count in self.groups:
+            exact = kron_matrices(rotations[:, first : first + width * count].reshape(layers, count, width, 2, 2))
             block = exact.astype(dtype)
-            self.exact_all = exact
             adjoints = np.ascontiguousarray(block.conj().swapaxes(-1, -2))
-            self.exact = [exact[:, b] for b in range(len(self.layout))]  # per block: (L, 2^w, 2^w) complex128
-            self.blocks = [block[:, b] for b in range(len(self.layout))]  # the same in the state's dtype
-            self.adjoints = [adjoints[:, b] for b in range(len(self.layout))]  # conjugate transposes (un-applying)
-            return
-        self.exact, self.blocks, self.adjoints = [], [], []
-        for first, width in self.layout:
-            exact = kron_matrices(rotations[:, first : first + width])  # (L, 2^w, 2^w)
-            block = exact.astype(dtype)
             self.exact.append(exact)
-            self.blocks.append(block)
-            self.adjoints.append(np.ascontiguousarray(block.conj().swapaxes(-1, -2)))
+            self.blocks += [block[:, b] for b in range(count)]
+            self.adjoints += [adjoints[:, b] for b in range(count)]
 
     def weight_gradient(self, grads: list[np.ndarray]) -> np.ndarray:
         """d loss / d weights (L, n, k) from each block's G (L, 2^w, 2^w), torch's convention for complex grads.
 
         A weight of wire i changes the block K to K Gen (Gen = g on wire i, the identity elsewhere,
         g = R^dagger dR/dw), so its gradient Re sum conj(G) (K Gen) is Re sum conj(H_i) g with H = K^dagger G
-        and H_i its partial trace over the block's other wires: one GEMM for H, one for every wire's
-        partial trace (``partial_trace_selector``) and one contraction with the generators, per block or
-        for all blocks at once when they have the same width."""
-        layers, n, k = self.shape
-        if self.grouped:
-            width = self.layout[0][1]
-            h = np.conj(np.swapaxes(self.exact_all, -1, -2)) @ np.stack(grads, axis=1).astype(np.complex128)
-            partial = (h.reshape(-1, 4**width) @ partial_trace_selector(width)).reshape(layers, n, 1, 4)
-            return (partial.conj() * self.generators.reshape(layers, n, k, 4)).sum(-1).real
+        and H_i its partial trace over the block's other wires: per group of blocks of one width, one
+        GEMM for H, one for every wire's partial trace (``partial_trace_selector``) and one contraction
+        with the generators."""
+        layers, _, k = self.shape
         out = np.empty(self.shape)
-        for (first, width), grad, exact in zip(self.layout, grads, self.exact):
-            h = np.conj(np.swapaxes(exact, -1, -2)) @ grad.astype(np.complex128)  # (L, d, d)
-            partial = (h.reshape(layers, -1) @ partial_trace_selector(width)).reshape(layers, width, 1, 4)
-            generators = self.generators[:, first : first + width].reshape(layers, width, self.k, 4)
-            out[:, first : first + width] = (partial.conj() * generators).sum(-1).real
+        start = 0
+        for (first, width, count), exact in zip(self.groups, self.exact):
+            wires = slice(first, first + width * count)
+            h = np.conj(np.swapaxes(exact, -1, -2)) @ np.stack(grads[start : start + count], axis=1).astype(np.complex128)
+            partial = (h.reshape(-1, 4**width) @ partial_trace_selector(width)).reshape(layers, width * count, 1, 4)
+            out[:, wires] = (partial.conj() * self.generators[:, wires].reshape(layers, width * count, k, 4)).sum(-1).real
+            start += count
         return out
 
 

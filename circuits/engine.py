@@ -244,11 +244,7 @@ class CompiledCircuit(nn.Module):
         adjoint.single_thread_blas()
         w = weights.detach().cpu().numpy().astype(np.float64)
         layers, n, k = w.shape
-        angles = w[:, :, None, :] + self._np_constant(("shifts", k), lambda: np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)]))
-        # angles (L, n, 1 + k, k): the weights, then each weight shifted by pi
-        matrices = ANSATZE[self.ansatz].matrices_np(angles, self.options)  # (L, n, 1 + k, 2, 2)
-        rotations = matrices[:, :, 0]
-        generators = 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])  # R^dagger dR
+        rotations, generators = adjoint.rotations_and_generators(self, w)  # R and R^dagger dR per weight
         kron = rotations[:, 0]
         for wire in range(1, n):
             size = kron.shape[-1] * 2

@@ -79,7 +79,7 @@ def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them():
     x = np.random.default_rng(2).normal(size=(3, 6))
     want = twin.forward(x)[0]
     blocks = twin._blocks[1]
-    del blocks.first_wires, blocks.grouped  # what a block object of the earlier version holds
+    del blocks.first_wires, blocks.groups  # what a block object of the earlier version lacks
     old_state = dict(twin.__dict__)  # as an earlier version pickled it: with its blocks
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
     legacy.__setstate__(old_state)
