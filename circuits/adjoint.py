@@ -378,12 +378,10 @@ def readouts_of(psi: np.ndarray, structure: Structure) -> np.ndarray:
     return np.ascontiguousarray((structure.readout.T @ (psi.real**2 + psi.imag**2)).T)
 
 
-def readouts_np(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMatrices,
-                structure: Structure | None = None) -> np.ndarray:
-    """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient);
-    ``structure``: the circuit's, kept by a caller that acts many times."""
+def readouts_np(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMatrices) -> np.ndarray:
+    """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient)."""
     single_thread_blas()
-    structure = structure or structure_of(circuit)
+    structure = structure_of(circuit)
     return readouts_of(final_state(circuit, angles, blocks, structure)[0], structure)
 
 
