@@ -19,6 +19,7 @@ from torch import nn
 
 from agents.losses import a2c_loss_grad
 from agents.returns import rollout_targets
+from circuits import kernels
 from circuits.gradients import count
 from circuits.resources import counter_of
 
@@ -91,10 +92,13 @@ class NumpyVQC:
         self.bound_scale = vqc.bound_scale.numpy().astype(np.float64) if vqc.cfg.scaling == "bound" else None
         self.sum_groups = vqc.sum_groups.numpy().astype(np.float64) if vqc.cfg.output == "sum" else None
         self.adjoint = NumpyVQC.on_adjoint_path(vqc)
+        self.kernels = True  # few rows through circuits.kernels (where numba is here)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # a twin pickled before the adjoint form existed (a sim snapshot) keeps the dense path it ran on
+        # a twin pickled before the adjoint form or the kernels existed (a sim snapshot) keeps the path it
+        # ran on: the resumed run computes what the snapshot's would have, to the bit
         state.setdefault("adjoint", False)
+        state.setdefault("kernels", False)
         self.__dict__.update(state)
 
     @staticmethod
@@ -138,8 +142,19 @@ class NumpyVQC:
         if counter is not None:
             counter.forward()
 
+    def _kernel_rows(self, rows: int) -> bool:
+        """Whether ``rows`` rows run through the compiled kernels (circuits.kernels): few enough for this
+        qubit count, and numba here."""
+        return self.kernels and rows <= kernels.max_rows(self.vqc.cfg.n_qubits)
+
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         self._count_forward(x.shape[0])
+        if self._kernel_rows(x.shape[0]):
+            circuit = self.vqc.circuit
+            rot, gen = kernels.rotations(circuit, self.vqc.weights.detach().numpy().astype(np.float64), True)
+            readouts, states = kernels.forward(circuit, self._angles(x), rot, True)
+            out, hidden = self._head(readouts)
+            return out, (readouts, hidden, ("kernel", states, rot, gen))
         if self.adjoint:
             from circuits import adjoint
 
@@ -197,7 +212,10 @@ class NumpyVQC:
             grad_readouts = grad @ post.weight.detach().numpy().astype(np.float64)
             if kind == "relu_linear":
                 grad_readouts = grad_readouts * (readouts > 0.0)
-        if self.adjoint:
+        if isinstance(state[0], str):  # ("kernel", ...)
+            _, states, rot, gen = state
+            weight_grad = kernels.weight_grad(self.vqc.circuit, states, grad_readouts, rot, gen)
+        elif self.adjoint:
             from circuits import adjoint
 
             psi, blocks, structure = state
@@ -210,13 +228,14 @@ class NumpyVQC:
 
 
 class NumpyVQCActing(NumpyVQC):
-    """The forward pass alone of a ``VQC`` on the dense path, for acting (no backward): as ``NumpyVQC``
-    plus an optional ``preprocess: linear`` pre-layer. Up to 4 qubits from the cached circuit matrix (a
-    head given one is marked acting only, ``circuits.vqc.mark_acting_only``, so a weight change rebuilds
-    just that matrix); from 5 (``ADJOINT_MIN_QUBITS``) by the state-vector forward of
-    ``circuits.adjoint`` with its Kronecker blocks cached per weights: an actor's weights change every
-    few dozen acts, and rebuilding a 2^n x 2^n matrix each time cost more than all its acts together
-    (7.6 ms per rebuild at 8 qubits, against ~0.1 ms per act of 3 rows)."""
+    """The forward pass alone of a ``VQC``, for acting (no backward): as ``NumpyVQC`` plus an optional
+    ``preprocess: linear`` pre-layer. Few rows (``circuits.kernels.max_rows``) run through the compiled
+    kernels, with the wires' matrices cached per weights. Otherwise, up to 4 qubits, from the cached
+    circuit matrix (a head given one is marked acting only, ``circuits.vqc.mark_acting_only``, so a
+    weight change rebuilds just that matrix); from 5 (``ADJOINT_MIN_QUBITS``) by the state-vector
+    forward of ``circuits.adjoint`` with its Kronecker blocks cached per weights: an actor's weights
+    change every few dozen acts, and rebuilding a 2^n x 2^n matrix each time cost more than all its
+    acts together (7.6 ms per rebuild at 8 qubits, against ~0.1 ms per act of 3 rows)."""
 
     def __init__(self, vqc: Any) -> None:
         from circuits.vqc import ADJOINT_MIN_QUBITS, mark_acting_only
@@ -225,21 +244,34 @@ class NumpyVQCActing(NumpyVQC):
         mark_acting_only(vqc)
         self._dense: tuple[Any, np.ndarray] | None = None  # (the torch matrix, its float64 copy)
         self.statevector = vqc.cfg.n_qubits >= ADJOINT_MIN_QUBITS or not vqc.use_dense
-        self._blocks: tuple[torch.Tensor, Any] | None = None  # (the weights, their adjoint.BlockMatrices)
+        # (the weights, what was built from them: "blocks" (adjoint.BlockMatrices), "rotations" (kernels))
+        self._per_weights: tuple[torch.Tensor, dict[str, Any]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_blocks"] = None  # a cache: rebuilt from the weights on the next act (the same matrices)
+        state["_per_weights"] = None  # a cache: rebuilt from the weights on the next act (the same matrices)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # a twin pickled before it could act by the state vector (a sim snapshot): it keeps its dense
-        # matrix, so the resumed run acts exactly as the snapshot's would have. Blocks pickled by an
-        # earlier version lack what the current forward reads: rebuilt
+        # a twin pickled before it could act by the state vector or the kernels (a sim snapshot): it keeps
+        # its path, so the resumed run acts exactly as the snapshot's would have. Blocks pickled by an
+        # earlier version (``_blocks``) lack what the current forward reads: rebuilt
         state.setdefault("statevector", False)
         state.setdefault("adjoint", False)
-        state["_blocks"] = None
+        state.setdefault("kernels", False)
+        state.pop("_blocks", None)
+        state["_per_weights"] = None
         self.__dict__.update(state)
+
+    def _built(self, key: str, make: Any) -> Any:
+        """make(weights as float64 numpy) for the head's current weights, cached until they change."""
+        weights = self.vqc.weights.detach()
+        if self._per_weights is None or not torch.equal(self._per_weights[0], weights):
+            self._per_weights = (weights.clone(), {})
+        built = self._per_weights[1]
+        if key not in built:
+            built[key] = make(weights.numpy().astype(np.float64))
+        return built[key]
 
     @staticmethod
     def supports(module: nn.Module) -> bool:
@@ -260,15 +292,16 @@ class NumpyVQCActing(NumpyVQC):
         pre = self.vqc.pre
         if pre is not None:
             x = x @ pre.weight.detach().numpy().T.astype(np.float64) + pre.bias.detach().numpy()
+        circuit = self.vqc.circuit
+        if self._kernel_rows(x.shape[0]):
+            rot = self._built("rotations", lambda weights: kernels.rotations(circuit, weights, False)[0])
+            return self._head(kernels.forward(circuit, self._angles(x), rot, False)[0])[0], None
         if self.statevector:
             from circuits import adjoint
 
-            weights = self.vqc.weights.detach()
-            circuit = self.vqc.circuit
-            if self._blocks is None or not torch.equal(self._blocks[0], weights):
-                self._blocks = (weights.clone(), adjoint.BlockMatrices(circuit, weights.numpy().astype(np.float64), False))
-            angles = self._angles(x).astype(weights.numpy().dtype)
-            readouts = adjoint.readouts_np(circuit, angles, self._blocks[1]).astype(np.float64)
+            blocks = self._built("blocks", lambda weights: adjoint.BlockMatrices(circuit, weights, False))
+            angles = self._angles(x).astype(self.vqc.weights.detach().numpy().dtype)
+            readouts = adjoint.readouts_np(circuit, angles, blocks).astype(np.float64)
             return self._head(readouts)[0], None
         with torch.no_grad():
             dense = self.vqc.dense_matrix()  # cached until the weights change
@@ -282,13 +315,12 @@ class NumpyVQCActing(NumpyVQC):
 
 def numpy_acting_head(module: nn.Module) -> Optional[Any]:
     """The numpy twin an actor that is never differentiated acts through, or None (act through torch):
-    ``numpy_head``'s up to 4 qubits (the dense matrix it keeps serves acting too), else a circuit's
-    forward alone (``NumpyVQCActing``: from 5 qubits the state vector with the blocks cached per weights,
-    where the learner's twin would build their derivatives on every act)."""
-    twin = numpy_head(module)
-    if (twin is None or getattr(twin, "adjoint", False)) and NumpyVQCActing.supports(module):
+    a circuit's forward alone (``NumpyVQCActing``: few rows through the compiled kernels, more through
+    the cached dense matrix up to 4 qubits or the state vector with its blocks cached per weights, where
+    the learner's twin would build their derivatives on every act), else ``numpy_head``'s."""
+    if NumpyVQCActing.supports(module):
         return NumpyVQCActing(module)
-    return twin
+    return numpy_head(module)
 
 
 def numpy_head(module: nn.Module) -> Optional[Any]:

@@ -70,6 +70,11 @@ class Ansatz:
     # whether every gate has the two-term parameter-shift rule (true when every weight is the angle
     # of one Pauli rotation, the contract above); ``grad: parameter_shift`` refuses an ansatz without
     shift_rule: bool = True
+    # the per-wire matrix as Pauli rotations, weight i the angle of the i-th applied (``matrices`` =
+    # A_{k-1}(w_{k-1}) .. A_0(w_0), each "rx" | "ry" | "rz"): the compiled kernels (circuits.kernels)
+    # then build the matrices and their derivatives in one compiled call. None: ``matrices_np`` and the
+    # shift rule (circuits.adjoint.rotations_and_generators)
+    pauli_axes: Optional[Callable[[LayerOptions], tuple[str, ...]]] = None
 
     def __post_init__(self) -> None:
         if self.matrices_np is None:

@@ -35,4 +35,5 @@ ANSATZ = register(Ansatz(
     matrices_np=lambda weights, options: gates.rotation_matrices_np(options.rotation, weights[..., 0]),
     pairs=pairs,
     pennylane_layer=pennylane_layer,
+    pauli_axes=lambda options: (options.rotation,),
 ))

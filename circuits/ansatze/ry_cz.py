@@ -32,4 +32,5 @@ ANSATZ = register(Ansatz(
     matrices_np=lambda weights, options: gates.rotation_matrices_np("ry", weights[..., 0]),
     pairs=pairs,
     pennylane_layer=pennylane_layer,
+    pauli_axes=lambda options: ("ry",),
 ))

@@ -32,6 +32,7 @@ ANSATZ = register(Ansatz(
     pairs=pairs,
     pennylane_layer=pennylane_layer,
     entangle_first=True,
+    pauli_axes=lambda options: ("rz", "ry", "rz"),
     # three gates per wire in PennyLane (RZ, RY, RZ): noise acts after each
     gate_matrices=lambda weights, options, dtype: [gates.rotation_matrices(axis, weights[..., k], dtype)
                                                    for k, axis in enumerate(("rz", "ry", "rz"))],

@@ -28,4 +28,5 @@ ANSATZ = register(Ansatz(
     matrices_np=gates.rot_layer_np,
     pairs=pairs,
     pennylane_layer=pennylane_layer,
+    pauli_axes=lambda options: ("rz", "ry", "rz"),  # Rot(w0, w1, w2) = RZ(w2) RY(w1) RZ(w0)
 ))

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from agents.numpy_heads import NumpyVQCActing, numpy_acting_head
-from circuits import VQC
+from circuits import VQC, kernels
+
 
 
 @pytest.mark.parametrize("n, preprocess, output, scaling", [(8, "linear", "linear", "atan"), (4, "none", "relu_linear", "none"),
                                                              (5, "linear", "sum", "atan"), (6, "none", "linear", "atan"),
                                                              (11, "none", "relu_linear", "atan")])
-def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
+def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling, path):
     torch.manual_seed(n)
     in_dim = 21 if preprocess == "linear" else n
     module = VQC(in_dim, 5, n_qubits=n, layers=2, preprocess=preprocess, output=output, scaling=scaling)
@@ -22,23 +23,23 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling):
     with torch.no_grad():
         want = module(torch.from_numpy(x).float()).double().numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
-    # up to 4 qubits without a pre-layer the learner's twin (with its backward) serves; else the acting
-    # one, and a weight change rebuilds the matrix (or the blocks) alone
-    assert isinstance(twin, NumpyVQCActing) == (preprocess == "linear" or n >= 5)
-    assert module.acting_only == (preprocess == "linear" or n >= 5)
-    if isinstance(twin, NumpyVQCActing):  # from 5 qubits the state-vector forward acts, no dense matrix
-        assert twin.statevector == (n >= 5) and (twin._dense is None) == (n >= 5)
+    # every one acts through the acting twin, marked acting only (a weight change rebuilds the matrix or
+    # the blocks alone); past the kernels' rows, up to 4 qubits through the dense matrix, from 5 the
+    # state vector
+    assert isinstance(twin, NumpyVQCActing) and module.acting_only
+    assert twin.statevector == (n >= 5)
+    assert (twin._dense is None) == (n >= 5 or path == "kernels")
     with torch.no_grad():  # a weight change is seen
         module.weights.add_(0.3)
         want = module(torch.from_numpy(x).float()).double().numpy()
     np.testing.assert_allclose(twin.forward(x)[0], want, atol=1e-5)
-    if isinstance(twin, NumpyVQCActing):
-        with pytest.raises(TypeError, match="acting only"):
-            twin.backward(None, np.zeros_like(got))
+    with pytest.raises(TypeError, match="acting only"):
+        twin.backward(None, np.zeros_like(got))
 
 
 def test_acting_twin_choice():
     assert isinstance(numpy_acting_head(VQC(20, 5, n_qubits=8, preprocess="linear")), NumpyVQCActing)
+    assert isinstance(numpy_acting_head(VQC(4, 2, n_qubits=4)), NumpyVQCActing)
     assert numpy_acting_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # the gate path: torch
     assert isinstance(numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1)), NumpyVQCActing)  # no dense path: the state vector
     assert numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1, shots=100)) is None  # shots: torch draws them
@@ -54,7 +55,7 @@ def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix()
     twin = numpy_acting_head(module)
     x = np.random.default_rng(1).normal(size=(3, 21))
     old = dict(twin.__dict__)
-    for key in ("statevector", "_blocks", "adjoint"):
+    for key in ("statevector", "_per_weights", "adjoint", "kernels"):
         old.pop(key)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
     legacy.__setstate__(old)
@@ -63,25 +64,31 @@ def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix()
     assert legacy.statevector is False
     np.testing.assert_allclose(legacy.forward(x)[0], want, atol=1e-5)
     again = pickle.loads(pickle.dumps(twin))
-    assert again.statevector is True
+    assert again.statevector is True and again.kernels is True
     np.testing.assert_allclose(again.forward(x)[0], want, atol=1e-5)
 
 
-def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them():
-    """Sim snapshots of a 5+ qubit acting twin held its cached adjoint.BlockMatrices; those of an earlier
-    version lack what the forward reads now (the first layer's per-wire matrices, the grouping). The
-    blocks are a cache: left out of pickles and rebuilt, with the same outputs."""
+def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them(monkeypatch):
+    """Sim snapshots of a 5+ qubit acting twin held its cached adjoint.BlockMatrices (``_blocks``); those
+    of an earlier version lack what the forward reads now (the first layer's per-wire matrices, the
+    grouping). The blocks are a cache: left out of pickles and rebuilt, with the same outputs."""
     import pickle
 
+    monkeypatch.setattr(kernels, "MAX_ROWS", {})  # the snapshot's twin acted by the state vector
     torch.manual_seed(2)
     module = VQC(6, 3, n_qubits=6, layers=2, output="linear", scaling="atan")
     twin = numpy_acting_head(module)
     x = np.random.default_rng(2).normal(size=(3, 6))
     want = twin.forward(x)[0]
-    blocks = twin._blocks[1]
+    weights, built = twin._per_weights
+    blocks = built["blocks"]
     del blocks.first_wires, blocks.groups  # what a block object of the earlier version lacks
     old_state = dict(twin.__dict__)  # as an earlier version pickled it: with its blocks
+    for key in ("_per_weights", "kernels"):
+        del old_state[key]
+    old_state["_blocks"] = (weights, blocks)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
     legacy.__setstate__(old_state)
+    assert not hasattr(legacy, "_blocks") and legacy.kernels is False
     np.testing.assert_array_equal(legacy.forward(x)[0], want)
-    assert pickle.loads(pickle.dumps(twin))._blocks is None
+    assert pickle.loads(pickle.dumps(twin))._per_weights is None

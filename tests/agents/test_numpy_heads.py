@@ -50,7 +50,7 @@ VQC_CASES = list(itertools.product(["none", "atan", "bound"], ["raw", "sum", "li
 
 
 @pytest.mark.parametrize("scaling,output,observable,ansatz", VQC_CASES)
-def test_vqc_forward_and_gradients_equal_gate_engine_autograd(scaling, output, observable, ansatz):
+def test_vqc_forward_and_gradients_equal_gate_engine_autograd(scaling, output, observable, ansatz, path):
     """complex128 so that float rounding is far below the tolerance; 3 qubits, 3 features, 2 outputs."""
     rng = np.random.default_rng(len(scaling) * 7 + len(output) + len(observable))
     spec = dict(n_qubits=3, layers=2, scaling=scaling, ansatz=ansatz, observable=observable, output=output,
@@ -73,7 +73,7 @@ ADJOINT_CASES = [(5, "atan", "relu_linear", "p0", "rzryrz_ring", 5), (6, "bound"
 
 
 @pytest.mark.parametrize("n,scaling,output,observable,ansatz,features", ADJOINT_CASES)
-def test_vqc_twin_on_the_adjoint_path_equals_gate_engine_autograd(n, scaling, output, observable, ansatz, features):
+def test_vqc_twin_on_the_adjoint_path_equals_gate_engine_autograd(n, scaling, output, observable, ansatz, features, path):
     """From 5 qubits the twin runs circuits.adjoint's numpy sweeps (the torch head's training path there),
     not the dense matrix: outputs and every parameter's gradient against the gate engine's autograd."""
     rng = np.random.default_rng(n)
@@ -97,7 +97,7 @@ def test_twin_pickled_before_the_adjoint_form_keeps_the_dense_path():
     module = VQC(6, 2, n_qubits=6, layers=1, seed=0)
     head = numpy_head(module)
     state = dict(head.__dict__)
-    del state["adjoint"]  # what a snapshot from before the adjoint twin holds
+    del state["adjoint"], state["kernels"]  # what a snapshot from before the adjoint twin holds
     old = NumpyVQC.__new__(NumpyVQC)
     old.__setstate__(state)
     x = np.random.default_rng(0).normal(size=(2, 6))

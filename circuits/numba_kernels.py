@@ -1,0 +1,208 @@
+"""The compiled loops of ``circuits.kernels`` (numba): imported only through it, which falls back to the
+numpy paths where numba cannot be imported. Everything is float64 / complex128 / int64, so each
+function compiles once (``cache=True``: later processes load the machine code from ``__pycache__``).
+
+A state is a (2^n,) complex vector, wire 0 the most significant bit of its index (PennyLane's order).
+Per layer l the circuit applies, in the order the ansatz says (``entangle_first``), the signed
+permutation psi'[j] = sign[l, j] psi[inv[l, j]] (its CNOT/CZ gates) and one 2 x 2 matrix rot[l, w] per
+wire. The sums may be reassociated and multiply-adds fused (``FAST``: what lets LLVM vectorize the
+loops), but in an order fixed by the compiled code: a rerun on the same machine gives the same bits.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+AXIS_X, AXIS_Y, AXIS_Z = 0, 1, 2
+FAST = {"reassoc", "contract", "nsz"}
+
+
+@njit(cache=True, fastmath=FAST)
+def _apply_wire(psi, n, wire, g00, g01, g10, g11):
+    stride = 1 << (n - 1 - wire)
+    size = psi.shape[0]
+    for high in range(0, size, 2 * stride):
+        for low in range(high, high + stride):
+            a0 = psi[low]
+            a1 = psi[low + stride]
+            psi[low] = g00 * a0 + g01 * a1
+            psi[low + stride] = g10 * a0 + g11 * a1
+
+
+@njit(cache=True, fastmath=FAST)
+def _permute(psi, out, inv, sign):
+    for j in range(psi.shape[0]):
+        out[j] = psi[inv[j]] * sign[j]
+
+
+@njit(cache=True, fastmath=FAST)
+def _unpermute(psi, out, fwd, sign):
+    for i in range(psi.shape[0]):
+        j = fwd[i]
+        out[i] = psi[j] * sign[j]
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_rotations(weights, axes, rot, gen):
+    """The per-wire matrices R = A_{k-1}(w_{k-1}) .. A_0(w_0) of weights (L, n, k), A_i the Pauli rotation
+    exp(-i w P_i / 2) about axes[i], into rot (L, n, 2, 2); with gen (L, n, k, 2, 2) non-empty, also
+    g_i = R^dagger dR/dw_i = C_i^dagger (-i P_i / 2) C_i with C_i = A_i .. A_0."""
+    L, n, k = weights.shape
+    with_gen = gen.shape[0] > 0
+    for l in range(L):
+        for w in range(n):
+            c00, c01, c10, c11 = 1.0 + 0j, 0j, 0j, 1.0 + 0j  # C, built up one rotation at a time
+            for i in range(k):
+                half = 0.5 * weights[l, w, i]
+                c, s = math.cos(half), math.sin(half)
+                axis = axes[i]
+                if axis == AXIS_X:  # [[c, -i s], [-i s, c]]
+                    a00, a01, a10, a11 = c + 0j, -1j * s, -1j * s, c + 0j
+                elif axis == AXIS_Y:  # [[c, -s], [s, c]]
+                    a00, a01, a10, a11 = c + 0j, -s + 0j, s + 0j, c + 0j
+                else:  # [[c - i s, 0], [0, c + i s]]
+                    a00, a01, a10, a11 = complex(c, -s), 0j, 0j, complex(c, s)
+                c00, c01, c10, c11 = (a00 * c00 + a01 * c10, a00 * c01 + a01 * c11,
+                                      a10 * c00 + a11 * c10, a10 * c01 + a11 * c11)
+                if with_gen:
+                    # (-i P / 2) C
+                    if axis == AXIS_X:
+                        p00, p01, p10, p11 = -0.5j * c10, -0.5j * c11, -0.5j * c00, -0.5j * c01
+                    elif axis == AXIS_Y:
+                        p00, p01, p10, p11 = -0.5 * c10, -0.5 * c11, 0.5 * c00, 0.5 * c01
+                    else:
+                        p00, p01, p10, p11 = -0.5j * c00, -0.5j * c01, 0.5j * c10, 0.5j * c11
+                    # C^dagger (.)
+                    gen[l, w, i, 0, 0] = c00.conjugate() * p00 + c10.conjugate() * p10
+                    gen[l, w, i, 0, 1] = c00.conjugate() * p01 + c10.conjugate() * p11
+                    gen[l, w, i, 1, 0] = c01.conjugate() * p00 + c11.conjugate() * p10
+                    gen[l, w, i, 1, 1] = c01.conjugate() * p01 + c11.conjugate() * p11
+            rot[l, w, 0, 0] = c00
+            rot[l, w, 0, 1] = c01
+            rot[l, w, 1, 0] = c10
+            rot[l, w, 1, 1] = c11
+
+
+@njit(cache=True, fastmath=FAST)
+def forward(angles, state_map, rot, inv, sign, entangle_first, readout, states, readouts):
+    """Readouts (B, m) of encoding angles (B, n): each row's product state F (cos(t/2), sin(t/2)) per
+    wire, the layers, then readout (m, 2^n) @ |psi|^2. states (B, 2^n): each row's final state, kept for
+    ``backward`` (a (0, 2^n) array: not kept). When the rotations come first, the first layer's meet the
+    product state: each wire's vector is rotated before the Kronecker product."""
+    B, n = angles.shape
+    L = rot.shape[0]
+    size = 1 << n
+    m = readout.shape[0]
+    keep = states.shape[0] > 0
+    psi = np.empty(size, np.complex128)
+    tmp = np.empty(size, np.complex128)
+    fold = (not entangle_first) and L > 0
+    for b in range(B):
+        psi[0] = 1.0
+        filled = 1
+        for w in range(n):
+            c, s = math.cos(0.5 * angles[b, w]), math.sin(0.5 * angles[b, w])
+            v0 = state_map[0, 0] * c + state_map[0, 1] * s
+            v1 = state_map[1, 0] * c + state_map[1, 1] * s
+            if fold:
+                v0, v1 = rot[0, w, 0, 0] * v0 + rot[0, w, 0, 1] * v1, rot[0, w, 1, 0] * v0 + rot[0, w, 1, 1] * v1
+            for i in range(filled - 1, -1, -1):
+                x = psi[i]
+                psi[2 * i + 1] = x * v1
+                psi[2 * i] = x * v0
+            filled *= 2
+        for l in range(L):
+            if entangle_first:
+                _permute(psi, tmp, inv[l], sign[l])
+                psi, tmp = tmp, psi
+            if not (fold and l == 0):
+                for w in range(n):
+                    _apply_wire(psi, n, w, rot[l, w, 0, 0], rot[l, w, 0, 1], rot[l, w, 1, 0], rot[l, w, 1, 1])
+            if not entangle_first:
+                _permute(psi, tmp, inv[l], sign[l])
+                psi, tmp = tmp, psi
+        for j in range(size):
+            tmp[j] = psi[j].real * psi[j].real + psi[j].imag * psi[j].imag
+        for k in range(m):
+            total = 0.0
+            for j in range(size):
+                total += tmp[j].real * readout[k, j]
+            readouts[b, k] = total
+        if keep:
+            states[b, :] = psi
+
+
+@njit(cache=True, fastmath=FAST)
+def backward(states, grad_readouts, rot, gen, fwd, sign, entangle_first, readout, grad_weights):
+    """The adjoint method from the final states (B, 2^n) and d loss / d readouts (B, m): d loss / d weights
+    (L, n, k) into grad_weights. Per row the state and lambda = 2 (readout @ g) psi (torch's convention
+    for d loss / d conj(psi)) walk back through the layers, un-applying each wire's R (R^dagger) and
+    accumulating G[l, w] = sum over the other wires' bits of lambda_out psi_in^dagger, summed over the
+    rows; then each weight's gradient is Re sum conj(R^dagger G) * g (g = R^dagger dR/dw, ``gen``)."""
+    B, size = states.shape
+    L, n = rot.shape[0], rot.shape[1]
+    k = gen.shape[2]
+    m = readout.shape[0]
+    psi = np.empty(size, np.complex128)
+    lam = np.empty(size, np.complex128)
+    tmp = np.empty(size, np.complex128)
+    acc = np.zeros((L, n, 2, 2), np.complex128)
+    for b in range(B):
+        for j in range(size):
+            weight = 0.0
+            for q in range(m):
+                weight += readout[q, j] * grad_readouts[b, q]
+            psi[j] = states[b, j]
+            lam[j] = 2.0 * weight * states[b, j]
+        for l in range(L - 1, -1, -1):
+            if not entangle_first:
+                _unpermute(psi, tmp, fwd[l], sign[l])
+                psi, tmp = tmp, psi
+                _unpermute(lam, tmp, fwd[l], sign[l])
+                lam, tmp = tmp, lam
+            for w in range(n - 1, -1, -1):
+                # R^dagger on both, and G += lambda_out psi_in^dagger over the pairs of wire w
+                h00 = rot[l, w, 0, 0].conjugate()
+                h01 = rot[l, w, 1, 0].conjugate()
+                h10 = rot[l, w, 0, 1].conjugate()
+                h11 = rot[l, w, 1, 1].conjugate()
+                stride = 1 << (n - 1 - w)
+                g00, g01, g10, g11 = 0j, 0j, 0j, 0j
+                for high in range(0, size, 2 * stride):
+                    for low in range(high, high + stride):
+                        p0, p1 = psi[low], psi[low + stride]
+                        q0, q1 = lam[low], lam[low + stride]
+                        i0 = h00 * p0 + h01 * p1
+                        i1 = h10 * p0 + h11 * p1
+                        i0c, i1c = i0.conjugate(), i1.conjugate()
+                        g00 += q0 * i0c
+                        g01 += q0 * i1c
+                        g10 += q1 * i0c
+                        g11 += q1 * i1c
+                        psi[low], psi[low + stride] = i0, i1
+                        lam[low] = h00 * q0 + h01 * q1
+                        lam[low + stride] = h10 * q0 + h11 * q1
+                acc[l, w, 0, 0] += g00
+                acc[l, w, 0, 1] += g01
+                acc[l, w, 1, 0] += g10
+                acc[l, w, 1, 1] += g11
+            if entangle_first:
+                _unpermute(psi, tmp, fwd[l], sign[l])
+                psi, tmp = tmp, psi
+                _unpermute(lam, tmp, fwd[l], sign[l])
+                lam, tmp = tmp, lam
+    for l in range(L):
+        for w in range(n):
+            # H = R^dagger G
+            r00, r01, r10, r11 = rot[l, w, 0, 0], rot[l, w, 0, 1], rot[l, w, 1, 0], rot[l, w, 1, 1]
+            g00, g01, g10, g11 = acc[l, w, 0, 0], acc[l, w, 0, 1], acc[l, w, 1, 0], acc[l, w, 1, 1]
+            e00 = r00.conjugate() * g00 + r10.conjugate() * g10
+            e01 = r00.conjugate() * g01 + r10.conjugate() * g11
+            e10 = r01.conjugate() * g00 + r11.conjugate() * g10
+            e11 = r01.conjugate() * g01 + r11.conjugate() * g11
+            for i in range(k):
+                grad_weights[l, w, i] = (e00.conjugate() * gen[l, w, i, 0, 0] + e01.conjugate() * gen[l, w, i, 0, 1]
+                                         + e10.conjugate() * gen[l, w, i, 1, 0]
+                                         + e11.conjugate() * gen[l, w, i, 1, 1]).real
