@@ -98,21 +98,32 @@ _NO_GENERATORS = np.zeros((0, 0, 0, 2, 2), dtype=np.complex128)
 _NO_STATES = np.zeros((0, 0), dtype=np.complex128)
 
 
-def rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray]:
+def pauli_rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """Each wire's matrix (L, n, 2, 2) at weights (L, n, k) float64, and with ``generators`` each weight's
-    R^dagger dR/dw (L, n, k, 2, 2) (else an empty array); complex128. One compiled call for an ansatz
-    that names its Pauli axes, else ``matrices_np`` and the shift rule."""
-    from circuits import adjoint
-
+    R^dagger dR/dw (L, n, k, 2, 2) (else an empty array), complex128, in one compiled call; None where
+    the kernels are not available or the ansatz does not name its Pauli axes."""
+    if not available():
+        return None
     program = program_of(circuit)
     if program.axes is None:
-        if generators:
-            return adjoint.rotations_and_generators(circuit, weights)
-        return ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options), _NO_GENERATORS
+        return None
     rot = np.empty(weights.shape[:2] + (2, 2), dtype=np.complex128)
     gen = np.empty(weights.shape + (2, 2), dtype=np.complex128) if generators else _NO_GENERATORS
-    _compiled().pauli_rotations(weights, program.axes, rot, gen)
+    _compiled().pauli_rotations(np.ascontiguousarray(weights, dtype=np.float64), program.axes, rot, gen)
     return rot, gen
+
+
+def rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``pauli_rotations``, or for an ansatz that does not name its axes ``matrices_np`` and the shift rule
+    (``adjoint.rotations_and_generators``)."""
+    from circuits import adjoint
+
+    built = pauli_rotations(circuit, weights, generators)
+    if built is not None:
+        return built
+    if generators:
+        return adjoint.rotations_and_generators(circuit, weights)
+    return ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options), _NO_GENERATORS
 
 
 def forward(circuit: "CompiledCircuit", angles: np.ndarray, rot: np.ndarray, keep_states: bool) -> tuple[np.ndarray, np.ndarray]:

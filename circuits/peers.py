@@ -83,13 +83,15 @@ def numpy_twin(acting: VQC, training: VQC, name: str = "marl-q numpy") -> Peer:
         p.grad = torch.zeros_like(p)
 
     def fwd_bwd(x: np.ndarray) -> list[np.ndarray]:
-        training._dense_cache = None  # new weights every call, as in training
+        # new weights every call, as in training (where the cache misses on the changed weights); written
+        # past nn.Module.__setattr__, whose microsecond a training step does not pay
+        training.__dict__["_dense_cache"] = None
         out, cache = learner.forward(x)
         learner.backward(cache, np.ones_like(out))
         return [p.grad for p in params]
 
     def grads(x: torch.Tensor, coefficients: np.ndarray) -> list[np.ndarray]:
-        training._dense_cache = None
+        training.__dict__["_dense_cache"] = None
         out, cache = learner.forward(x.double().numpy())
         learner.backward(cache, coefficients.astype(np.float64))
         return [p.grad.double().numpy().copy() for p in params]

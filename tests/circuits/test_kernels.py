@@ -26,10 +26,11 @@ def test_rotations_and_generators_equal_the_ansatz_matrices_and_the_shift_rule(a
     circuit = module.circuit
     weights = np.random.default_rng(0).uniform(-4, 4, size=tuple(module.weights.shape))
     rot, gen = kernels.rotations(circuit, weights, True)
-    want_rot, want_gen = adjoint.rotations_and_generators(circuit, weights)
+    want_rot, want_gen = adjoint.shift_rule_rotations(circuit, weights)
     np.testing.assert_allclose(rot, want_rot, atol=1e-13)
     np.testing.assert_allclose(gen, want_gen, atol=1e-13)
     np.testing.assert_array_equal(kernels.rotations(circuit, weights, False)[0], rot)
+    np.testing.assert_array_equal(adjoint.rotations_and_generators(circuit, weights)[1], gen)  # both paths' builder
     # and R^dagger dR/dw by central differences of the ansatz's numpy matrices
     matrices = ANSATZE[ansatz].matrices_np
     h = 1e-6
