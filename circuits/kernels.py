@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 _AXES = {"rx": 0, "ry": 1, "rz": 2}
 _NUMBA: Any = None  # the kernels module once imported; False where it cannot be
 # the most rows a kernel call takes, by qubit count: about where the numpy paths' forward or backward
-# became faster (2 layers, CPU time; docs/circuits.md, "Compiled kernels"). From 12 qubits numpy's
+# became faster (2 layers, CPU time; the table in docs/circuits.md, "compiled kernels"). From 12 qubits numpy's
 # 4-wire block GEMMs win even at one row: the kernels apply one wire at a time
 MAX_ROWS = {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 32, 7: 16, 8: 8, 9: 4, 10: 3, 11: 1}
 
@@ -115,14 +115,14 @@ def pauli_rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators:
 
 def rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray]:
     """``pauli_rotations``, or for an ansatz that does not name its axes ``matrices_np`` and the shift rule
-    (``adjoint.rotations_and_generators``)."""
+    (``adjoint.shift_rule_rotations``)."""
     from circuits import adjoint
 
     built = pauli_rotations(circuit, weights, generators)
     if built is not None:
         return built
     if generators:
-        return adjoint.rotations_and_generators(circuit, weights)
+        return adjoint.shift_rule_rotations(circuit, weights)
     return ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options), _NO_GENERATORS
 
 
