@@ -98,7 +98,8 @@ _NO_GENERATORS = np.zeros((0, 0, 0, 2, 2), dtype=np.complex128)
 _NO_STATES = np.zeros((0, 0), dtype=np.complex128)
 
 
-def pauli_rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray] | None:
+def pauli_rotations(circuit: "CompiledCircuit", weights: np.ndarray,
+                    generators: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """Each wire's matrix (L, n, 2, 2) at weights (L, n, k) float64, and with ``generators`` each weight's
     R^dagger dR/dw (L, n, k, 2, 2) (else an empty array), complex128, in one compiled call; None where
     the kernels are not available or the ansatz does not name its Pauli axes."""
@@ -126,7 +127,8 @@ def rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool)
     return ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options), _NO_GENERATORS
 
 
-def forward(circuit: "CompiledCircuit", angles: np.ndarray, rot: np.ndarray, keep_states: bool) -> tuple[np.ndarray, np.ndarray]:
+def forward(circuit: "CompiledCircuit", angles: np.ndarray, rot: np.ndarray,
+            keep_states: bool) -> tuple[np.ndarray, np.ndarray]:
     """Readouts (B, m) float64 of encoding angles (B, n) at the wires' matrices ``rot``, and the final
     states (B, 2^n) complex128 for ``weight_grad`` (with ``keep_states``; else an empty array)."""
     program = program_of(circuit)

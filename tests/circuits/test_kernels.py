@@ -14,7 +14,8 @@ from agents.numpy_heads import NumpyVQC, NumpyVQCActing
 from circuits import VQC, adjoint, kernels
 from circuits.spec import ANSATZE, ENCODINGS, OBSERVABLES
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels are off here (numba not importable, or MARLQ_KERNELS=0)")
+pytestmark = pytest.mark.skipif(not kernels.available(),
+                                reason="the compiled kernels are off here (numba not importable, or MARLQ_KERNELS=0)")
 TOLERANCE = 1e-5
 
 
