@@ -265,13 +265,10 @@ class NumpyVQCActing(NumpyVQC):
 
     def _built(self, key: str, make: Any) -> Any:
         """make(weights as float64 numpy) for the head's current weights, cached until they change."""
-        weights = self.vqc.weights.detach()
-        if self._per_weights is None or not torch.equal(self._per_weights[0], weights):
-            self._per_weights = (weights.clone(), {})
-        built = self._per_weights[1]
-        if key not in built:
-            built[key] = make(weights.numpy().astype(np.float64))
-        return built[key]
+        from circuits.adjoint import built_for_weights
+
+        self._per_weights, value = built_for_weights(self._per_weights, self.vqc.weights.detach(), key, make)
+        return value
 
     @staticmethod
     def supports(module: nn.Module) -> bool:

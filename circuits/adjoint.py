@@ -214,6 +214,23 @@ class BlockMatrices:
         return out
 
 
+PerWeights = tuple  # (a clone of the weights, {key: what was built from them})
+
+
+def built_for_weights(cache: PerWeights | None, weights: torch.Tensor, key: str,
+                      make: Any) -> tuple[PerWeights, Any]:
+    """make(weights as float64 numpy) for ``weights``, kept in ``cache`` until they change (compared by
+    value: a worker's weights change in place, through its flat buffer); returns the cache to keep and
+    the value. What acting without a gradient reuses between weight changes: the adjoint blocks
+    (``VQC``'s no-grad forward, the numpy acting twin) and the kernels' matrices (the twin)."""
+    if cache is None or not torch.equal(cache[0], weights):
+        cache = (weights.clone(), {})
+    built = cache[1]
+    if key not in built:
+        built[key] = make(cache[0].numpy().astype(np.float64))
+    return cache, built[key]
+
+
 _SELECTORS: dict[int, np.ndarray] = {}
 
 

@@ -177,6 +177,7 @@ class CompiledCircuit(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_adjoint_structure", None)  # numpy views of the buffers (circuits.adjoint.structure_of)
+        state.pop("_kernel_program", None)  # copies of them for the kernels (circuits.kernels.program_of)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

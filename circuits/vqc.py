@@ -100,7 +100,7 @@ class VQC(nn.Module):
         self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None = None
         # the weights of the last call without a gradient that took the state-vector forward (see path)
         self._act_weights: torch.Tensor | None = None
-        # (those weights, their adjoint.BlockMatrices) for it
+        # (those weights, {"blocks": their adjoint.BlockMatrices}) for it (adjoint.built_for_weights)
         self._act_blocks: tuple[Any, ...] | None = None
         self.analytic_grad = self.use_dense and self._analytic_fits(cfg, device)
         # set by mark_acting_only: a copy that is never differentiated builds the dense matrix alone on a
@@ -232,13 +232,10 @@ class VQC(nn.Module):
         (``circuits.adjoint.readouts_np``, the same arithmetic as the autograd node's forward) with the
         layers' blocks cached per weights; an actor acts many times between weight changes, and at one
         row the blocks and torch's autograd node cost as much as the sweep (12 qubits)."""
-        weights = self.weights.detach()
-        cache = self._act_blocks
-        if cache is None or self._act_weights is not cache[0] or not torch.equal(cache[0], weights):
-            clone = weights.clone()
-            cache = (clone, adjoint.BlockMatrices(self.circuit, clone.numpy().astype(np.float64), False))
-            self._act_blocks, self._act_weights = cache, clone
-        return torch.from_numpy(adjoint.readouts_np(self.circuit, angles.detach().numpy(), cache[1]))
+        self._act_blocks, blocks = adjoint.built_for_weights(
+            self._act_blocks, self.weights.detach(), "blocks", lambda w: adjoint.BlockMatrices(self.circuit, w, False))
+        self._act_weights = self._act_blocks[0]
+        return torch.from_numpy(adjoint.readouts_np(self.circuit, angles.detach().numpy(), blocks))
 
     def _qnode_seed(self) -> dict[str, int]:
         """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's

@@ -168,3 +168,6 @@ def test_a_program_follows_replaced_buffers():
     assert kernels.program_of(module.circuit) is program
     module.circuit.readout = module.circuit.readout.clone()  # what output: born does
     assert kernels.program_of(module.circuit) is not program
+    import pickle
+
+    assert "_kernel_program" not in pickle.loads(pickle.dumps(module.circuit)).__dict__  # copies: made again
