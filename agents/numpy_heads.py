@@ -20,6 +20,7 @@ from torch import nn
 from agents.losses import a2c_loss_grad
 from agents.returns import rollout_targets
 from circuits import kernels
+from circuits.adjoint import built_for_weights
 from circuits.gradients import count
 from circuits.resources import counter_of
 
@@ -265,8 +266,6 @@ class NumpyVQCActing(NumpyVQC):
 
     def _built(self, key: str, make: Any) -> Any:
         """make(weights as float64 numpy) for the head's current weights, cached until they change."""
-        from circuits.adjoint import built_for_weights
-
         self._per_weights, value = built_for_weights(self._per_weights, self.vqc.weights.detach(), key, make)
         return value
 
