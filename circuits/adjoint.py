@@ -250,12 +250,24 @@ def partial_trace_selector(width: int) -> np.ndarray:
     return _SELECTORS[width]
 
 
+def kept_on_circuit(circuit: "CompiledCircuit", attribute: str, make: Any) -> Any:
+    """make(circuit), kept on the circuit under ``attribute`` (the circuit leaves it out of its pickles)
+    and made again when the buffers it was made from were replaced: a head may replace its readout after
+    construction (``output: born``), and ``.to()`` replaces every buffer. The numpy paths' views of a
+    circuit (``structure_of``) and the kernels' copies (``kernels.program_of``)."""
+    buffers = circuit._buffers  # (nn.Module's attribute lookup of a buffer costs a microsecond: a call's cost)
+    kept = circuit.__dict__.get(attribute)
+    if kept is None or kept[0] is not buffers["readout"] or kept[1] is not buffers.get("inverse_0"):
+        kept = (buffers["readout"], buffers.get("inverse_0"), make(circuit))
+        circuit.__dict__[attribute] = kept
+    return kept[2]
+
+
 class Structure:
     """A circuit's fixed arrays as numpy views of its buffers (no copies); ``structure_of`` keeps one per
     circuit."""
 
     def __init__(self, circuit: "CompiledCircuit") -> None:
-        self.source = (circuit.readout, getattr(circuit, "inverse_0", None))  # the buffers it views
         self.inverse = [getattr(circuit, f"inverse_{layer}").numpy() for layer in range(circuit.layers)]
         self.forward = [getattr(circuit, f"forward_{layer}").numpy() for layer in range(circuit.layers)]
         self.sign = [None if circuit.signs_trivial[layer] else getattr(circuit, f"sign_{layer}").numpy()[:, None]
@@ -266,15 +278,9 @@ class Structure:
 
 
 def structure_of(circuit: "CompiledCircuit") -> Structure:
-    """The circuit's ``Structure``, kept on it (left out of its pickles) and made again when the buffers it
-    views were replaced: a head may replace its readout after construction (``output: born``), and
-    ``.to()`` replaces every buffer. Making one costs as much as a 12-qubit act's sweep of one row."""
-    structure = circuit.__dict__.get("_adjoint_structure")
-    if (structure is None or structure.source[0] is not circuit.readout
-            or structure.source[1] is not getattr(circuit, "inverse_0", None)):
-        structure = Structure(circuit)
-        circuit.__dict__["_adjoint_structure"] = structure
-    return structure
+    """The circuit's ``Structure`` (``kept_on_circuit``). Making one costs as much as a 12-qubit act's
+    sweep of one row."""
+    return kept_on_circuit(circuit, "_adjoint_structure", Structure)
 
 
 def entangle(psi: np.ndarray, structure: Structure, layer: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from circuits.adjoint import kept_on_circuit
 from circuits.blocks import ANSATZE
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ class Program:
 
     def __init__(self, circuit: "CompiledCircuit") -> None:
         layers, size = circuit.layers, 2**circuit.n_qubits
-        self.source = (circuit.readout, getattr(circuit, "inverse_0", None))  # the buffers it was made from
         self.inverse = np.zeros((layers, size), dtype=np.int64)
         self.forward = np.zeros((layers, size), dtype=np.int64)
         self.sign = np.ones((layers, size))
@@ -83,15 +83,8 @@ class Program:
 
 
 def program_of(circuit: "CompiledCircuit") -> Program:
-    """The circuit's ``Program``, kept on it (left out of its pickles, like ``adjoint.structure_of``) and
-    made again when the buffers it was made from were replaced (``output: born``, ``.to()``)."""
-    program = circuit.__dict__.get("_kernel_program")
-    buffers = circuit._buffers  # (nn.Module's attribute lookup of a buffer costs a microsecond: a call's cost)
-    if (program is None or program.source[0] is not buffers["readout"]
-            or program.source[1] is not buffers.get("inverse_0")):
-        program = Program(circuit)
-        circuit.__dict__["_kernel_program"] = program
-    return program
+    """The circuit's ``Program``, kept on it like ``adjoint.structure_of`` (``adjoint.kept_on_circuit``)."""
+    return kept_on_circuit(circuit, "_kernel_program", Program)
 
 
 _NO_GENERATORS = np.zeros((0, 0, 0, 2, 2), dtype=np.complex128)

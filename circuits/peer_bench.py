@@ -13,8 +13,8 @@ recorded before and after.
 marl-q's columns: ``auto`` (the path the engine chooses, what a head gets), ``dense`` and ``gates``
 (the two paths forced), all through torch's autograd, and ``numpy``: the numpy twins that COMA's actor
 workers act through and the one-step A2C workers train through (``circuits.peers.numpy_twin``; up to 4
-qubits also ``numpy gates``, the twins of an ``engine: gates`` head, which run the adjoint sweeps where
-the auto head's twins use the dense matrix); "best" is the fastest of them, and the ratio is best /
+qubits also ``numpy gates``, the twins of an ``engine: gates`` head, which past the compiled kernels'
+rows run the adjoint sweeps where the auto head's twins use the dense matrix); "best" is the fastest of them, and the ratio is best /
 fastest peer.
 """
 from __future__ import annotations

@@ -72,9 +72,10 @@ def torch_peer(name: str, module: VQC, function: Callable[[torch.Tensor], torch.
 def numpy_twin(acting: VQC, training: VQC, name: str = "marl-q numpy") -> Peer:
     """marl-q's numpy twins of a head (``agents.numpy_heads``), outside torch's autograd: ``act`` is
     what COMA's actor workers act through (``NumpyVQCActing``, on ``acting``, which it marks acting
-    only), ``fwd_bwd`` the forward and backward of the one-step A2C workers (``NumpyVQC``: the dense
-    analytic gradient up to 4 qubits, the adjoint sweeps from 5), writing the gradients into
-    ``training``'s .grad; both take float64 numpy rows, as the workers do."""
+    only), ``fwd_bwd`` the forward and backward of the one-step A2C workers (``NumpyVQC``: the compiled
+    kernels up to ``kernels.MAX_ROWS`` rows, past them the dense analytic gradient up to 4 qubits and the
+    adjoint sweeps from 5), writing the gradients into ``training``'s .grad; both take float64 numpy
+    rows, as the workers do."""
     from agents.numpy_heads import NumpyVQC, NumpyVQCActing
 
     actor, learner = NumpyVQCActing(acting), NumpyVQC(training)
