@@ -143,6 +143,11 @@ class NumpyVQC:
         if counter is not None:
             counter.forward()
 
+    def _circuit_and_weights(self) -> tuple[Any, torch.Tensor]:
+        """The head's circuit and weights, read from nn.Module's registries: its attribute lookup costs about
+        half a microsecond each, and an act at one row through the kernels about 16 in all."""
+        return self.vqc._modules["circuit"], self.vqc._parameters["weights"]
+
     def _kernel_rows(self, rows: int) -> bool:
         """Whether ``rows`` rows run through the compiled kernels (circuits.kernels): few enough for this
         qubit count, and numba here."""
@@ -151,8 +156,8 @@ class NumpyVQC:
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         self._count_forward(x.shape[0])
         if self._kernel_rows(x.shape[0]):
-            circuit = self.vqc.circuit
-            rot, gen = kernels.rotations(circuit, self.vqc.weights.detach().numpy().astype(np.float64), True)
+            circuit, weights = self._circuit_and_weights()
+            rot, gen = kernels.rotations(circuit, weights.detach().numpy().astype(np.float64), True)
             readouts, states = kernels.forward(circuit, self._angles(x), rot, True)
             out, hidden = self._head(readouts)
             return out, (readouts, hidden, ("kernel", states, rot, gen))
@@ -192,8 +197,9 @@ class NumpyVQC:
         if kind == "sum":
             return readouts @ self.sum_groups, None
         hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
-        post = self.vqc.post
-        return hidden @ post.weight.detach().numpy().T.astype(np.float64) + post.bias.detach().numpy(), hidden
+        post = self.vqc._modules["post"]
+        weight, bias = post._parameters["weight"], post._parameters["bias"]
+        return hidden @ weight.detach().numpy().T.astype(np.float64) + bias.detach().numpy(), hidden
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
         readouts, hidden, state = cache
@@ -207,15 +213,16 @@ class NumpyVQC:
         elif kind == "sum":
             grad_readouts = grad @ self.sum_groups.T
         else:
-            post = self.vqc.post
-            post.weight.grad.numpy()[...] = grad.T @ hidden
-            post.bias.grad.numpy()[...] = grad.sum(axis=0)
-            grad_readouts = grad @ post.weight.detach().numpy().astype(np.float64)
+            post = self.vqc._modules["post"]
+            weight, bias = post._parameters["weight"], post._parameters["bias"]
+            weight.grad.numpy()[...] = grad.T @ hidden
+            bias.grad.numpy()[...] = grad.sum(axis=0)
+            grad_readouts = grad @ weight.detach().numpy().astype(np.float64)
             if kind == "relu_linear":
                 grad_readouts = grad_readouts * (readouts > 0.0)
         if isinstance(state[0], str):  # ("kernel", ...)
             _, states, rot, gen = state
-            weight_grad = kernels.weight_grad(self.vqc.circuit, states, grad_readouts, rot, gen)
+            weight_grad = kernels.weight_grad(self._circuit_and_weights()[0], states, grad_readouts, rot, gen)
         elif self.adjoint:
             from circuits import adjoint
 
@@ -225,7 +232,7 @@ class NumpyVQC:
         else:
             r, amplitudes, dense_adjoint = state
             weight_grad = dense_adjoint.weight_grad(r, 2.0 * amplitudes * (grad_readouts @ self.readout.T))
-        self.vqc.weights.grad.numpy()[...] = weight_grad
+        self._circuit_and_weights()[1].grad.numpy()[...] = weight_grad
 
 
 class NumpyVQCActing(NumpyVQC):
@@ -266,7 +273,8 @@ class NumpyVQCActing(NumpyVQC):
 
     def _built(self, key: str, make: Any) -> Any:
         """make(weights as float64 numpy) for the head's current weights, cached until they change."""
-        self._per_weights, value = built_for_weights(self._per_weights, self.vqc.weights.detach(), key, make)
+        self._per_weights, value = built_for_weights(self._per_weights, self._circuit_and_weights()[1].detach(), key,
+                                                     make)
         return value
 
     @staticmethod
@@ -288,7 +296,7 @@ class NumpyVQCActing(NumpyVQC):
         pre = self.vqc.pre
         if pre is not None:
             x = x @ pre.weight.detach().numpy().T.astype(np.float64) + pre.bias.detach().numpy()
-        circuit = self.vqc.circuit
+        circuit = self._circuit_and_weights()[0]
         if self._kernel_rows(x.shape[0]):
             rot = self._built("rotations", lambda weights: kernels.rotations(circuit, weights, False)[0])
             return self._head(kernels.forward(circuit, self._angles(x), rot, False)[0])[0], None
