@@ -289,13 +289,13 @@ def _completed(out: Path) -> bool:
 
 def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
     """Run the jobs `width` at a time under one progress bar over the runs (done/total, elapsed, ETA)."""
-    from tqdm import tqdm
+    from marl_q.progress import progress_bar
 
     running: list[tuple[Path, subprocess.Popen, float]] = []
     failed: list[Path] = []
     queue = list(jobs)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    bar = tqdm(total=len(jobs), desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True,
+    bar = progress_bar(total=len(jobs), desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
                           "[{elapsed} elapsed, ETA {remaining}]{postfix}")
     try:

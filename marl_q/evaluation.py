@@ -34,9 +34,9 @@ class EvalProgress:
     def __init__(self, total: int, enabled: bool, desc: str = "eval") -> None:
         self.bar = None
         if enabled and total > 0:
-            from tqdm import tqdm
+            from marl_q.progress import progress_bar
 
-            self.bar = tqdm(total=total, unit="ep", desc=desc, file=sys.stderr, dynamic_ncols=True, leave=False,
+            self.bar = progress_bar(total=total, unit="ep", desc=desc, file=sys.stderr, dynamic_ncols=True, leave=False,
                             mininterval=0.5)
 
     def update(self, n: int = 1) -> None:
