@@ -2,7 +2,8 @@
 
 Runs whose resolved configs differ only in `run.seed` form one group (one line; a band only where the
 group has at least two seeds). The legend names each group by the few keys that differ between groups;
-the title says what was run (algorithms, heads, aggregation, staleness rule, stragglers, backend, seeds).
+the title says what was run (algorithms, scenario and env, heads, then aggregation, staleness rule and
+stragglers where they have an effect, backend, seeds).
 Returns are smoothed over the runs' `run.solve_window` episodes (100 by default), the window
 `steps_to_solve` uses, so a curve crosses the solved line where the summary says it does.
 """
@@ -180,8 +181,8 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
         keyed.setdefault(key, []).append(r)
     groups = list(keyed.values())
     if len(groups) == 1:
-        c = groups[0][0].config
-        return {f"{c['algorithm'].get('name')} on {c['scenario'].get('name')}": groups[0]}
+        r = groups[0][0]
+        return {f"{r.flat.get('algorithm.name')} on {scenario_label(r)}": groups[0]}
     keys = label_keys(groups, differing_keys(groups))
     out: dict[str, list[Run]] = {}
     for g in groups:
@@ -242,28 +243,53 @@ def _heads(runs: list[Run]) -> str:
     return f"{one('actor', actor)}, {one('critic', critic)}"
 
 
-def _stragglers(runs: list[Run]) -> str:
-    found = []
-    for r in runs:
-        who = r.flat.get("backend.compute.stragglers")
-        factor = r.flat.get("backend.compute.straggler_factor", 1.0)
-        text = "no stragglers" if who in (None, "[]") or factor == 1.0 else f"stragglers {who} x{factor:g}"
-        if text not in found:
-            found.append(text)
-    return " / ".join(found)
+ENV_FACTORIES = ("parallel_env", "env", "raw_env")  # the usual callables of an env module, left out of its name
+
+
+def scenario_label(run: Run) -> str:
+    """A run's scenario as titles name it: `scenario.name`, followed for the generic scenarios by the env
+    they load (`scenario.env`: `gymnasium Pendulum-v1`, `pettingzoo mpe2.simple_reference_v3`)."""
+    name = str(run.flat.get("scenario.name"))
+    env = run.flat.get("scenario.env")
+    if not isinstance(env, str) or not env:
+        return name
+    module, _, attr = env.partition(":")
+    return f"{name} {module if attr in ENV_FACTORIES else env}"
+
+
+def effective_settings(run: Run) -> dict[str, Optional[str]]:
+    """What a title says of a run's aggregation, staleness rule and stragglers; None for a setting that has
+    no effect on it: with one worker the aggregation (unless buffered over K > 1 pushes), the staleness
+    rule and stragglers; under `sync` the staleness rule (the barrier averages whole rounds, unweighted);
+    stragglers off the sim backend (only its compute profile has them)."""
+    f = run.flat
+    workers = int(f.get("backend.workers") or 1)
+    agg, k = str(f.get("server.aggregation")), f.get("server.buffer_k", 4)
+    buffered = agg == "buffered"
+    aggregation = None
+    if workers > 1 or (buffered and int(k) > 1):
+        aggregation = f"buffered (K={k}) aggregation" if buffered else f"{agg} aggregation"
+    staleness = None
+    if workers > 1 and agg != "sync":
+        cap = f.get("server.max_staleness")
+        staleness = f"staleness {f.get('server.staleness.rule')}" + (f" (max {cap})" if cap is not None else "")
+    stragglers = None
+    if workers > 1 and f.get("backend.name") == "sim":
+        who = f.get("backend.compute.stragglers")
+        factor = f.get("backend.compute.straggler_factor", 1.0)
+        stragglers = "no stragglers" if who in (None, "[]") or factor == 1.0 else f"stragglers {who} x{factor:g}"
+    return {"aggregation": aggregation, "staleness": staleness, "stragglers": stragglers}
 
 
 def describe(runs: list[Run]) -> str:
-    """A title from what was run: algorithms (all of them), scenario, heads, aggregation, staleness rule,
-    stragglers, backend and seeds; a value that differs between runs is shown as `a/b/c`."""
+    """A title from what was run: algorithms (all of them), scenario (with the env of a generic one), heads,
+    then the aggregation, staleness rule and stragglers where they have an effect (`effective_settings`),
+    backend, workers and seeds; a value that differs between runs is shown as `a/b/c`."""
     algos = _values(runs, "algorithm.name")
-    scen = _values(runs, "scenario.name")
+    scen = list(dict.fromkeys(scenario_label(r) for r in runs))
     first = f"{' vs '.join(algos)} on {'/'.join(scen)}, {_heads(runs)}"
-    agg = "/".join(_values(runs, "server.aggregation"))
-    rule = "/".join(_values(runs, "server.staleness.rule"))
-    cap = [v for v in _values(runs, "server.max_staleness") if v != "None"]
     backend = "/".join(_values(runs, "backend.name"))
-    workers = "/".join(_values(runs, "backend.workers"))
+    workers = _values(runs, "backend.workers")
     per_group: dict[tuple, set] = {}
     for r in runs:
         key = tuple(sorted((k, str(v)) for k, v in r.flat.items() if k not in IGNORED_KEYS))
@@ -271,9 +297,14 @@ def describe(runs: list[Run]) -> str:
     counts = sorted({len(s) for s in per_group.values()})
     each = " each" if len(per_group) > 1 else ""
     seeds = f"{'/'.join(map(str, counts))} seed{'s' if counts != [1] else ''}{each}"
-    second = (f"{agg} aggregation, staleness {rule}{' (max ' + '/'.join(cap) + ')' if cap else ''}, "
-              f"{_stragglers(runs)}, {backend} x{workers} workers, {seeds}")
-    return f"{first}\n{second}"
+    said = [effective_settings(r) for r in runs]
+    parts = []
+    for slot in ("aggregation", "staleness", "stragglers"):
+        values = list(dict.fromkeys(s[slot] for s in said if s[slot] is not None))
+        if values:
+            parts.append(" / ".join(values))
+    parts += [f"{backend} x{'/'.join(workers)} worker{'' if workers == ['1'] else 's'}", seeds]
+    return f"{first}\n{', '.join(parts)}"
 
 
 def resolve_labels(items: list[str], groups: dict[str, list[Run]], paths: list[Path]) -> dict[str, str]:

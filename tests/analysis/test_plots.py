@@ -179,6 +179,35 @@ def test_title_says_heads_staleness_rule_and_stragglers(tmp_path):
     assert "classical heads" in title and "no stragglers" in title
 
 
+def test_title_and_label_name_the_env_of_a_generic_scenario(tmp_path):
+    write_run(tmp_path / "g", config(algorithm="ppo", scenario={"name": "gymnasium", "env": "Pendulum-v1"}),
+              np.zeros(10))
+    run = plots.load_run(tmp_path / "g")
+    assert plots.describe([run]).startswith("ppo on gymnasium Pendulum-v1, ")
+    assert list(plots.group_runs([run])) == ["ppo on gymnasium Pendulum-v1"]
+    cfg = config(algorithm="ippo", scenario={"name": "pettingzoo", "env": "mpe2.simple_reference_v3:parallel_env"})
+    write_run(tmp_path / "p", cfg, np.zeros(10))
+    assert plots.describe([plots.load_run(tmp_path / "p")]).startswith("ippo on pettingzoo mpe2.simple_reference_v3, ")
+    write_run(tmp_path / "f", config(scenario={"name": "gymnasium", "env": "mypkg.envs:make_env"}), np.zeros(10))
+    assert "on gymnasium mypkg.envs:make_env, " in plots.describe([plots.load_run(tmp_path / "f")])
+
+
+@pytest.mark.parametrize("extra, said, unsaid", [
+    ({"backend__workers": 1}, ["sim x1 worker, 1 seed"], ["aggregation", "staleness", "stragglers"]),
+    ({"backend__workers": 1, "server__aggregation": "buffered", "server__buffer_k": 4},
+     ["buffered (K=4) aggregation, sim x1 worker"], ["staleness", "stragglers"]),
+    ({"server__aggregation": "sync", "server__staleness": {"rule": "poly"}},
+     ["sync aggregation, no stragglers, sim x4 workers"], ["staleness"]),
+    ({"backend__name": "local", "backend__compute": {"stragglers": [0], "straggler_factor": 10.0}},
+     ["hogwild aggregation, staleness constant, local x4 workers"], ["stragglers"]),
+])
+def test_title_leaves_out_settings_that_have_no_effect(tmp_path, extra, said, unsaid):
+    write_run(tmp_path / "r", config(**extra), np.zeros(10))
+    second = plots.describe([plots.load_run(tmp_path / "r")]).splitlines()[1]
+    assert all(text in second for text in said), second
+    assert not any(text in second for text in unsaid), second
+
+
 def test_legend_labels_are_short_and_name_only_differing_keys(tmp_path, figures):
     write_run(tmp_path / "quickstart", config(), np.zeros(30))
     write_run(tmp_path / "vqc", config(actor="vqc", algorithm__lr=0.01, algorithm__gamma=0.9,
