@@ -4,8 +4,9 @@
 figure is a PNG embedded as a data: URI and the style is inline, so the one file can be sent on. It holds
 
 - the learning curves per group with bands (`analysis.plots.plot_learning`, the figures `marlq plot` draws);
-- a table per group: final return, steps to solve, wall and virtual time, messages, bytes, rejected and
-  dropped counts, each the mean over seeds with its 95% Student-t half-width (`analysis.stats.mean_ci`);
+- a table per group: final return, steps to solve, wall and virtual time (and how many runs a sweep ran at
+  once beside them), messages, bytes, rejected and dropped counts, each the mean over seeds with its 95%
+  Student-t interval clipped to the range the seeds span (`mean_interval`);
 - with two groups or more: the IQM and mean of the final return with 95% stratified bootstrap intervals,
   and the probability of improvement of each group over each other (`analysis.stats`; definitions of
   rliable, see docs/report.md), and the config keys that differ between groups;
@@ -31,7 +32,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from analysis import plots
-from analysis.stats import iqm, mean_ci, probability_of_improvement, stratified_bootstrap_ci
+from analysis.stats import clipped_band, iqm, mean_ci, probability_of_improvement, stratified_bootstrap_ci
 from marl_q.errors import UserError
 from marl_q.quantum import QPU_PROFILES, QPUConfig, QPUProfile, estimate_qpu_rows
 
@@ -68,14 +69,31 @@ def group_values(runs: list[plots.Run], key: str) -> np.ndarray:
     return np.array(out)
 
 
-def mean_pm(values: np.ndarray, scale: float, digits: int) -> str:
-    """'mean ± half-width (n)' over the finite values; a note when some runs have none."""
+INTERVAL = "mean over seeds [95% Student-t interval, clipped to the range the seeds span]"
+
+
+def mean_interval(values: np.ndarray, scale: float, digits: int) -> str:
+    """'mean [low, high]' over the finite values: the 95% t-interval clipped to the values' own range
+    (`analysis.stats.clipped_band`: a few seeds' interval can pass what any run scored, CartPole's 500);
+    the mean alone for one value or values all alike; '(k of n)' when some runs have none."""
     ok = values[np.isfinite(values)] * scale
     if not len(ok):
         return "—"
     mean, half = mean_ci(ok)
-    text = f"{mean:,.{digits}f}" + (f" ± {half:,.{digits}f}" if len(ok) > 1 else "")
+    lo, hi = (float(v[0]) for v in clipped_band(ok[:, None], np.array([mean]), np.array([half])))
+    text = f"{mean:,.{digits}f}"
+    if len(ok) > 1 and f"{lo:,.{digits}f}" != f"{hi:,.{digits}f}":
+        text += f" [{lo:,.{digits}f}, {hi:,.{digits}f}]"
     return text + (f" ({len(ok)} of {len(values)})" if len(ok) < len(values) else "")
+
+
+def runs_at_once(runs: list[plots.Run]) -> str:
+    """How many runs `marlq sweep` ran at once when these were measured (summary.json `sweep_jobs`, `a/b`
+    when they differ); — for runs started alone (`marlq run`: nothing recorded)."""
+    seen = sorted({int(r.summary["sweep_jobs"]) for r in runs if r.summary.get("sweep_jobs")})
+    alone = sum(1 for r in runs if not r.summary.get("sweep_jobs"))
+    text = "/".join(map(str, seen)) or "—"
+    return text + (f" ({alone} of {len(runs)} started alone)" if seen and alone else "")
 
 
 def ledger_rows(runs: list[plots.Run]) -> list[tuple[str, dict[str, float]]]:
@@ -211,18 +229,18 @@ def quantum_section(groups: dict[str, list[plots.Run]], target: Optional[float],
         row = [label, len(rs)]
         if target is not None:
             row.append(f"{sum(np.isfinite(c['target_steps']) for c in costs)} of {len(rs)}")
-        rows.append(row + [mean_pm(np.array([c[k] for c in costs], dtype=float), 1.0, d) for k, _, d in columns])
+        rows.append(row + [mean_interval(np.array([c[k] for c in costs], dtype=float), 1.0, d) for k, _, d in columns])
     sources = sorted({t[2] for rs in shown.values() for r in rs if (t := qpu_timing(r, qpu)) is not None})
     head = ["group", "n"] + (["reached"] if target is not None else []) + [name for _, name, _ in columns]
     note = ("<p class=note>Circuit executions and shots of every circuit head (acting and gradient circuits; an "
-            "analytic gradient counts as its parameter-shift equivalent; see docs/hardware.md), mean over seeds ± "
-            "the 95% t half-width. Shots: — for exact (analytic) heads. QPU hours: the estimate of "
+            "analytic gradient counts as its parameter-shift equivalent; see docs/hardware.md), mean over seeds "
+            "[the 95% t-interval, clipped to the seeds' range]. Shots: — for exact (analytic) heads. QPU hours: the estimate of "
             + (", ".join(esc(x) for x in sources) if sources else "no profile (none recorded; give --qpu)")
             + "; exact heads costed at the profile's assumed shots per circuit."
             + (f" To reach {target:g}: up to the first episode at which the trailing mean return over "
                "run.solve_window episodes was at least that, over the runs that reached it." if target is not None else "")
             + "</p>")
-    return note + table(head, rows)
+    return note + table(head, rows, caption=f"each cell: {INTERVAL}")
 
 
 def config_diff(groups: dict[str, list[plots.Run]]) -> Optional[str]:
@@ -280,15 +298,22 @@ def build_report(root: Path, reps: int = BOOTSTRAP_REPS, target: Optional[float]
             return "".join(figure(p, alt) for s, p, alt in figs if s == name)
 
         parts += ["<h2>Learning curves</h2>", section("curves") or "<p>No episodes with a return.</p>"]
-        parts.append("<h2>Results per group</h2><p class=note>Mean over the group's seeds ± the half-width of the "
-                     "95% Student-t interval; n is the number of seeds. Steps to solve: the env steps at which the "
+        parts.append("<h2>Results per group</h2><p class=note>Each cell: the mean over the group's seeds and, in "
+                     "brackets, the 95% Student-t interval clipped to the range the seeds span (no interval: one "
+                     "seed, or all alike); n is the number of seeds. Runs at once: how many runs marlq sweep ran "
+                     "side by side on the machine when the wall times were measured (its --jobs; more than 1: the "
+                     "runs shared the CPUs); —: runs started by marlq run, with nothing recorded. Steps to solve: the env steps at which the "
                      "trailing mean over run.solve_window episodes first reached run.solve_return (runs that "
                      "never did are left out and counted). —: no run has the value (no run.solve_return set, "
                      "none solved, or no evaluation).</p>")
+        at = [k for k, *_ in TABLE].index("wall_s") + 1  # the wall time, then the runs measured beside it
         header = ["group", "n"] + [name for _, name, _, _ in TABLE]
-        rows = [[label, len(rs)] + [mean_pm(group_values(rs, k), s, d) for k, _, s, d in TABLE]
-                for label, rs in groups.items()]
-        parts.append(table(header, rows))
+        header.insert(2 + at, "runs at once (sweep --jobs)")
+        rows = []
+        for label, rs in groups.items():
+            row = [label, len(rs)] + [mean_interval(group_values(rs, k), s, d) for k, _, s, d in TABLE]
+            rows.append(row[:2 + at] + [runs_at_once(rs)] + row[2 + at:])
+        parts.append(table(header, rows, caption=f"each cell: {INTERVAL}"))
         if len(groups) > 1:
             per_group, pairs = aggregates(groups, reps=reps)
             parts.append("<h2>Aggregate metrics (final return)</h2><p class=note>IQM: the mean of the middle 50% "
@@ -329,7 +354,7 @@ def build_report(root: Path, reps: int = BOOTSTRAP_REPS, target: Optional[float]
         parts.append("<h2>Runs</h2>")
         parts.append(table(["run directory", "group", "status", "final return"],
                            [[str(r.path.relative_to(root)) if r.path != root else ".", g, r.summary.get("status", "?"),
-                             mean_pm(group_values([r], "final_return"), 1.0, 2)] for g, rs in groups.items() for r in rs],
+                             mean_interval(group_values([r], "final_return"), 1.0, 2)] for g, rs in groups.items() for r in rs],
                            left=3))
     parts.append("</body></html>")
     return "\n".join(parts)

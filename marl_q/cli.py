@@ -294,8 +294,10 @@ def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
     running: list[tuple[Path, subprocess.Popen, float]] = []
     failed: list[Path] = []
     queue = list(jobs)
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # each run records how many the sweep runs at once (its wall time was measured beside them)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MARLQ_SWEEP_JOBS=str(min(width, len(jobs)) or 1))
     bar = progress_bar(total=len(jobs), desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True,
+               rate_from="start",  # runs begun together: the rate since the start (marl_q.progress)
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
                           "[{elapsed} elapsed, ETA {remaining}]{postfix}")
     try:

@@ -259,6 +259,7 @@ class Runtime:
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "wall_s": round(time.perf_counter() - self._wall0, 3),
+            **sweep_jobs(),
             "virtual_s": clock_s if virtual else None,
             **self.ledger.totals(),
             **self.server.summary(),
@@ -310,6 +311,15 @@ class Runtime:
                 tracker.close()
             except Exception as exc:  # the TensorBoard files are a view of the run files: never fail the run
                 print(f"marlq: the TensorBoard files could not be closed ({one_line(str(exc))})", file=sys.stderr)
+
+
+def sweep_jobs() -> dict[str, int]:
+    """``{"sweep_jobs": N}`` for a run that ``marlq sweep`` started while running up to N at once (its
+    ``MARLQ_SWEEP_JOBS``): its wall time was measured beside the others'; ``{}`` for a run started alone."""
+    import os
+
+    value = os.environ.get("MARLQ_SWEEP_JOBS", "")
+    return {"sweep_jobs": int(value)} if value.isdigit() and int(value) > 0 else {}
 
 
 def one_line(detail: str) -> str:

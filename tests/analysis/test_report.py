@@ -114,10 +114,13 @@ def test_the_page_holds_every_figure_as_an_embedded_png_and_every_table(sweep_pa
                        "Config differences between groups", "Ledger per worker", "Traffic", "Staleness", "Runs"]
     results = find_table(page, "group", "n", "final return (last solve_window episodes)")
     assert sorted(r[0] for r in results[1:]) == sorted(FINALS)
-    for row in results[1:]:  # mean ± 95% t half-width, by hand
+    for row in results[1:]:  # mean [95% t-interval clipped to the seeds' range], by hand
         finals = FINALS[row[0]]
         half = sps.t.ppf(0.975, 4) * np.std(finals, ddof=1) / np.sqrt(5)
-        assert row[2] == f"{np.mean(finals):,.2f} ± {half:,.2f}"
+        lo, hi = max(np.mean(finals) - half, min(finals)), min(np.mean(finals) + half, max(finals))
+        assert row[2] == f"{np.mean(finals):,.2f} [{lo:,.2f}, {hi:,.2f}]"
+    assert results[0][results[0].index("wall time (s)") + 1] == "runs at once (sweep --jobs)"
+    assert {r[results[0].index("runs at once (sweep --jobs)")] for r in results[1:]} == {"—"}  # written by hand
     diff = find_table(page, "config key")
     assert diff[0] == ["config key", *diff[1][1:]] and sorted(diff[1][1:]) == sorted(FINALS)
     ledgers = [t for t in page.tables if t[0][0] == "worker"]
@@ -319,3 +322,45 @@ def test_report_bad_quantum_options_are_one_line_exit_2(tmp_path, capsys):
     assert main(["report", str(tmp_path / "r"), "--target", "inf"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--qpu: unknown QPU profile 'd-wave'" in err[0] and "--target" in err[1]
+
+
+def test_an_interval_never_passes_what_the_seeds_scored():
+    """CartPole's returns stop at 500: 496.57 ± 9.38 read as up to 505.95; the interval is clipped."""
+    from analysis.report import mean_interval
+
+    finals = np.array([500.0, 500.0, 500.0, 482.85, 500.0, 500.0, 493.14])
+    mean = finals.mean()
+    half = sps.t.ppf(0.975, 6) * finals.std(ddof=1) / np.sqrt(7)
+    assert mean + half > 500.0  # the t-interval alone would pass the maximum
+    assert mean_interval(finals, 1.0, 2) == f"{mean:,.2f} [{mean - half:,.2f}, 500.00]"
+    assert mean_interval(np.array([3.0, 3.0, np.nan]), 1.0, 1) == "3.0 (2 of 3)"  # alike: no interval
+    assert mean_interval(np.array([7.0]), 1.0, 0) == "7"
+
+
+def test_a_sweep_records_how_many_runs_it_ran_at_once_and_the_report_says_so(tmp_path, monkeypatch):
+    """marlq sweep hands its runs MARLQ_SWEEP_JOBS (runs at once); summary.json keeps it as sweep_jobs; the
+    results table shows it beside the wall time (— for runs started alone)."""
+    import sys
+
+    from marl_q import cli
+    from marl_q.runtime import sweep_jobs
+
+    seen = tmp_path / "seen"
+    script = f"import os; open({str(seen)!r} + os.environ['MARLQ_SWEEP_JOBS'], 'w')"
+    jobs = [(tmp_path / f"c{i}" / "seed0", [sys.executable, "-c", script]) for i in range(3)]
+    assert cli._run_pool(jobs, 2) == [] and sorted(p.name for p in tmp_path.glob("seen*")) == ["seen2"]
+    assert cli._run_pool(jobs[:1], 4) == [] and (tmp_path / "seen1").exists()  # one run left: 1 at once
+    monkeypatch.setenv("MARLQ_SWEEP_JOBS", "2")
+    assert sweep_jobs() == {"sweep_jobs": 2}
+    monkeypatch.delenv("MARLQ_SWEEP_JOBS")
+    assert sweep_jobs() == {}
+    for name, summary in (("swept", {"sweep_jobs": 2}), ("alone", {})):
+        for seed in range(2):
+            run = write_run(tmp_path / "g" / name / f"seed{seed}", config(seed=seed, algorithm__lr=0.1 if name == "alone" else 0.2),
+                            np.zeros(20))
+            (run / "summary.json").write_text(json.dumps({"status": "completed", "wall_s": 5.0 + seed, **summary}))
+    assert main(["report", str(tmp_path / "g"), "--reps", "100"]) == 0
+    results = find_table(parse(tmp_path / "g" / "report.html"), "group", "n", "final return (last solve_window episodes)")
+    column = results[0].index("runs at once (sweep --jobs)")
+    assert sorted(r[column] for r in results[1:]) == ["2", "—"]
+    assert "sweep" in (tmp_path / "g" / "report.html").read_text().split("Results per group")[1][:1200]

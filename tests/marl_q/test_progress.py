@@ -80,3 +80,17 @@ def test_every_bar_in_marl_q_is_the_measured_one():
     ev = EvalProgress(total=3, enabled=True)
     assert isinstance(ev.bar, _bar_class())
     ev.close()
+
+
+def test_a_pool_of_runs_begun_together_measures_from_the_start(clock):
+    """A sweep's runs start at once: two finishing a second apart after 60 s are 2 runs a minute, not 1 a second."""
+    bar = progress_bar(rate_from="start", total=6, file=io.StringIO(), mininterval=0)
+    clock.now += 60.0
+    bar.update(1)
+    assert eta(bar) == "05:00"  # 1 run per 60 s since the start, 5 to go
+    clock.now += 1.0
+    bar.update(1)
+    assert eta(bar) == "02:02"  # 2 runs in 61 s, 4 to go
+    bar.close()
+    with pytest.raises(ValueError, match="rate_from"):
+        progress_bar(rate_from="end")
