@@ -9,6 +9,15 @@ import torch
 
 torch.set_num_threads(1)
 
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Name the machine's numerics class, which decides whether the goldens check bytes or traces."""
+    from tests.golden.goldens import load_hashes, numerics_class
+
+    cls = numerics_class()
+    kind = "traces and bytes" if cls.name in load_hashes() else "traces only (no bytes recorded for this class)"
+    return f"golden numerics class: {cls.describe()}: goldens check {kind}"
+
 CARTPOLE_SMALL: dict[str, Any] = {
     "run": {"seed": 0, "total_env_steps": 1200, "progress": False, "plots": False, "checkpoint_every": 5},
     "backend": {"name": "sim", "workers": 2},
