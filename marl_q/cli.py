@@ -78,14 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("args", nargs=argparse.REMAINDER)
 
     # the discovered commands (analysis reports) parse their own arguments; listed here for `marlq --help`
-    from marl_q.plugins import load_plugins
+    # by name and help, read from their modules' source (none is imported)
     from marl_q.registry import COMMANDS
 
-    load_plugins()
-    for entry in COMMANDS:
-        if entry.name not in BUILTIN:
-            sub.add_parser(entry.name, help=(entry.help or f"see marlq {entry.name} --help").replace("%", "%%"),
-                           add_help=False)
+    for name, help in COMMANDS.describe():
+        if name not in BUILTIN:
+            sub.add_parser(name, help=(help or f"see marlq {name} --help").replace("%", "%%"), add_help=False)
     return p
 
 
@@ -118,11 +116,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if argv and argv[0] == "bench" and len(argv) >= 2 and not argv[1].startswith("-"):
             return cmd_bench(argv[1], argv[2:])
         if argv and argv[0] not in BUILTIN and not argv[0].startswith("-"):
-            from marl_q.plugins import load_plugins
             from marl_q.registry import COMMANDS
 
-            load_plugins()
-            if argv[0] in COMMANDS:
+            if argv[0] in COMMANDS:  # imports that command's module only
                 return int(COMMANDS.get(argv[0]).obj(argv[1:]) or 0)
         args = build_parser().parse_args(argv)
         commands = {"run": cmd_run, "resume": cmd_resume, "sweep": cmd_sweep, "plot": cmd_plot, "list": cmd_list}
@@ -146,12 +142,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 # ----------------------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
-    from marl_q.experiment import run_experiment
     from marl_q.config import load_config
 
     out_arg = out_dir(args.out) if args.out else None
     cfg = load_config(args.config, args.overrides + (["run.tensorboard=true"] if args.tensorboard else []),
                       seed=args.seed)
+    from marl_q.experiment import run_experiment  # after the config: a mistake in it shows without the runtime's imports
+
     if args.quiet:
         cfg.run.progress = False
     out = out_arg or default_run_dir(args.config, cfg.run.seed)
@@ -329,10 +326,8 @@ def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
 # ----------------------------------------------------------------------------- plot, list, bench
 def _plotter():
     """The standard plots, found through the registry (marl_q does not import analysis directly)."""
-    from marl_q.plugins import load_plugins
     from marl_q.registry import PLOTS
 
-    load_plugins()
     return PLOTS.get("standard").obj
 
 
@@ -355,22 +350,24 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from marl_q.plugins import load_plugins
+    """Every registered name with its whole one-line help, wrapped to the terminal under its column (the
+    names and helps are read from the plugins' source; a module is imported only where that cannot tell)."""
+    import textwrap
+
     from marl_q.registry import ALL
 
-    load_plugins()
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
     for title, reg in ALL.items():
         print(f"{title}:")
-        for entry in reg:
-            print(f"  {entry.name:<24} {entry.help}")
+        for name, help in reg.describe():
+            print(textwrap.fill(help, width, initial_indent=f"  {name:<24} ", subsequent_indent=" " * 27,
+                                break_long_words=False, break_on_hyphens=False) if help else f"  {name}")
     return EXIT_OK
 
 
 def cmd_bench(name: str, argv: list[str]) -> int:
-    from marl_q.plugins import load_plugins
     from marl_q.registry import BENCHES
 
-    load_plugins()
     return int(BENCHES.get(name, key="bench").obj(argv) or 0)
 
 

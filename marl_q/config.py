@@ -335,10 +335,8 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
 
 
 def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
-    """Validate a raw mapping into an ExperimentConfig (registries must be loaded)."""
-    from marl_q.plugins import load_plugins
-
-    load_plugins()
+    """Validate a raw mapping into an ExperimentConfig. The fixed sections are checked first, so their
+    mistakes show before any component's module is imported (each chosen name imports its own)."""
     unknown = [k for k in raw if k not in SECTIONS]
     for k in unknown:
         raise ConfigError(unknown_key_message(str(k), SECTIONS, ""))

@@ -1,80 +1,371 @@
-"""Fill the registries from the other packages: the one place marl_q reaches outside itself."""
+"""Fill the registries from the other packages: the one place marl_q reaches outside itself.
+
+The plugin modules are found as before (the list below, every module of a listed package, and the
+installed distributions' entry points), but the built-in ones are not imported to learn what they
+register: their source is read (``ast``) for the registrations a module makes at its top level,
+
+- ``@ALGORITHMS.register("name", ..., help="...")`` on a class or function, ``ALGORITHMS.add("name", ...)``,
+- an exported table with literal keys: ``SCENARIOS = {"name": ScenarioSpec(...)}`` (likewise ``HEADS``,
+  ``BENCHES``, ``PLOTS``, ``COMMANDS``; the help is the spec's ``help`` field or the function's docstring),
+
+and each name is declared in its registry with its module, which is imported when the name is first
+looked up. So ``marlq --help`` imports no plugin, and ``marlq run`` imports only the components its
+config names. A module that registers in another way (a name computed at run time, a table it
+imports) is declared as a source of that registry and imported when the registry is listed or a
+name is not found. Entry-point plugins are imported when the index is built.
+"""
 from __future__ import annotations
 
+import ast
+import copy
 import importlib
+import importlib.util
 import pkgutil
+import re
 import sys
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
+from typing import Iterable, Optional
 
 from marl_q import registry
 
-# Modules whose import registers components, or which export plain dicts to register.
+# Modules whose import registers components, or which export plain dicts to register; for a package,
+# its every module too (found without a list to edit; names starting with "_" are left out).
 PLUGIN_MODULES = ["marl_q.staleness", "marl_q.aggregation", "marl_q.backends", "marl_q.bench", "agents",
-                  "scenarios", "circuits.heads", "circuits.bench", "circuits.spec"]
-# Packages whose every module may export PLOTS / COMMANDS / BENCHES (found without a list to edit).
-DISCOVERED_PACKAGES = ["analysis"]
+                  "scenarios", "circuits.heads", "circuits.bench", "circuits.spec", "analysis"]
 # Out-of-tree plugins: an installed distribution declares, in its pyproject.toml,
 #   [project.entry-points."marl_q.plugins"]
 #   my_plugin = "my_package.marlq_plugin"
 # and that module is imported like the ones above: it registers algorithms and heads on import
 # (ALGORITHMS.add / HEADS.add) and may export SCENARIOS, HEADS, BENCHES, PLOTS, COMMANDS.
 ENTRY_POINT_GROUP = "marl_q.plugins"
-_loaded = False
+# the tables a module may export, each registered into the registry of the same name
+TABLES = ("SCENARIOS", "HEADS", "BENCHES", "PLOTS", "COMMANDS", "ANSATZE", "ENCODINGS", "OBSERVABLES")
+# tables whose entries' help is their function's docstring (the others': the spec's `help` field)
+DOC_TABLES = ("BENCHES", "PLOTS", "COMMANDS")
+_indexed: set[str] = set()  # the registries declared so far
+_scanned: dict[str, tuple[list[tuple[str, str, Optional[str]]], set[str]]] = {}  # module -> what it registers
+_entry_points_loaded = False
+_imported: set[str] = set()
+
+
+def registries() -> dict[str, registry.Registry]:
+    """Every registry by its name in marl_q.registry (ALGORITHMS, HEADS, ...)."""
+    return {name: reg for name, reg in vars(registry).items() if isinstance(reg, registry.Registry)}
+
+
+def index_plugins(names: Optional[Iterable[str]] = None) -> None:
+    """Declare the built-in plugins' names in the registries ``names`` (their names in marl_q.registry,
+    e.g. ``["COMMANDS"]``; all when None), read from the source of the modules that mention them,
+    nothing imported; and, the first time, import the installed entry-point plugins."""
+    global _entry_points_loaded
+    regs = registries()
+    todo = [n for n in (regs if names is None else names) if n in regs and n not in _indexed]
+    if not todo:
+        return
+    _indexed.update(todo)
+    mention = re.compile(r"\b(?:%s)\b" % "|".join(todo))
+    for module in plugin_modules():
+        text = _source(module)
+        if module in _scanned or (text is not None and not mention.search(text)):
+            continue
+        declared, sources = _scanned[module] = scan_module(module)
+        for table, name, help in declared:
+            regs[table].declare(name, module, help)
+        for table in sources:
+            regs[table].declare_source(module)
+    if not _entry_points_loaded:
+        _entry_points_loaded = True
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = ep.load()
+            except Exception as exc:  # a broken third-party plugin must not stop marl-q: say which
+                print(f"marlq: plugin {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+                continue
+            if isinstance(loaded, ModuleType):
+                register_module(loaded)
+
+
+def index_of(reg: registry.Registry) -> None:
+    """``index_plugins`` for one registry (what a registry calls on first use; others have no index)."""
+    names = [name for name, r in registries().items() if r is reg]
+    if names:
+        index_plugins(names)
 
 
 def load_plugins() -> None:
-    """Import every plugin module once; a module that does not exist yet is simply absent."""
-    global _loaded
-    if _loaded:
+    """Import every plugin module and register what it exports (what a full listing or a test over all
+    components needs; a lookup by name imports only its own module)."""
+    index_plugins()
+    for module in plugin_modules():
+        import_plugin(module)
+
+
+def import_plugin(name: str) -> None:
+    """Import one plugin module and register what it exports (its own registrations ran on import)."""
+    if name in _imported:
         return
-    _loaded = True
-    for name in PLUGIN_MODULES + _discover():
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-                continue  # that package is not there (yet); nothing to register
-            raise
-        register_module(module)
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # a broken third-party plugin must not stop marl-q: say which
-            print(f"marlq: plugin {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
-            continue
-        if isinstance(loaded, ModuleType):
-            register_module(loaded)
+    _imported.add(name)
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            return  # that package is not there (yet); nothing to register
+        _imported.discard(name)
+        raise
+    except BaseException:
+        _imported.discard(name)
+        raise
+    register_module(module)
 
 
 def register_module(module: ModuleType) -> None:
     """Register what a plugin module exports (its own registrations ran when it was imported)."""
-    for spec_name, spec in getattr(module, "SCENARIOS", {}).items():
+    for spec_name, spec in _table(module, "SCENARIOS").items():
         registry.SCENARIOS.add(spec_name, spec, config=spec.config, help=spec.help)
-    for spec_name, spec in getattr(module, "HEADS", {}).items():
+    for spec_name, spec in _table(module, "HEADS").items():
         registry.HEADS.add(spec_name, spec.build, config=spec.config, help=spec.help)
     for table in ("ANSATZE", "ENCODINGS", "OBSERVABLES"):  # circuit blocks: objects with .help
-        for spec_name, spec in getattr(module, table, {}).items():
+        for spec_name, spec in _table(module, table).items():
             getattr(registry, table).add(spec_name, spec, help=spec.help)
-    for spec_name, fn in getattr(module, "BENCHES", {}).items():
-        registry.BENCHES.add(spec_name, fn, help=_first_line(fn.__doc__))
-    for spec_name, fn in getattr(module, "PLOTS", {}).items():
-        registry.PLOTS.add(spec_name, fn, help=_first_line(fn.__doc__))
-    for spec_name, fn in getattr(module, "COMMANDS", {}).items():
-        registry.COMMANDS.add(spec_name, fn, help=_first_line(fn.__doc__))
+    for table in DOC_TABLES:
+        for spec_name, fn in _table(module, table).items():
+            getattr(registry, table).add(spec_name, fn, help=summary(fn.__doc__))
 
 
-def _discover() -> list[str]:
+def _table(module: ModuleType, name: str) -> dict:
+    """An exported table; a module that imported the registry of that name (``from marl_q.registry
+    import HEADS``) exports nothing by it."""
+    table = getattr(module, name, None)
+    return table if isinstance(table, dict) else {}
+
+
+def summary(doc: Optional[str]) -> str:
+    """The first paragraph of a docstring on one line (a help that ends where its sentence does)."""
+    if not doc or not doc.strip():
+        return ""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+# ----------------------------------------------------------------------------- the index, from source
+def plugin_modules() -> list[str]:
+    """PLUGIN_MODULES with every module of each package among them (those that exist)."""
     names = []
-    for package in DISCOVERED_PACKAGES:
+    for name in PLUGIN_MODULES:
+        path = module_file(name)
+        if path is None:
+            continue  # that package is not there (yet)
+        names.append(name)
+        if path.name == "__init__.py":
+            names += [f"{name}.{m.name}" for m in sorted(pkgutil.iter_modules([str(path.parent)]), key=lambda m: m.name)
+                      if not m.name.startswith("_")]
+    return names
+
+
+def module_file(name: str) -> Optional[Path]:
+    """The source file of module ``name`` (a package's ``__init__.py``), found without importing anything
+    but the top-level package's location."""
+    top, _, rest = name.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not spec.submodule_search_locations:
+        return Path(spec.origin) if not rest and spec.origin else None
+    base = Path(list(spec.submodule_search_locations)[0]).joinpath(*rest.split(".")) if rest else \
+        Path(list(spec.submodule_search_locations)[0])
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+_texts: dict[str, Optional[str]] = {}
+_trees: dict[str, Optional[ast.Module]] = {}
+
+
+def _source(name: str) -> Optional[str]:
+    """The source text of module ``name`` (None where there is none to read)."""
+    if name not in _texts:
+        path = module_file(name)
         try:
-            pkg = importlib.import_module(package)
-        except ModuleNotFoundError:
+            _texts[name] = path.read_text(encoding="utf-8") if path is not None else None
+        except (OSError, ValueError):
+            _texts[name] = None
+    return _texts[name]
+
+
+def _tree(name: str) -> Optional[ast.Module]:
+    if name not in _trees:
+        text = _source(name)
+        try:
+            _trees[name] = ast.parse(text) if text is not None else None
+        except (SyntaxError, ValueError):
+            _trees[name] = None
+    return _trees[name]
+
+
+def scan_module(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
+    """What module ``name`` registers, read from its source: (registry, name, help or None) for each
+    name it registers at its top level, and the registries it registers into in any other way."""
+    regs = registries()
+    tree = _tree(name)
+    if tree is None:  # not readable as source (compiled only, or broken): its import tells
+        return [], set(regs)
+    declared: list[tuple[str, str, Optional[str]]] = []
+    sources: set[str] = set()
+    read: set[int] = set()  # the registration calls read here
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            calls = [d for d in node.decorator_list if isinstance(d, ast.Call)]
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            calls = [node.value]
+        else:
+            calls = []
+        for call in calls:
+            got = _registration(call, regs)
+            if got is not None:
+                declared.append(got)
+                read.add(id(call))
+        if isinstance(node, ast.For):  # for _name, _help in (("a", "..."), ...): REG.add(_name, ..., help=_help)
+            for call, got in _loop_registrations(node, regs):
+                declared += got
+                read.add(id(call))
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in TABLES:
+                    entries = _table_entries(name, tree, target.id, node.value)
+                    if entries is None:
+                        sources.add(target.id)
+                    else:
+                        declared += entries
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, ast.ImportFrom) and node.module == "marl_q.registry":
+                continue  # the registries themselves, not exported tables
+            sources.update(a.asname or a.name for a in node.names if (a.asname or a.name) in TABLES)
+    for node in ast.walk(tree):  # any other registration: a name only the import tells
+        if (isinstance(node, ast.Call) and id(node) not in read and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("register", "add") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in regs):
+            sources.add(node.func.value.id)
+    return declared, sources
+
+
+def _registration(call: ast.Call, regs: dict) -> Optional[tuple[str, str, Optional[str]]]:
+    """``REG.register("name", help="...")`` or ``REG.add("name", obj, help="...")`` with a literal name."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in ("register", "add")
+            and isinstance(func.value, ast.Name) and func.value.id in regs):
+        return None
+    if not call.args or not _is_str(call.args[0]):
+        return None
+    help_kw = [k.value for k in call.keywords if k.arg == "help"]
+    if any(k.arg is None for k in call.keywords):  # **kwargs: the help may be in there
+        return func.value.id, call.args[0].value, None
+    help = (help_kw[0].value if _is_str(help_kw[0]) else None) if help_kw else ""
+    return func.value.id, call.args[0].value, help
+
+
+def _loop_registrations(loop: ast.For, regs: dict) -> list[tuple[ast.Call, list[tuple[str, str, Optional[str]]]]]:
+    """The registrations of a top-level ``for`` over a literal tuple of tuples whose body calls
+    ``REG.add(name, ...)`` with the loop's variables: one declaration per item."""
+    target = loop.target.elts if isinstance(loop.target, ast.Tuple) else [loop.target]
+    if not all(isinstance(t, ast.Name) for t in target) or not isinstance(loop.iter, (ast.Tuple, ast.List)):
+        return []
+    items = []
+    for item in loop.iter.elts:
+        values = item.elts if isinstance(item, ast.Tuple) else [item]
+        if len(values) != len(target):
+            return []
+        items.append({t.id: v for t, v in zip(target, values)})
+    out = []
+    for stmt in loop.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is None:
             continue
-        names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
-    return sorted(names)
+        got = []
+        for bound in items:
+            sub = _Substitute(bound).visit(copy.deepcopy(call))
+            found = _registration(sub, regs)
+            if found is None:
+                break
+            got.append(found)
+        else:
+            out.append((call, got))
+    return out
 
 
-def _first_line(doc: str | None) -> str:
-    return doc.strip().splitlines()[0] if doc and doc.strip() else ""
+class _Substitute(ast.NodeTransformer):
+    """Names replaced by the expressions they are bound to (one item of a loop)."""
+
+    def __init__(self, bound: dict[str, ast.expr]) -> None:
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return self.bound.get(node.id, node)
+
+
+def _table_entries(module: str, tree: ast.Module, table: str,
+                   value: Optional[ast.expr]) -> Optional[list[tuple[str, str, Optional[str]]]]:
+    """The entries of ``TABLE = {"name": ..., ...}`` with literal keys; None when not such a dict."""
+    if not isinstance(value, ast.Dict) or not all(k is not None and _is_str(k) for k in value.keys):
+        return None
+    out = []
+    for key, item in zip(value.keys, value.values):
+        if table in DOC_TABLES:
+            help = _docstring(module, tree, item.id) if isinstance(item, ast.Name) else None
+        else:
+            help = _help_field(module, tree, item)
+        out.append((table, key.value, help))
+    return out
+
+
+def _docstring(module: str, tree: ast.Module, name: str) -> Optional[str]:
+    """The summary of the docstring of function ``name`` defined in ``module`` or imported into it."""
+    found = _definition(module, tree, name)
+    if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    return summary(ast.get_docstring(found[1], clean=False))
+
+
+def _help_field(module: str, tree: ast.Module, item: ast.expr) -> Optional[str]:
+    """The ``help`` field of ``Spec(..., help="...")`` or of a positional call of a NamedTuple whose
+    definition is readable (``class HeadSpec(NamedTuple)`` with a field ``help``)."""
+    if not isinstance(item, ast.Call):
+        return None
+    for kw in item.keywords:
+        if kw.arg == "help":
+            return kw.value.value if _is_str(kw.value) else None
+    if not isinstance(item.func, ast.Name):
+        return None
+    found = _definition(module, tree, item.func.id)
+    if found is None or not isinstance(found[1], ast.ClassDef):
+        return None
+    fields = [s.target.id for s in found[1].body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+    if "help" not in fields or fields.index("help") >= len(item.args):
+        return None
+    arg = item.args[fields.index("help")]
+    return arg.value if _is_str(arg) else None
+
+
+def _definition(module: str, tree: ast.Module, name: str, depth: int = 0) -> Optional[tuple[str, ast.stmt]]:
+    """(module, definition) of top-level ``name`` in ``module``, following ``from X import name``."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return module, node
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and depth < 3:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    other = _tree(node.module)
+                    return _definition(node.module, other, alias.name, depth + 1) if other is not None else None
+    return None
+
+
+def _is_str(node: Optional[ast.expr]) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)

@@ -1,6 +1,9 @@
 """Registries: a name in YAML -> the class or factory that implements it (the EPyMARL way).
 
-Code never branches on these names elsewhere; it asks the registry.
+Code never branches on these names elsewhere; it asks the registry. A registry fills itself on first
+use: the plugin index (``marl_q.plugins``) declares every name with the module that registers it,
+read from the modules' source, and a name's module is imported when the name is first looked up
+(``get``), so a command imports only what it uses. Iterating a registry imports all of its modules.
 """
 from __future__ import annotations
 
@@ -22,11 +25,19 @@ class Entry:
 
 
 class Registry:
-    """A string -> component table with helpful errors for unknown names."""
+    """A string -> component table with helpful errors for unknown names.
+
+    Besides the registered entries it holds declared ones: a name and the module whose import
+    registers it (``declare``), and modules that register names the index could not read
+    (``declare_source``), imported only when a lookup needs them.
+    """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Entry] = {}
+        self._declared: dict[str, tuple[str, Optional[str]]] = {}  # name -> (module, help or None: unknown)
+        self._sources: list[str] = []
+        self._indexed = False  # whether the plugin index has declared this registry's names
 
     def register(self, name: str, *, config: Optional[type] = None, help: str = "") -> Callable[[Any], Any]:
         """Decorator form: ``@ALGORITHMS.register("a3c", config=Cfg, help=...)``."""
@@ -44,21 +55,88 @@ class Registry:
             raise RuntimeError(f"{self.kind} {name!r} is registered twice")
         self._entries[name] = Entry(name, obj, config, help)
 
+    def declare(self, name: str, module: str, help: Optional[str] = None) -> None:
+        """Importing ``module`` registers ``name`` (``help``: its one-line help, None if only the import
+        tells); the module is imported when the name is first looked up."""
+        if name not in self._entries:
+            self._declared.setdefault(name, (module, help))
+
+    def declare_source(self, module: str) -> None:
+        """``module`` registers names here that only its import tells (imported to list or find them)."""
+        if module not in self._sources:
+            self._sources.append(module)
+
     def get(self, name: str, *, key: str = "") -> Entry:
-        """The entry for ``name``; a ConfigError listing the choices (and the closest) otherwise."""
+        """The entry for ``name`` (importing its module on first use); a ConfigError listing the choices
+        (and the closest) otherwise."""
+        if not self._indexed:
+            _index(self)
+        if name not in self._entries and name in self._declared:
+            module = self._declared[name][0]
+            _import(module)
+            if name not in self._entries:
+                raise RuntimeError(f"{self.kind} {name!r}: module {module} was read as registering it, "
+                                   "but its import did not")
+        if name not in self._entries:
+            self._load_sources()
         try:
             return self._entries[name]
         except KeyError:
             raise ConfigError(unknown_choice_message(key or self.kind, name, self.names())) from None
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        """Every name, registered or declared (nothing is imported but modules the index could not read)."""
+        if not self._indexed:
+            _index(self)
+        self._load_sources()
+        return sorted(set(self._entries) | set(self._declared))
+
+    def describe(self) -> list[tuple[str, str]]:
+        """(name, one-line help) of every name; imports only the modules whose help the index could not read."""
+        out = []
+        for name in self.names():
+            help = self._entries[name].help if name in self._entries else self._declared[name][1]
+            out.append((name, help if help is not None else self.get(name).help))
+        return out
+
+    def load_all(self) -> None:
+        """Import every module that registers here (what iterating needs)."""
+        if not self._indexed:
+            _index(self)
+        self._load_sources()
+        for name in [n for n in self._declared if n not in self._entries]:
+            self.get(name)
 
     def __contains__(self, name: object) -> bool:
+        if not self._indexed:
+            _index(self)
+        if name in self._entries or name in self._declared:
+            return True
+        self._load_sources()
         return name in self._entries
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(self._entries[n] for n in self.names())
+        self.load_all()
+        return iter(self._entries[n] for n in sorted(self._entries))
+
+    def _load_sources(self) -> None:
+        for module in list(self._sources):
+            _import(module)
+
+
+def _index(reg: Registry) -> None:
+    """Declare the plugins' names of ``reg`` (once per process; marl_q.plugins)."""
+    from marl_q.plugins import index_of
+
+    index_of(reg)
+    reg._indexed = True
+
+
+def _import(module: str) -> None:
+    """Import a plugin module and register what it exports (marl_q.plugins)."""
+    from marl_q.plugins import import_plugin
+
+    import_plugin(module)
 
 
 def unknown_choice_message(key: str, value: object, choices: list[str]) -> str:

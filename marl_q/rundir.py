@@ -461,7 +461,6 @@ def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPol
     models rebuilt by the registered algorithm's ``acting_policy`` hook. A missing run directory,
     config or checkpoint, or a corrupt checkpoint, is a UserError naming the path."""
     from marl_q.config import load_config
-    from marl_q.plugins import load_plugins
     from marl_q.registry import ALGORITHMS
 
     run_dir = Path(run_dir)
@@ -469,7 +468,6 @@ def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPol
         raise RunDirError(f"{run_dir}: not a run directory (no such directory)")
     if not (run_dir / "config.yaml").is_file():
         raise RunDirError(f"{run_dir}: not a run directory (no config.yaml)")
-    load_plugins()
     cfg = load_config(run_dir / "config.yaml")
     if checkpoint is None:
         checkpoint = latest_checkpoint(run_dir)

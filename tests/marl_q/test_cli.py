@@ -116,3 +116,21 @@ def test_sweep_shows_one_progress_bar_over_its_runs(tmp_path, capsys):
     assert "4/4 runs" in err and "sweep:" in err and "ETA" in err  # the bar has an ETA field
     assert "FAILED (exit 3" in err
     assert err.count("\n") <= 3  # one bar (redrawn in place) and the failure line, not a line per run
+
+
+def test_list_wraps_each_help_whole_under_its_column(capsys, monkeypatch):
+    """`marlq list` shows every name with its whole help (the soak bench's ends where its sentence does),
+    wrapped to the terminal's width instead of cut."""
+    from marl_q.registry import ALL
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    text = " ".join(out.split())
+    for title, reg in ALL.items():
+        assert f"{title}:" in out
+        for name, help in reg.describe():
+            assert f" {name} {' '.join(help.split())}" in text, (title, name)
+    assert ("soak Soak: N workers for M minutes with worker kills and a whole-process kill + resume; ledger "
+            "invariants, server memory and throughput over time.") in text

@@ -1,0 +1,151 @@
+"""The plugin index: every registry's names and helps read from the plugins' source are what importing
+them registers; a lookup imports only the module of the name it asks for; the forms of registration
+the index reads, and those it leaves to the import."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from marl_q import plugins
+from marl_q.registry import ALGORITHMS, ALL, PLOTS, Registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python(code: str, *, path: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter at the repository root (``path`` first on sys.path)."""
+    env_path = [str(path)] if path is not None else []
+    code = f"import sys; sys.path[:0] = {env_path!r}\n" + code
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_the_index_lists_what_the_imports_register():
+    """Names and helps as the index reads them (in a fresh process, before any plugin is imported), then
+    the same registries after importing every plugin module: the same names, the same helps."""
+    done = python(textwrap.dedent("""
+        import json, sys
+        from marl_q.registry import ALL, PLOTS
+        regs = dict(ALL, plots=PLOTS)
+        names = {t: r.names() for t, r in regs.items()}  # indexes them
+        read = {t: {n: r._declared[n][1] for n in r._declared} for t, r in regs.items()}
+        from marl_q.plugins import load_plugins
+        load_plugins()
+        loaded = {t: {e.name: e.help for e in r} for t, r in regs.items()}
+        print(json.dumps({"read": read, "names": names, "loaded": loaded}))
+    """))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    for table, loaded in got["loaded"].items():
+        assert got["names"][table] == sorted(loaded), table
+        for name, help in got["read"][table].items():
+            assert name in loaded, f"{table}: {name} read from source but not registered by its module"
+            assert help is None or help == loaded[name], (table, name)
+    # the index reads every name and help of these without an import
+    for table in ("algorithms", "heads", "scenarios", "backends", "aggregations", "staleness", "benches",
+                  "commands", "plots"):
+        assert sorted(got["read"][table]) == sorted(got["loaded"][table]), table
+        assert None not in got["read"][table].values(), table
+
+
+def test_a_lookup_imports_the_module_of_that_name_only():
+    done = python(textwrap.dedent("""
+        import sys
+        from marl_q.registry import ALGORITHMS, COMMANDS, PLOTS
+        assert "a3c" in ALGORITHMS and "coma" in COMMANDS and "standard" in PLOTS
+        before = sorted(m for m in ("agents", "analysis", "torch", "scenarios", "circuits") if m in sys.modules)
+        ALGORITHMS.get("lsvi_ucb_pooled")
+        after = sorted(m for m in sys.modules if m.startswith(("agents.", "analysis", "matplotlib")))
+        print(before, after)
+    """))
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.strip().split("] [")
+    assert before == "["
+    assert "'agents.lsvi'" in after
+    for other in ("agents.actor_critic", "agents.coma", "agents.routing", "analysis", "matplotlib"):
+        assert f"'{other}'" not in after
+
+
+def test_the_forms_of_registration_the_index_reads(tmp_path):
+    pkg = tmp_path / "my_plugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "specs.py").write_text(textwrap.dedent('''
+        from typing import NamedTuple
+
+        class Spec(NamedTuple):
+            config: type
+            make: object
+            kind: str
+            help: str
+    '''))
+    (pkg / "mod.py").write_text(textwrap.dedent('''
+        from marl_q.registry import ALGORITHMS, HEADS, STALENESS
+        from my_plugins.specs import Spec
+
+        @ALGORITHMS.register("decorated", help="by decorator")
+        class A: ...
+
+        ALGORITHMS.add("added", A, help="by add")
+        ALGORITHMS.add("no_help", A)
+        for _name, _help in (("loop_a", "first"), ("loop_b", "second")):
+            ALGORITHMS.add(_name, A, help=_help)
+        STALENESS.add("computed_" + "name", A)
+
+        def build(): ...
+        SCENARIOS = {"positional": Spec(int, build, "parallel", "help by position"),
+                     "keyword": Spec(config=int, make=build, kind="parallel", help="help by keyword")}
+
+        def main(argv):
+            """A command's help is its docstring's first paragraph,
+            on one line.
+
+            Not this."""
+
+        COMMANDS = {"mine": main}
+        HEADS_TABLE = {"not": "a table"}
+    '''))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        declared, sources = plugins.scan_module("my_plugins.mod")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert sorted(declared) == sorted([
+        ("ALGORITHMS", "decorated", "by decorator"), ("ALGORITHMS", "added", "by add"),
+        ("ALGORITHMS", "no_help", ""), ("ALGORITHMS", "loop_a", "first"), ("ALGORITHMS", "loop_b", "second"),
+        ("SCENARIOS", "positional", "help by position"), ("SCENARIOS", "keyword", "help by keyword"),
+        ("COMMANDS", "mine", "A command's help is its docstring's first paragraph, on one line.")])
+    assert sources == {"STALENESS"}  # a computed name: only the import tells
+
+
+def test_a_registry_imports_a_declared_module_on_first_lookup(tmp_path, monkeypatch):
+    (tmp_path / "widgets.py").write_text("from marl_q.registry import Registry\nWIDGETS = Registry('widget')\n")
+    (tmp_path / "lazy_widget.py").write_text("from widgets import WIDGETS\nWIDGETS.add('lazy_one', object, help='imported late')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from widgets import WIDGETS
+
+    WIDGETS.declare("lazy_one", "lazy_widget", "imported late")
+    assert WIDGETS.names() == ["lazy_one"] and "lazy_one" in WIDGETS
+    assert WIDGETS.describe() == [("lazy_one", "imported late")] and "lazy_widget" not in sys.modules
+    assert WIDGETS.get("lazy_one").obj is object
+    assert "lazy_widget" in sys.modules
+
+
+def test_a_module_that_does_not_register_its_declared_name_is_named():
+    reg = Registry("widget")
+    reg.declare("ghost", "marl_q.errors")
+    with pytest.raises(RuntimeError, match="widget 'ghost': module marl_q.errors"):
+        reg.get("ghost")
+
+
+def test_iterating_a_registry_lists_every_component():
+    """What tests parametrised over a registry rely on: every entry, with its object and config."""
+    names = [e.name for e in ALGORITHMS]
+    assert {"a2c", "a3c", "ppo", "coma", "mappo", "ippo", "push_flood", "lsvi_ucb_pooled"} <= set(names)
+    assert all(e.obj is not None for e in ALGORITHMS)
+    assert [e.name for e in PLOTS] == ["standard"]
+    assert all(list(reg) for reg in ALL.values())
