@@ -133,3 +133,6 @@ def plot_rss(results: list[dict[str, Any]], path: Path, args: argparse.Namespace
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
+
+
+BENCHES = {"load": load_main}  # marlq bench load

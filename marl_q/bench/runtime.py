@@ -22,6 +22,9 @@ from marl_q.bench.runs import flood_config, parse_backends, print_table, run_con
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.protocol import worker_name
 
+NOT_INSTALLED = "not installed (pip install -e '.[bench]')"  # the Stable-Baselines3 cells without it
+RAY_PARTS = {"backends", "overhead"}  # the measurements that run backends (ray among them)
+
 
 # ----------------------------------------------------------------------------- A2C against Stable-Baselines3
 def a2c_config(steps: int, envs: int = 8) -> dict[str, Any]:
@@ -192,7 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows["server_params"] = args.params
     table: list[dict[str, Any]] = []
     overhead: list[dict[str, Any]] = []
-    with shared_ray(backends, max(workers)):
+    with shared_ray(backends if parts & RAY_PARTS else [], max(workers)):  # Ray only for a part that runs it
         if "backends" in parts:
             table = [bench_backend_a3c(b, w, args.backend_steps) for b in backends for w in workers]
         if "overhead" in parts:
@@ -204,9 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     for k, v in rows.items():
         if not isinstance(v, list):
-            print(f"{k:32s} {v if v is None or isinstance(v, int) else f'{v:,.1f}'}")
-    if "a2c" in parts and sb3[0] is None:
-        print("(stable-baselines3 not installed: pip install -e '.[bench]' for the peer measurement)")
+            print(f"{k:32s} {NOT_INSTALLED if v is None else v if isinstance(v, int) else f'{v:,.1f}'}")
     if table:
         print_table(f"CartPole A3C, {args.backend_steps} env steps; rates once every worker had pushed "
                      "('pushing': workers that did)", table,
@@ -217,3 +218,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      ["backend", "pushes_per_s", "round_trip_us"])
     return 0
 
+
+
+BENCHES = {"runtime": main}  # marlq bench runtime

@@ -520,3 +520,6 @@ def plot_soak(r: dict[str, Any], samples: list[dict[str, Any]], path: Path) -> N
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+BENCHES = {"soak": soak_main}  # marlq bench soak
