@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -335,8 +336,10 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
 
 
 def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
-    """Validate a raw mapping into an ExperimentConfig. The fixed sections are checked first, so their
-    mistakes show before any component's module is imported (each chosen name imports its own)."""
+    """Validate a raw mapping into an ExperimentConfig. ``source``: the scenario file it was read from; its
+    folder goes to a section's ``validate(source_dir=...)``. The fixed sections are checked first, so
+    their mistakes show before any component's module is imported (each chosen name imports its own)."""
+    source_dir = Path(source).resolve().parent if Path(source).is_file() else None
     unknown = [k for k in raw if k not in SECTIONS]
     for k in unknown:
         raise ConfigError(unknown_key_message(str(k), SECTIONS, ""))
@@ -354,7 +357,7 @@ def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentCon
         if choice is None:
             raise ConfigError(f"{name}.{key}: missing (choices: {', '.join(registry.names())})")
         entry = registry.get(str(choice), key=f"{name}.{key}")
-        params = build_dataclass(entry.config, section, name) if entry.config is not None else None
+        params = build_dataclass(entry.config, section, name, source_dir) if entry.config is not None else None
         if params is None and section:
             raise ConfigError(f"{name}: {key} {choice!r} takes no options, got {sorted(section)}")
         out[name] = Choice(key, str(choice), params)
@@ -465,8 +468,10 @@ def unknown_key_message(key: str, valid: list[str], path: str) -> str:
     return f"{where}: unknown key{hint} (valid keys here: {', '.join(valid)})"
 
 
-def build_dataclass(cls: type, data: Any, path: str) -> Any:
-    """Build dataclass ``cls`` from a mapping, checking every key and type."""
+def build_dataclass(cls: type, data: Any, path: str, source_dir: Optional[Path] = None) -> Any:
+    """Build dataclass ``cls`` from a mapping, checking every key and type, then call its ``validate()``;
+    one that takes ``source_dir`` gets the scenario file's folder (None without a file), to resolve
+    paths the file names."""
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
@@ -483,8 +488,9 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(_join_key(path, str(exc), fields)) from None
     post = getattr(obj, "validate", None)
     if callable(post):
+        takes_dir = "source_dir" in inspect.signature(post).parameters
         try:
-            post()
+            post(source_dir=source_dir) if takes_dir else post()
         except ConfigError:
             raise
         except ValueError as exc:
@@ -495,6 +501,8 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
 def _join_key(path: str, message: str, fields: Any) -> str:
     """``algorithm`` + ``epochs: must be ...`` -> ``algorithm.epochs: must be ...`` (one style for every error)."""
     head, sep, _ = message.partition(": ")
+    if sep and head.startswith(f"{path}."):  # already named in full (scenario.env: ...)
+        return message
     if sep and head.split(".")[0].split("[")[0] in fields:
         return f"{path}.{message}"
     return f"{path}: {message}"

@@ -5,6 +5,7 @@ scenario:
   name: pettingzoo
   env: mpe2.simple_reference_v3:parallel_env   # an import path "package.module:callable" ...
   # env: sisl/pursuit-v5                       # ... or a PettingZoo-registered id
+  # env: mypackage:my_team/Game-v0             # ... or module:EnvId (importing the module registers it)
   kwargs: {max_cycles: 25, continuous_actions: false}
   common_spaces: false    # pad observations and discrete actions to one size (action masks in infos)
   agent_id: false         # append a one-hot agent index to each observation
@@ -14,24 +15,44 @@ scenario:
 ```yaml
 scenario:
   name: gymnasium
-  env: Pendulum-v1        # a Gymnasium id, or "package.module:callable" returning a gymnasium.Env
+  env: Pendulum-v1        # a Gymnasium id, "package.module:callable" returning a gymnasium.Env,
+                          # or "module:EnvId" (gym_6G:6G-v0), as gymnasium.make takes it
   kwargs: {}
   num_envs: 8             # copies stepped together (gymnasium's SyncVectorEnv)
 ```
 
+``module:attr`` is read as Gymnasium reads it: import the module, then call ``attr`` if it is a
+callable attribute, else make the id ``attr`` if importing the module registered it. The module is
+found as ``python -m`` finds one: in the current directory first, then in the scenario file's
+folder, then among the installed packages. The folder it was found in is recorded as
+``scenario.module_dir`` (it can also be given, relative to the scenario file), so that worker
+processes (local, ray) and ``marlq resume`` import the same file from any directory; it is on
+``sys.path`` only while the module is imported and the env made.
+
 The factory is called once when the config is loaded, so that a path that does not import, a
 factory that raises, or a space marl-q cannot drive is an error (exit 2) before a run directory
-exists. An AEC environment is converted with PettingZoo's ``aec_to_parallel``; every parallel env
-goes through ``scenarios.adapt.FlatParallelEnv`` (flat float32 observations, a global state).
-Gymnasium observations are flattened (``FlattenObservation``) when they are a Box of rank > 1.
+exists; a module of a PettingZoo family that the installed version lacks (``pettingzoo.sisl.waterworld_v4``)
+or an unknown id is named with what the installed PettingZoo (or mpe2) has. An AEC environment is
+converted with PettingZoo's ``aec_to_parallel``; every parallel env goes through
+``scenarios.adapt.FlatParallelEnv`` (flat float32 observations, a global state). Gymnasium
+observations are flattened (``FlattenObservation``) when they are a Box of rank > 1.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
+import importlib.metadata
+import importlib.util
+import pkgutil
+import re
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from importlib.machinery import PathFinder
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Collection, Iterator, Literal, Optional
 
 import gymnasium as gym
 import pettingzoo
@@ -42,31 +63,103 @@ from scenarios.adapt import FlatParallelEnv, SpaceError, check_action_space, fla
 from scenarios.spec import ScenarioSpec
 
 
-def load_factory(path: str, key: str = "scenario.env") -> Callable[..., Any]:
-    """The callable an import path ``package.module:attr`` names; a ValueError that names the module
-    or the attribute when it does not import or is not callable."""
+def env_forms(what: str) -> str:
+    """The forms scenario.env takes, in one clause (for the errors that refuse one)."""
+    example, module_example = (("Pendulum-v1", "gym_6G:6G-v0") if what == "Gymnasium"
+                               else ("sisl/pursuit-v5", "scenarios.mpe:marlq/spread-v0"))
+    return (f"scenario.env takes a registered id ({example}), module:EnvId (importing the module registers "
+            f"EnvId: {module_example}) or package.module:callable")
+
+
+def find_module_dir(env: str, source_dir: Optional[Path] = None) -> Optional[str]:
+    """The folder the module of ``env`` (``module:...``) is imported from when it is the user's own file,
+    searched as ``python -m`` does: the current directory first, then the scenario file's folder
+    ``source_dir``; None for an installed (or already imported) module, or an env that is no import path."""
+    module_name, sep, _ = env.partition(":")
+    if not sep or not module_name:
+        return None
+    top = module_name.split(".")[0]
+    if top in sys.modules:
+        return None
+    importlib.invalidate_caches()  # a module written a moment ago (a test, a notebook) is seen
+    namespace: Optional[Path] = None
+    for folder in [Path.cwd()] + ([Path(source_dir)] if source_dir is not None else []):
+        spec = PathFinder.find_spec(top, [str(folder)])
+        if spec is None:
+            continue
+        if spec.origin is not None:  # a module or a regular package
+            return str(folder.resolve())
+        namespace = namespace or folder  # a folder without __init__.py: yields to an installed package
+    if namespace is not None:
+        installed = importlib.util.find_spec(top)
+        if installed is None or installed.origin is None:
+            return str(namespace.resolve())
+    return None
+
+
+@contextlib.contextmanager
+def module_path(folder: Optional[str]) -> Iterator[None]:
+    """``folder`` first on sys.path while the user's env module is imported and its env made (so the
+    module's own imports of files beside it work), and off it again afterwards."""
+    if not folder:
+        yield
+        return
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        try:
+            sys.path.remove(folder)  # the first occurrence: the one inserted here
+        except ValueError:
+            pass
+
+
+def import_env_module(module_name: str, module_dir: Optional[str] = None) -> ModuleType:
+    """Import the module of scenario.env (from ``module_dir`` first when given); a ValueError naming it,
+    and for a PettingZoo family what the installed version has, when it does not import."""
+    try:
+        with module_path(module_dir):
+            return importlib.import_module(module_name)
+    except ImportError as exc:
+        where = f" from {module_dir} or the installed packages" if module_dir else ""
+        raise ValueError(f"scenario.env: cannot import module {module_name!r}{where} ({one_line(exc)})"
+                         f"{family_hint(module_name, exc)}") from None
+
+
+def load_factory(path: str, module_dir: Optional[str] = None, what: str = "Gymnasium",
+                 registered: Optional[Callable[[], Collection[str]]] = None,
+                 make_id: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
+    """What an import path ``module:attr`` names, as a callable taking the scenario's kwargs: the
+    attribute when it is callable (``package.module:callable``); else, when importing the module
+    registered ``attr`` as an id (``registered()`` lists the ids), ``make_id(attr, **kwargs)``
+    (``module:EnvId``, what ``gymnasium.make("module:EnvId")`` does). A ValueError naming the module,
+    the attribute and the accepted forms otherwise."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"{key}: {path!r} is not an import path of the form package.module:callable")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{key}: cannot import module {module_name!r} ({exc})") from None
+        raise ValueError(f"scenario.env: {path!r} is not an import path; {env_forms(what)}")
+    module = import_env_module(module_name, module_dir)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{key}: module {module_name!r} has no attribute {attr!r}")
+            obj = None
+            break
         obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"{key}: {path!r} is not callable (a {type(obj).__name__})")
-    return obj
+    if obj is not None:
+        if not callable(obj):
+            raise ValueError(f"scenario.env: {path!r} is not callable (a {type(obj).__name__}); {env_forms(what)}")
+        return obj
+    if registered is not None and make_id is not None and attr in registered():
+        return functools.partial(make_id, attr)
+    raise ValueError(f"scenario.env: module {module_name!r} has no attribute {attr!r} and registers no {what} id "
+                     f"{attr!r}; {env_forms(what)}")
 
 
-def _unknown_id(env: str, registered: list[str], what: str) -> str:
-    """The error for an env that is neither an import path nor a known id, with the closest id."""
+def _unknown_id(env: str, registered: list[str], what: str, more: str = "") -> str:
+    """The error for an env that is neither an import path nor a known id, with the closest id (and
+    ``more``, what the installed version has)."""
     close = difflib.get_close_matches(env, registered, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"scenario.env: {env!r} is neither an import path (package.module:callable) nor a {what} id{hint}"
+    return f"scenario.env: {env!r} is neither an import path nor a registered {what} id{hint}{more}; {env_forms(what)}"
 
 
 def _call(factory: Callable[..., Any], what: str, kwargs: dict[str, Any]) -> Any:
@@ -74,6 +167,107 @@ def _call(factory: Callable[..., Any], what: str, kwargs: dict[str, Any]) -> Any
         return factory(**kwargs)
     except Exception as exc:  # the user's factory: show its own message
         raise ValueError(f"scenario.env: {what} raised {type(exc).__name__}: {exc}") from None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line."""
+    return " ".join(str(exc).split())
+
+
+def resolve_module_dir(cfg: Any, source_dir: Optional[Path]) -> None:
+    """Set ``cfg.module_dir`` (a user-given one made absolute against the scenario file's folder, or the
+    folder the env's module was found in); it travels in the config to every worker process and to
+    ``marlq resume``, so they all import the same file whatever their current directory."""
+    if cfg.module_dir:
+        folder = Path(source_dir or Path.cwd()) / Path(cfg.module_dir).expanduser()
+        if not folder.is_dir():
+            raise ValueError(f"module_dir: {cfg.module_dir!r} is not a folder ({folder})")
+        cfg.module_dir = str(folder.resolve())
+    else:
+        cfg.module_dir = find_module_dir(cfg.env, source_dir)
+        module_name = cfg.env.partition(":")[0] if ":" in cfg.env else ""
+        top = module_name.split(".")[0]
+        if cfg.module_dir is None and top and top not in sys.modules and importlib.util.find_spec(top) is None:
+            beside = f", beside the scenario file ({source_dir})" if source_dir is not None else ""
+            raise ValueError(f"scenario.env: cannot import module {module_name!r}: no {top}.py or {top}/ in the "
+                             f"current directory ({Path.cwd()}){beside} or among the installed packages")
+
+
+# ----------------------------------------------------------------------------- PettingZoo families
+ENV_MODULE = re.compile(r"[a-z0-9_]+_v[0-9]+")
+MOVED = {"mpe": "mpe2", "magent": "magent2"}  # families PettingZoo moved into packages of their own
+
+
+def _env_modules(package: str) -> list[str]:
+    """The env modules (``name_vN``) of an installed package, found without importing them."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations) if ENV_MODULE.fullmatch(m.name))
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def pettingzoo_families() -> dict[str, list[str]]:
+    """Each env family the installed PettingZoo ships (atari, butterfly, classic, sisl, ...) -> its env modules."""
+    found = {m.name: _env_modules(f"pettingzoo.{m.name}") for m in pkgutil.iter_modules(pettingzoo.__path__) if m.ispkg}
+    return {name: mods for name, mods in sorted(found.items()) if mods}
+
+
+def _moved_hint(family: str) -> str:
+    """Where a family PettingZoo moved out lives now, and what that package has (when installed)."""
+    package = MOVED[family]
+    mods = _env_modules(package)
+    if not mods:
+        return f"; PettingZoo {pettingzoo.__version__} ships no {family}: it moved to the {package} package (not installed)"
+    return (f"; PettingZoo {pettingzoo.__version__} ships no {family}: it moved to {package} {_version(package)}, "
+            f"which has {', '.join(mods)} (use {package}.<module>:parallel_env)")
+
+
+def family_hint(module_name: str, exc: BaseException) -> str:
+    """For a module of a known PettingZoo family (pettingzoo.sisl.x, pettingzoo.mpe.x, mpe2.x) that is not
+    installed: what the installed PettingZoo (or mpe2) has; "" for any other module."""
+    parts = module_name.split(".")
+    missing = getattr(exc, "name", None)
+    if parts[0] in MOVED.values():
+        package = parts[0]
+        if missing is not None and missing != module_name:
+            return ""  # the module is there and lacks something it imports
+        mods = _env_modules(package)
+        return f"; {package} {_version(package)} has {', '.join(mods)}" if mods else ""
+    if parts[0] != "pettingzoo" or len(parts) < 2:
+        return ""
+    family = parts[1]
+    if family in MOVED:
+        return _moved_hint(family)
+    families = pettingzoo_families()
+    if family not in families:
+        return (f"; PettingZoo {pettingzoo.__version__} has no family {family!r} (its families: "
+                f"{', '.join(families)}; mpe moved to mpe2, magent to magent2)")
+    if missing is not None and not module_name.startswith(missing):
+        return f"; PettingZoo's {family} envs need its extra: pip install 'pettingzoo[{family}]'"
+    return f"; PettingZoo {pettingzoo.__version__}'s {family} has {', '.join(families[family])}"
+
+
+def registry_hint(env_id: str, registered: list[str]) -> str:
+    """For an unknown PettingZoo id: the ids the installed PettingZoo registers in its family, or where a
+    moved family went."""
+    family = env_id.split("/")[0] if "/" in env_id else ""
+    if family in MOVED:
+        return _moved_hint(family)
+    same = [r for r in registered if r.startswith(f"{family}/")] if family else []
+    if same:
+        return f"; PettingZoo {pettingzoo.__version__} registers in {family}: {', '.join(same)}"
+    families = sorted({r.split("/")[0] for r in registered if "/" in r})
+    return f"; the registered families are {', '.join(families)}"
 
 
 # ----------------------------------------------------------------------------- PettingZoo
@@ -86,24 +280,37 @@ class PettingZooConfig:
     common_spaces: bool = False
     agent_id: bool = False
     state: Literal["auto", "concat", "env"] = "auto"
+    module_dir: Optional[str] = None
 
-    def validate(self) -> None:
+    def validate(self, source_dir: Optional[Path] = None) -> None:
         if not self.env:
-            raise ValueError("env: missing; an import path (mpe2.simple_reference_v3:parallel_env) or a "
-                             "PettingZoo-registered id (sisl/pursuit-v5)")
+            raise ValueError("env: missing; " + env_forms("PettingZoo"))
+        resolve_module_dir(self, source_dir)
         make_parallel(self, seed=0).close()  # import, build and check the spaces now, before any run
+
+
+def _pettingzoo_ids() -> list[str]:
+    return sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+
+
+def _make_pettingzoo(env_id: str, **kwargs: Any) -> Any:
+    """``pettingzoo.make`` of a registered id, parallel where it is registered so, else AEC."""
+    return pettingzoo.make("parallel" if env_id in pettingzoo.parallel_registry else "aec", env_id, **kwargs)
 
 
 def raw_parallel_env(cfg: PettingZooConfig) -> ParallelEnv:
     """The user's env as a ParallelEnv (AEC converted), before marl-q's adapter."""
-    if ":" in cfg.env:
-        env = _call(load_factory(cfg.env), repr(cfg.env), dict(cfg.kwargs))
-    else:
-        registered = sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
-        if cfg.env not in registered:
-            raise ValueError(_unknown_id(cfg.env, registered, "PettingZoo-registered"))
-        kind = "parallel" if cfg.env in pettingzoo.parallel_registry else "aec"
-        env = _call(lambda **kw: pettingzoo.make(kind, cfg.env, **kw), repr(cfg.env), dict(cfg.kwargs))
+    what = "PettingZoo"
+    module_dir = getattr(cfg, "module_dir", None)  # absent from a snapshot's config taken before it existed
+    with module_path(module_dir):
+        if ":" in cfg.env:
+            factory = load_factory(cfg.env, module_dir, what, _pettingzoo_ids, _make_pettingzoo)
+        else:
+            registered = _pettingzoo_ids()
+            if cfg.env not in registered:
+                raise ValueError(_unknown_id(cfg.env, registered, what, registry_hint(cfg.env, registered)))
+            factory = functools.partial(_make_pettingzoo, cfg.env)
+        env = _call(factory, repr(cfg.env), dict(cfg.kwargs))
     if isinstance(env, AECEnv):
         env = aec_to_parallel(env)
     if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
@@ -131,23 +338,28 @@ class GymnasiumConfig:
     env: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
+    module_dir: Optional[str] = None
 
-    def validate(self) -> None:
+    def validate(self, source_dir: Optional[Path] = None) -> None:
         if not self.env:
-            raise ValueError("env: missing; a Gymnasium id (Pendulum-v1) or an import path package.module:callable")
+            raise ValueError("env: missing; " + env_forms("Gymnasium"))
         if self.num_envs < 1:
             raise ValueError(f"num_envs: must be at least 1, got {self.num_envs}")
+        resolve_module_dir(self, source_dir)
         single_env(self).close()  # import, build and check the spaces now, before any run
 
 
 def single_env(cfg: GymnasiumConfig) -> gym.Env:
     """One copy of the configured env, observation flattened, spaces checked."""
-    if ":" in cfg.env:  # package.module:callable (a function or a class)
-        env = _call(load_factory(cfg.env), repr(cfg.env), dict(cfg.kwargs))
-    else:
-        if cfg.env not in gym.registry:
-            raise ValueError(_unknown_id(cfg.env, list(gym.registry), "registered Gymnasium"))
-        env = _call(lambda **kw: gym.make(cfg.env, **kw), repr(cfg.env), dict(cfg.kwargs))
+    module_dir = getattr(cfg, "module_dir", None)  # absent from a snapshot's config taken before it existed
+    with module_path(module_dir):
+        if ":" in cfg.env:  # package.module:callable (a function or a class) or module:EnvId
+            factory = load_factory(cfg.env, module_dir, "Gymnasium", lambda: gym.registry, gym.make)
+        else:
+            if cfg.env not in gym.registry:
+                raise ValueError(_unknown_id(cfg.env, list(gym.registry), "Gymnasium"))
+            factory = functools.partial(gym.make, cfg.env)
+        env = _call(factory, repr(cfg.env), dict(cfg.kwargs))
     if not isinstance(env, gym.Env):
         raise ValueError(f"scenario.env: {cfg.env!r} returned a {type(env).__name__}, not a gymnasium.Env")
     try:
