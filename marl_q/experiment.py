@@ -12,10 +12,11 @@ import torch
 
 from marl_q.evaluation import EVAL_FILE, cut_eval_csv
 from marl_q.config import ExperimentConfig, apply_override, build_config, read_yaml
-from marl_q.errors import CheckpointError, ConfigError, RunDirError, RunWriteError
+from marl_q.errors import CheckpointError, ConfigError, RunDirError, RunWriteError, UserError
 from marl_q.registry import BACKENDS
-from marl_q.rundir import checkpoints, is_run_dir, latest_checkpoint, load_checkpoint, load_snapshot, lock_run_dir, make_run_dir
-from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, one_line
+from marl_q.rundir import (check_new_run_dir, checkpoints, discard_run_dir, is_run_dir, latest_checkpoint, load_checkpoint,
+                           load_snapshot, lock_run_dir, make_run_dir, missing_folders)
+from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, build_algorithm, one_line
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
@@ -26,13 +27,41 @@ RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "ev
 
 
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:
-    """Run ``cfg`` on its backend; write everything under ``out`` (None: keep nothing on disk)."""
+    """Run ``cfg`` on its backend; write everything under ``out`` (None: keep nothing on disk).
+
+    Every check that can refuse the run (the backend's, ``out`` being new or empty, the algorithm and
+    its models fitting the env) runs before ``out`` is made; a start that still fails (bad input found
+    by a backend, a run file that cannot be opened) removes what it made there, so the same command
+    with the config fixed can use the same ``out``."""
     backend = BACKENDS.get(cfg.backend.name, key="backend.name").obj
     _preflight(backend, cfg)
     if out is not None:
-        out = make_run_dir(Path(out))
+        check_new_run_dir(Path(out))
+    torch.set_num_threads(cfg.backend.threads_per_worker)
+    built = build_algorithm(cfg)
+    if out is None:
+        return _execute(cfg, None, backend, None, plots, built)
+    created = missing_folders(Path(out))
+    out = make_run_dir(Path(out))
+    try:
         (out / "config.yaml").write_text(cfg.to_yaml())
-    return _execute(cfg, out, backend, None, plots)
+        return _execute(cfg, out, backend, None, plots, built)
+    except Exception as exc:
+        if _failed_to_start(exc, out):
+            discard_run_dir(out, created)
+        raise
+
+
+def _failed_to_start(exc: Exception, out: Path) -> bool:
+    """A fresh run's failure before it kept anything: its run files were never opened, or the input was
+    refused (a UserError) before a checkpoint or a metrics row was written."""
+    metrics = out / "metrics.csv"
+    if not metrics.exists():
+        return True
+    if not isinstance(exc, UserError) or latest_checkpoint(out) is not None:
+        return False
+    with open(metrics, "rb") as fh:
+        return len(fh.read().splitlines()) <= 1  # the header at most
 
 
 def _preflight(backend: Any, cfg: ExperimentConfig) -> None:
@@ -48,21 +77,24 @@ def _preflight(backend: Any, cfg: ExperimentConfig) -> None:
 
 
 def _execute(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],
-             plots: Optional[bool]) -> dict[str, Any]:
+             plots: Optional[bool], built: Optional[tuple[Any, Any]] = None) -> dict[str, Any]:
     torch.set_num_threads(cfg.backend.threads_per_worker)
     lock = lock_run_dir(out) if out is not None and resume is None else None  # resume took it already
     try:
-        return _execute_locked(cfg, out, backend, resume, plots)
+        return _execute_locked(cfg, out, backend, resume, plots, built)
     finally:
         if lock is not None:
             lock.close()
 
 
 def _execute_locked(cfg: ExperimentConfig, out: Optional[Path], backend: Any, resume: Optional[ResumePoint],
-                    plots: Optional[bool]) -> dict[str, Any]:
-    rt = Runtime(cfg, out, resume=resume)
+                    plots: Optional[bool], built: Optional[tuple[Any, Any]] = None) -> dict[str, Any]:
+    rt = Runtime(cfg, out, resume=resume, built=built)
     try:
         summary = backend(rt)
+    except UserError:  # the input was refused (a backend's own check): close the run files, write no more
+        rt.abandon()
+        raise
     except RunWriteError as exc:
         # the disk failed the run: stop writing; the last good checkpoint is untouched (checkpoints are
         # written to a temporary file and renamed), and the rows after it are cut on resume

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import sys
 import time
 import zipfile
@@ -201,14 +202,46 @@ def _parse(text: str) -> Any:
     return text
 
 
-def make_run_dir(path: Path) -> Path:
-    """Create a fresh run directory (an existing non-empty one is refused, so nothing is overwritten)."""
+def check_new_run_dir(path: Path) -> None:
+    """Refuse an existing non-empty directory as a new run's (so nothing is overwritten)."""
     path = Path(path)
     if path.exists() and any(path.iterdir()):
         raise RunDirError(f"{path}: already exists and is not empty; choose another --out")
+
+
+def make_run_dir(path: Path) -> Path:
+    """Create a fresh run directory (an existing non-empty one is refused, so nothing is overwritten)."""
+    path = Path(path)
+    check_new_run_dir(path)
     (path / "checkpoints").mkdir(parents=True, exist_ok=True)
     (path / "plots").mkdir(exist_ok=True)
     return path
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first: what `make_run_dir` creates."""
+    path = Path(path).absolute()
+    return [p for p in [path, *path.parents] if not p.exists()]
+
+
+def discard_run_dir(path: Path, created: list[Path]) -> None:
+    """Undo a run that failed to start: remove what it wrote in ``path`` (empty or absent before, as
+    `make_run_dir` made sure), then the folders of ``created`` (``missing_folders`` taken before it was
+    made) that are empty now. Nothing that existed before is touched."""
+    path = Path(path)
+    if path.is_dir():
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+    for folder in created:
+        try:
+            folder.rmdir()  # only when empty
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break  # not empty: its parents are not either
 
 
 def lock_run_dir(path: Path) -> IO[str]:

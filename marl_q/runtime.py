@@ -41,13 +41,24 @@ class ResumePoint:
     snapshot: Optional[dict[str, Any]] = None
 
 
+def build_algorithm(cfg: ExperimentConfig) -> tuple[Any, Any]:
+    """The run's algorithm and its service (the server's models): where a config the algorithm cannot
+    run is refused (a head that cannot fit the env's sizes, say), so `run_experiment` builds them
+    before it writes anything."""
+    algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
+    return algorithm, algorithm.make_service()
+
+
 class Runtime:
     """Everything of a run that is not a worker and not the clock."""
 
-    def __init__(self, cfg: ExperimentConfig, out: Optional[Path], resume: Optional[ResumePoint] = None) -> None:
+    def __init__(self, cfg: ExperimentConfig, out: Optional[Path], resume: Optional[ResumePoint] = None,
+                 built: Optional[tuple[Any, Any]] = None) -> None:
+        """``built``: the (algorithm, service) of ``build_algorithm(cfg)``, when the caller built them
+        before making the run directory."""
         self.cfg = cfg
         self.out = out
-        self.algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
+        self.algorithm, service = built if built is not None else build_algorithm(cfg)
         self.worker_names = list(worker_names(cfg.backend.workers))
         meta = resume.meta if resume else {}
         self.tracker = None  # run.tensorboard: sees every row written below (marl_q.tracking)
@@ -58,7 +69,7 @@ class Runtime:
             self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) + 1 if resume else None)
             set_tap(out, self.tracker)
         self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
-        self.service = self.algorithm.make_service()
+        self.service = service
         self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed)
         self.server.progress = self.progress
         metrics_at = tuple(meta["metrics_position"]) if resume else None
