@@ -427,61 +427,150 @@ def workers_differ(per_worker: np.ndarray, tolerance: float = 0.05) -> bool:
     return float(final.max() - final.min()) > tolerance * max(float(np.mean(final)), 1e-12)
 
 
+RATE_WINDOW = (0.05, 0.25)  # traffic rates: a sliding window of 5-25% of the longest run's time ...
+RATE_MESSAGES = 4  # ... wide enough to hold this many of a run's mean worker's uploads
+
+
+def worker_totals(run: Run) -> dict[str, tuple[int, float]]:
+    """Per worker of a run: its uploads (messages to the server) and its payload both ways in bytes, from
+    comm.csv (injected faults are not traffic)."""
+    c = run.comm
+    traffic = np.array([not str(k).startswith("fault:") for k in c["kind"]], dtype=bool)
+    src, dst, nbytes = c["src"].astype(str), c["dst"].astype(str), np.nan_to_num(c["bytes"])
+    workers = sorted({w for w in np.concatenate([src, dst]) if w != "server"}, key=lambda w: (len(w), w))
+    return {w: (int(np.sum(traffic & (src == w))), float(np.sum(nbytes[traffic & ((src == w) | (dst == w))])))
+            for w in workers}
+
+
+def rate_window(runs: list[Run], tmax: float, slowest: bool = False) -> float:
+    """The sliding window of the traffic rates: `RATE_MESSAGES` intervals between the uploads of the mean
+    worker (of the slowest worker with `slowest`) in the run where they are furthest apart, kept within
+    `RATE_WINDOW` of the longest run's time (a window that holds one message or none draws spikes)."""
+    widest = 0.0
+    for r in runs:
+        uploads = [n for n, _ in worker_totals(r).values()]
+        n = (min(uploads) if slowest else float(np.mean(uploads))) if uploads else 0
+        if n > 0:
+            widest = max(widest, RATE_MESSAGES * float(np.max(r.comm["t"])) / n)
+    return float(np.clip(widest, RATE_WINDOW[0] * tmax, RATE_WINDOW[1] * tmax))
+
+
+def rate_on(t: np.ndarray, values: np.ndarray, grid: np.ndarray, width: float, end: float) -> np.ndarray:
+    """`values` (events at times `t`) per unit time over a window of `width` centred on each grid time,
+    moved inside [0, end] at the ends (same width throughout); NaN past `end` (the run had stopped)."""
+    width = min(width, end) if end > 0 else width
+    lo = np.clip(grid - width / 2, 0.0, max(end - width, 0.0))
+    total = _cumulative_on(t, values, lo + width) - _cumulative_on(t, values, lo)
+    # events at t = 0 (the first hellos) belong to the first window
+    total = total + np.where(lo <= 0.0, np.sum(values[t <= 0.0]), 0.0)
+    return np.where(grid <= end, total / width, np.nan)
+
+
+def worker_rates(run: Run, grid: np.ndarray, width: float) -> dict[str, dict[str, np.ndarray]]:
+    """Per worker: its payload (bytes/s) and messages per second up to the server and down from it, from
+    comm.csv on the run's clock (injected faults are not traffic)."""
+    c = run.comm
+    t, nbytes = c["t"], np.nan_to_num(c["bytes"])
+    traffic = np.array([not str(k).startswith("fault:") for k in c["kind"]], dtype=bool)
+    workers = sorted({str(w) for w in np.concatenate([c["src"], c["dst"]]) if w != "server"},
+                     key=lambda w: (len(w), w))
+    end = float(np.max(t)) if len(t) else 0.0
+    out = {}
+    for w in workers:
+        rates = {}
+        for direction, col in (("up", "src"), ("down", "dst")):
+            m = traffic & (c[col].astype(str) == w)
+            rates[f"bytes_{direction}"] = rate_on(t[m], nbytes[m], grid, width, end)
+            rates[f"messages_{direction}"] = rate_on(t[m], np.ones(int(m.sum())), grid, width, end)
+        out[w] = rates
+    return out
+
+
+def _payload_unit(peak: float) -> tuple[str, float]:
+    """The unit a payload rate peaking at `peak` bytes/s reads best in, and its size in bytes/s."""
+    for unit, size in (("MB/s", 1e6), ("kB/s", 1e3)):
+        if peak >= size:
+            return unit, size
+    return "B/s", 1.0
+
+
 def plot_traffic(groups: dict[str, list[Run]], title: str, path: Path,
-                 labels: Optional[dict[str, str]] = None) -> Optional[Path]:
-    """Cumulative messages and bytes vs time, uploads solid and downloads dashed: one line per worker when
-    the workers differ, else the mean worker with the min-max range over workers shaded."""
+                 labels: Optional[dict[str, str]] = None, legend_title: Optional[str] = None) -> Optional[Path]:
+    """Traffic rates per worker against time: payload (top) and messages (bottom), up to the server (left)
+    and down from it (right), each a rate over a sliding window. One line per group, its mean worker (the
+    mean over workers), or, for one group whose workers differ (stragglers), one line per worker; each line
+    the mean over seeds, with the 95% band over seeds (`mean_band`) where a group has two or more."""
     labels = labels or {}
-    shown = [(label, runs[0]) for label, runs in groups.items() if runs[0].comm is not None][:4]
+    shown = {label: [r for r in runs if r.comm is not None and len(r.comm.get("t", []))] for label, runs in groups.items()}
+    shown = {label: runs for label, runs in shown.items() if runs}
     if not shown:
         return None
-    fig, axes = new_figure((11, 3.4 * len(shown) + 0.6), len(shown), 2)
-    for row, (label, run) in enumerate(shown):
-        c = run.comm
-        t, nbytes = c["t"], c["bytes"]
-        workers = sorted({w for w in np.concatenate([c["src"], c["dst"]]) if w != "server"},
-                         key=lambda w: (len(str(w)), str(w)))
-        grid = np.linspace(0.0, float(np.max(t)) if len(t) else 1.0, GRID_POINTS)
-        curves = {}
-        for direction, col in (("up", "src"), ("down", "dst")):
-            masks = [c[col] == w for w in workers]
-            curves[direction] = (np.array([_cumulative_on(t[m], np.ones(m.sum()), grid) for m in masks]),
-                                 np.array([_cumulative_on(t[m], nbytes[m], grid) / 1e6 for m in masks]))
-        differ = any(workers_differ(a) for pair in curves.values() for a in pair)
-        for direction, style in (("up", "-"), ("down", "--")):
-            msgs, mbytes = curves[direction]
-            if not msgs.size or not msgs[:, -1].any():
-                continue
-            if differ:
-                for i, w in enumerate(workers):
-                    color = plt.cm.tab10(i % 10)
-                    axes[row, 0].plot(grid, msgs[i], style, color=color, label=str(w) if direction == "up" else None)
-                    axes[row, 1].plot(grid, mbytes[i], style, color=color)
-            else:
-                color = "C0" if direction == "up" else "C1"
-                for col, arr in ((0, msgs), (1, mbytes)):
-                    axes[row, col].plot(grid, arr.mean(axis=0), style, color=color,
-                                        label=(f"{direction}: mean worker" if len(workers) > 1 else direction)
-                                        if col == 0 else None)
-                    if len(workers) > 1:
-                        axes[row, col].fill_between(grid, arr.min(axis=0), arr.max(axis=0), color=color, alpha=0.2,
-                                                    linewidth=0, label=f"{direction}: min-max over {len(workers)} "
-                                                    "workers" if col == 0 else None)
-        axes[row, 0].set_ylabel("messages per worker\n(cumulative)")
-        axes[row, 1].set_ylabel("payload per worker\n(MB, cumulative)")
-        name = _clip(labels.get(label, label), 60)
-        how = "per worker" if differ else ("1 worker" if len(workers) == 1 else f"{len(workers)} alike workers")
-        axes[row, 0].set_title(f"{name}: messages ({how})", fontsize=9)
-        axes[row, 1].set_title(f"{name}: bytes ({how})", fontsize=9)
-        for ax in axes[row]:
-            ax.set_xlabel(run.clock)
+    tmax = max(float(np.max(r.comm["t"])) for runs in shown.values() for r in runs) or 1.0
+    grid = np.linspace(0.0, tmax, GRID_POINTS)
+    per_worker = False
+    if len(shown) == 1:  # one group: a line per worker when its workers' traffic differs (a straggler)
+        summed: dict[str, float] = {}
+        for r in next(iter(shown.values())):
+            for w, (_, nbytes) in worker_totals(r).items():
+                summed[w] = summed.get(w, 0.0) + nbytes
+        per_worker = workers_differ(np.array(list(summed.values()))[:, None])
+    width = rate_window([r for runs in shown.values() for r in runs], tmax, slowest=per_worker)
+    rates = {label: [worker_rates(r, grid, width) for r in runs] for label, runs in shown.items()}
+    keys = ("bytes_up", "bytes_down", "messages_up", "messages_down")
+    # lines: (legend text, {key: one curve per seed})
+    lines: list[tuple[str, dict[str, list[np.ndarray]]]] = []
+    one = next(iter(rates.values()))
+    names = sorted({w for per_run in one for w in per_run}, key=lambda w: (len(w), w))
+    if per_worker:
+        for w in names:
+            lines.append((w, {k: [per_run[w][k] for per_run in one if w in per_run] for k in keys}))
+    else:
+        for label, per_runs in rates.items():
+            mean_worker = {k: [np.mean([rs[k] for rs in per_run.values()], axis=0) for per_run in per_runs] for k in keys}
+            lines.append((_clip(labels.get(label, label), 60), mean_worker))
+    drawn = {}
+    for text, curves in lines:
+        drawn[text] = {}
+        for k in keys:
+            stack = np.vstack(curves[k])
+            mean, lo, hi = mean_band(list(stack))
+            partial = ~np.all(np.isfinite(stack), axis=0)  # a group's mean only where all its seeds ran
+            drawn[text][k] = (len(stack), *(np.where(partial, np.nan, v) for v in (mean, lo, hi)))
+    peak = max((float(np.nanmax(v[1], initial=0.0)) for d in drawn.values() for k, v in d.items() if k.startswith("bytes")),
+               default=0.0)
+    unit, size = _payload_unit(peak)
+    fig, axes = new_figure((11, 7.2), 2, 2)
+    for col, direction in enumerate(("up", "down")):
+        for row, what in enumerate(("bytes", "messages")):
+            ax = axes[row, col]
+            if col:
+                ax.sharey(axes[row, 0])
+            for i, (text, d) in enumerate(drawn.items()):
+                n, mean, lo, hi = d[f"{what}_{direction}"]
+                scale = size if what == "bytes" else 1.0
+                color = f"C{i % 10}"
+                ax.plot(grid, mean / scale, color=color, label=f"{text} ({n} seed{'s' if n > 1 else ''})")
+                if n > 1:
+                    ax.fill_between(grid, lo / scale, hi / scale, color=color, alpha=0.2, linewidth=0)
             ax.grid(alpha=0.3)
-        if axes[row, 0].get_legend_handles_labels()[0]:
-            ncol = 1 if not differ else min(4, max(1, (len(workers) + 3) // 4))
-            axes[row, 0].legend(fontsize=7, ncol=ncol, loc="upper left",
-                                title="solid: up to the server, dashed: down" if differ else None, title_fontsize=7)
-    fig.suptitle(wrap(f"Traffic (solid: up to the server, dashed: down): {title}", 110),
-                 fontsize=10)
+        axes[0, col].set_title("up: worker → server" if direction == "up" else "down: server → worker", fontsize=10)
+        axes[1, col].set_xlabel(next(iter(shown.values()))[0].clock)
+    for row in range(2):  # from 0, with room above the highest line of either panel (they share the scale)
+        top = max(float(np.nanmax(np.concatenate([ln.get_ydata() for ln in ax.lines]), initial=0.0)) for ax in axes[row])
+        axes[row, 0].set_ylim(0.0, 1.08 * top or 1.0)
+    axes[0, 0].set_ylabel(f"payload per worker ({unit})")
+    axes[1, 0].set_ylabel("messages per worker per s")
+    counts = [v["bytes_up"][0] for v in drawn.values()]
+    band = band_text(counts)
+    single = all(len(per_run) == 1 for per_runs in rates.values() for per_run in per_runs)
+    who = "each worker" if per_worker else ("the one worker" if single else "the mean worker (mean over workers)")
+    parts = [p for p in (None if per_worker else legend_title,) if p]
+    parts += [f"{who}; rates over a sliding {width:.3g} s window ({width / tmax:.0%} of the longest run)",
+              f"line: mean over seeds; {band.replace(chr(10), ' ')}" if band else "1 seed per line: no band"]
+    handles, texts = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, texts, loc="outside lower center", ncol=min(len(texts), 4 if per_worker else 2),
+               fontsize=8, title="\n".join(parts), title_fontsize=8)
+    fig.suptitle(wrap(f"Traffic per worker: {title}", 110), fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -613,7 +702,7 @@ def plot_paths(paths: list[Path], out: Optional[Path] = None, labels: Optional[l
             plot_learning(groups, "env_steps", "environment steps (all workers)", title, out / "return_vs_steps.png",
                           names, key),
             plot_learning(groups, "t", runs[0].clock, title, out / "return_vs_time.png", names, key),
-            plot_traffic(groups, title, out / "traffic.png", names),
+            plot_traffic(groups, title, out / "traffic.png", names, key),
             plot_staleness(groups, title, out / "staleness.png", names, key),
             plot_quantum(groups, title, out / "quantum.png", names),
         ]

@@ -262,7 +262,7 @@ def draw_figures(groups: dict[str, list[plots.Run]], runs: list[plots.Run], titl
                                            folder / "return_vs_steps.png", None, key), "return vs environment steps"),
             ("curves", plots.plot_learning(groups, "t", runs[0].clock, title, folder / "return_vs_time.png", None, key),
              f"return vs {runs[0].clock}"),
-            ("traffic", plots.plot_traffic(groups, title, folder / "traffic.png"), "traffic per worker"),
+            ("traffic", plots.plot_traffic(groups, title, folder / "traffic.png", None, key), "traffic per worker"),
             ("staleness", plots.plot_staleness(groups, title, folder / "staleness.png", None, key),
              "staleness of accepted updates"),
             ("quantum", plots.plot_quantum(groups, title, folder / "quantum.png"), "cumulative shots and estimated QPU hours"),

@@ -1,6 +1,6 @@
 """The standard plots (analysis.plots) do not mislead: bands per x and only from two seeds, one smoothing
-window stated on the axis, titles from what was run, short legends, traffic lines only where workers
-differ, integer staleness ticks, --label/--title. Run directories are written by hand (no training)."""
+window stated on the axis, titles from what was run, short legends, traffic as rates up and down on
+their own axes, integer staleness ticks, --label/--title. Run directories are written by hand (no training)."""
 from __future__ import annotations
 
 import csv
@@ -245,19 +245,75 @@ def test_traffic_subplot_titles_do_not_overlap(tmp_path, figures):
 
 
 # ----------------------------------------------------------------------------- traffic, staleness
-def test_traffic_one_line_with_range_when_workers_alike_and_per_worker_when_they_differ(tmp_path, figures):
+def steady(workers: int = 1, uploads: int = 100, every: float = 0.01, up: int = 1000, down: int = 2000) -> list:
+    """Each worker uploads `up` bytes every `every` s and hears back `down` bytes 0.5 ms later."""
+    rows = []
+    for w in range(workers):
+        for k in range(uploads):
+            rows.append((every * k + 0.001 * w, f"w{w}", "server", up, 0))
+            rows.append((every * k + 0.001 * w + 0.0005, "server", f"w{w}", down, None))
+    return sorted(rows)
+
+
+def middle(line) -> float:
+    """The median of a drawn line over the middle half of its x range (away from the run's ends)."""
+    x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+    keep = (x > 0.25 * x.max()) & (x < 0.75 * x.max())
+    return float(np.median(y[keep]))
+
+
+def test_traffic_is_rates_with_up_and_down_on_their_own_axes_in_stated_units(tmp_path, figures):
+    write_run(tmp_path / "r", config(), np.zeros(10), comm_rows=steady(workers=2))
+    plots.plot_paths([tmp_path / "r"], tmp_path / "o")
+    fig = by_name(figures, "traffic.png")
+    (bytes_up, bytes_down), (msgs_up, msgs_down) = np.array(fig.axes).reshape(2, 2)
+    assert bytes_up.get_title().startswith("up") and bytes_down.get_title().startswith("down")
+    assert bytes_up.get_ylabel() == "payload per worker (kB/s)"
+    assert msgs_up.get_ylabel() == "messages per worker per s" and msgs_up.get_xlabel() == "virtual time (s)"
+    # 1000 B up and 2000 B down every 10 ms: 100 kB/s up, 200 kB/s down, 100 messages/s each way
+    assert middle(bytes_up.lines[0]) == pytest.approx(100, rel=0.05)
+    assert middle(bytes_down.lines[0]) == pytest.approx(200, rel=0.05)
+    assert middle(msgs_up.lines[0]) == pytest.approx(100, rel=0.05)
+    assert middle(msgs_down.lines[0]) == pytest.approx(100, rel=0.05)
+    assert all(len(ax.lines) == 1 and not ax.collections for ax in fig.axes)  # one seed: no band
+    legend = fig.legends[0]
+    assert "1 seed per line: no band" in legend.get_title().get_text()
+    assert "mean worker" in legend.get_title().get_text() and "window" in legend.get_title().get_text()
+    fig.canvas.draw()
+    box, fbox = legend.get_window_extent(), fig.bbox
+    assert box.x0 >= fbox.x0 and box.x1 <= fbox.x1 and box.y0 >= fbox.y0 and box.y1 <= fbox.y1
+
+
+def test_traffic_bands_are_over_seeds_and_say_so(tmp_path, figures):
+    for seed, nbytes in ((0, 1000), (1, 1200)):
+        write_run(tmp_path / "sw" / f"seed{seed}", config(seed=seed), np.zeros(10), comm_rows=steady(2, up=nbytes))
+    plots.plot_paths([tmp_path / "sw"], tmp_path / "o")
+    fig = by_name(figures, "traffic.png")
+    assert all(len(ax.collections) == 1 for ax in fig.axes)  # the band over the 2 seeds, on every panel
+    assert middle(fig.axes[0].lines[0]) == pytest.approx(110, rel=0.05)  # the mean of 100 and 120 kB/s
+    assert "95% t-interval over 2 seeds" in fig.legends[0].get_title().get_text()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a3c on cartpole (2 seeds)"]
+
+
+def test_traffic_one_line_per_group_or_per_worker_when_one_groups_workers_differ(tmp_path, figures):
     write_run(tmp_path / "alike", config(), np.zeros(10), comm_rows=comm(8, [5] * 8))
     plots.plot_paths([tmp_path / "alike"], tmp_path / "o1")
-    ax = by_name(figures, "traffic.png").axes[0]
-    assert len(ax.lines) == 2  # up and down, each the mean worker
-    assert len(ax.collections) == 2  # with the min-max range shaded
-    assert len(ax.get_legend().get_texts()) == 4
+    fig = by_name(figures, "traffic.png")
+    assert all(len(ax.lines) == 1 for ax in fig.axes)  # the mean worker
     figures.clear()
     write_run(tmp_path / "differ", config(), np.zeros(10), comm_rows=comm(3, [2, 5, 9]))
     plots.plot_paths([tmp_path / "differ"], tmp_path / "o2")
-    ax = by_name(figures, "traffic.png").axes[0]
-    assert len(ax.lines) == 6  # three workers, up and down
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["w0", "w1", "w2"]
+    fig = by_name(figures, "traffic.png")
+    assert all(len(ax.lines) == 3 for ax in fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["w0 (1 seed)", "w1 (1 seed)", "w2 (1 seed)"]
+    assert "each worker" in fig.legends[0].get_title().get_text()
+    figures.clear()
+    for name, agg in (("a", "hogwild"), ("b", "sync")):  # two groups: a line each, named by the legend key
+        write_run(tmp_path / "two" / name, config(server__aggregation=agg), np.zeros(10), comm_rows=comm(3, [2, 5, 9]))
+    plots.plot_paths([tmp_path / "two"], tmp_path / "o3")
+    fig = by_name(figures, "traffic.png")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["hogwild (1 seed)", "sync (1 seed)"]
+    assert fig.legends[0].get_title().get_text().startswith("server.aggregation\n")
 
 
 @pytest.mark.parametrize("stale", [0, 3])
