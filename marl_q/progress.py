@@ -71,6 +71,5 @@ def progress_bar(rate_from: str = "first", **kwargs: Any) -> Any:
     if rate_from not in ("first", "start"):
         raise ValueError(f"rate_from: 'first' or 'start', got {rate_from!r}")
     bar = _bar_class()(**kwargs)
-    bar.rate_from = rate_from
-    bar.refresh()
+    bar.rate_from = rate_from  # the first line (drawn by tqdm's __init__) has no progress yet: ? either way
     return bar
