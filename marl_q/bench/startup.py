@@ -1,7 +1,8 @@
 """`marlq bench startup`: how long the CLI takes to start, in fresh processes.
 
 Four command lines, each run ``--repeats`` times in a new interpreter and timed from the parent
-(start to exit): ``marlq --help``, a config mistake (``marlq run CONFIG --set run.nope=1``, which
+(wall seconds from start to exit, and the CPU seconds the process used, user + system: on a busy
+machine the wall time grows with the load, the CPU time much less): ``marlq --help``, a config mistake (``marlq run CONFIG --set run.nope=1``, which
 exits 2), ``marlq list``, and ``marlq run CONFIG`` up to its first env step. The last goes through
 ``python -m marl_q.bench.startup CONFIG --out DIR``, the first-step probe: it registers a copy of the
 config's scenario whose environment's first ``step`` prints the top-level packages imported so far
@@ -47,27 +48,38 @@ def startup_main(argv: Optional[Sequence[str]] = None) -> int:
              ("marlq run (to first env step)", None, 0)]
     rows = []
     for label, cmd, code in cases:
-        times = []
+        times, cpu = [], []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory(prefix="marlq-startup-") as tmp:
                 line = cmd or [sys.executable, "-m", "marl_q.bench.startup", args.config, "--out", str(Path(tmp) / "run")]
+                used = _children_cpu_s()
                 t0 = time.perf_counter()
                 done = subprocess.run(line, capture_output=True, text=True)
                 times.append(time.perf_counter() - t0)
+                cpu.append(_children_cpu_s() - used)
             if done.returncode != code:
                 print(f"marlq bench startup: {' '.join(line)} exited {done.returncode} (expected {code}):\n"
                       f"{done.stderr.strip()}", file=sys.stderr)
                 return 1
         rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times),
-                     "max_s": max(times), "repeats": len(times)})
+                     "max_s": max(times), "cpu_median_s": statistics.median(cpu), "repeats": len(times)})
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"CLI start-up, {args.repeats} fresh processes each (wall seconds, start to exit)")
-    print(f"{'command':<32} {'median':>8} {'min':>8} {'max':>8}")
+    print(f"CLI start-up, {args.repeats} fresh processes each (wall seconds, start to exit; CPU: user + system)")
+    print(f"{'command':<32} {'median':>8} {'min':>8} {'max':>8} {'CPU med':>8}")
     for r in rows:
-        print(f"{r['command']:<32} {r['median_s']:>8.3f} {r['min_s']:>8.3f} {r['max_s']:>8.3f}")
+        print(f"{r['command']:<32} {r['median_s']:>8.3f} {r['min_s']:>8.3f} {r['max_s']:>8.3f} "
+              f"{r['cpu_median_s']:>8.3f}")
     return 0
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of the waited-for child processes so far."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 # ----------------------------------------------------------------------------- the first-step probe

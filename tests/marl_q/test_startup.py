@@ -74,7 +74,8 @@ def test_bench_startup_prints_a_median_for_each_command_line(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["command"] for r in rows] == ["python -c pass", "marlq --help", "marlq run (config mistake)",
                                             "marlq list", "marlq run (to first env step)"]
-    assert all(r["repeats"] == 1 and 0 < r["min_s"] <= r["median_s"] <= r["max_s"] for r in rows)
+    assert all(r["repeats"] == 1 and 0 < r["min_s"] <= r["median_s"] <= r["max_s"] and r["cpu_median_s"] > 0
+               for r in rows)
 
 
 def test_bench_runtime_a2c_names_a_missing_peer_and_leaves_ray_alone():
