@@ -147,7 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_arg = out_dir(args.out) if args.out else None
     cfg = load_config(args.config, args.overrides + (["run.tensorboard=true"] if args.tensorboard else []),
                       seed=args.seed)
-    from marl_q.experiment import run_experiment  # after the config: a mistake in it shows without the runtime's imports
+    # after the config: a mistake in it shows without the runtime's imports
+    from marl_q.experiment import run_experiment
 
     if args.quiet:
         cfg.run.progress = False

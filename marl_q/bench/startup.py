@@ -2,7 +2,8 @@
 
 Four command lines, each run ``--repeats`` times in a new interpreter and timed from the parent
 (wall seconds from start to exit, and the CPU seconds the process used, user + system: on a busy
-machine the wall time grows with the load, the CPU time much less): ``marlq --help``, a config mistake (``marlq run CONFIG --set run.nope=1``, which
+machine the wall time grows with the load, the CPU time much less):
+``marlq --help``, a config mistake (``marlq run CONFIG --set run.nope=1``, which
 exits 2), ``marlq list``, and ``marlq run CONFIG`` up to its first env step. The last goes through
 ``python -m marl_q.bench.startup CONFIG --out DIR``, the first-step probe: it registers a copy of the
 config's scenario whose environment's first ``step`` prints the top-level packages imported so far
@@ -51,7 +52,8 @@ def startup_main(argv: Optional[Sequence[str]] = None) -> int:
         times, cpu = [], []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory(prefix="marlq-startup-") as tmp:
-                line = cmd or [sys.executable, "-m", "marl_q.bench.startup", args.config, "--out", str(Path(tmp) / "run")]
+                line = cmd or [sys.executable, "-m", "marl_q.bench.startup", args.config,
+                               "--out", str(Path(tmp) / "run")]
                 used = _children_cpu_s()
                 t0 = time.perf_counter()
                 done = subprocess.run(line, capture_output=True, text=True)

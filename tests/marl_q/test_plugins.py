@@ -124,7 +124,8 @@ def test_the_forms_of_registration_the_index_reads(tmp_path):
 
 def test_a_registry_imports_a_declared_module_on_first_lookup(tmp_path, monkeypatch):
     (tmp_path / "widgets.py").write_text("from marl_q.registry import Registry\nWIDGETS = Registry('widget')\n")
-    (tmp_path / "lazy_widget.py").write_text("from widgets import WIDGETS\nWIDGETS.add('lazy_one', object, help='imported late')\n")
+    (tmp_path / "lazy_widget.py").write_text(
+        "from widgets import WIDGETS\nWIDGETS.add('lazy_one', object, help='imported late')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     from widgets import WIDGETS
 
