@@ -25,14 +25,14 @@ from torch import nn
 
 from agents.heads import FlatParameters, build_head, count_params, head_report, resumed_heads, worker_heads
 from agents.distributions import Categorical, Distribution, LogStd, distribution_for
-from agents.losses import actor_critic_loss, categorical
+from agents.losses import actor_critic_loss, categorical, diagnostics, explained_variance, ratio_stats
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
 from agents.value_norm import ValueNorm
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
-from marl_q.messages import HELLO, SERVER, Message
+from marl_q.messages import HELLO, SERVER, TRAIN, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
@@ -139,9 +139,11 @@ def sample_actions_with_logits(actor: nn.Module, obs: np.ndarray, rng: np.random
 def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
                         optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
                         batch: dict[str, np.ndarray], logits: Optional[torch.Tensor] = None,
-                        dist: Optional[Distribution] = None, value_norm: Optional[ValueNorm] = None) -> None:
+                        dist: Optional[Distribution] = None, value_norm: Optional[ValueNorm] = None
+                        ) -> dict[str, Optional[float]]:
     """``ac.epochs`` x ``ac.minibatches`` descents of ``actor_critic_loss`` on a rollout; A2C is the
     single pass (1 x 1), whose gradient is left in ``flat.flat.grad`` when there is no optimizer.
+    Returns the update's diagnostics for train.csv (``agents.losses.diagnostics``).
 
     ``batch``: ``obs`` (T+1, N, ...) including the observation after the last step, ``actions``
     (T, N) or (T, N, D) for continuous actions, ``rewards``, ``terminated``, ``dones``, ``valid``
@@ -174,8 +176,9 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
             values_all = critic(critic_all).squeeze(-1)
             logits_all = actor(obs_all[: T * N]) if ac.clip is not None else None
     values_np = values_all.numpy().reshape(T + 1, N).astype(np.float64)
-    adv, returns = rollout_targets(batch, values_np if value_norm is None else value_norm.denormalize(values_np),
-                                   ac.gamma, ac.gae_lambda, ac.reward_scale)
+    values_np = values_np if value_norm is None else value_norm.denormalize(values_np)
+    adv, returns = rollout_targets(batch, values_np, ac.gamma, ac.gae_lambda, ac.reward_scale)
+    explained = explained_variance(values_np[:T].reshape(-1)[valid], returns.reshape(-1)[valid])
     if value_norm is not None:
         value_norm.update(returns.reshape(-1)[valid])
         returns = value_norm.normalize(returns)
@@ -199,6 +202,7 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     else:
         samples["obs"] = take(obs_all[: T * N])
         samples["critic_obs"] = samples["obs"] if critic_all is obs_all else take(critic_all[: T * N])
+    last, clipfracs = None, []
     for _ in range(ac.epochs):
         # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
         for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
@@ -208,7 +212,23 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
             values = x["v"] if single_pass else critic(x["critic_obs"]).squeeze(-1)
             terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"],
                                       old_values=x["old_v"], entropy=entropy)
+            kl = ratio_stats(logp.detach(), x["old_logp"], ac.clip) if ac.clip is not None else None
+            if kl is not None:
+                clipfracs.append(kl["clipfrac"])
             _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
+            last = (terms, kl, logits_mb, x)
+    if last is None or not len(samples["act"]):  # no valid step in the rollout: nothing to say
+        return diagnostics(None, None)
+    terms, kl, logits_mb, x = last
+    entropy = terms.entropy
+    if entropy is None:  # ent_coef 0: the loss left it out; from the last minibatch's outputs
+        with torch.no_grad():
+            entropy = log_prob_entropy(logits_mb.detach(), x["act"], x["avail"], True)[1].mean()
+    # CleanRL's: the last minibatch's losses and KL, the clip fraction over every minibatch. Without a
+    # clip the one pass is at the rollout's parameters (ratio 1, KL 0); more passes are not measured
+    approx_kl = kl["approx_kl"] if kl is not None else (0.0 if single_pass else None)
+    return diagnostics(terms.policy, terms.value, entropy, approx_kl,
+                       float(np.mean(clipfracs)) if clipfracs else None, explained)
 
 
 def _minibatches(n: int, k: int, rng: np.random.Generator) -> list[Optional[torch.Tensor]]:
@@ -319,14 +339,16 @@ class ActorCriticWorker(Worker):
     def step(self) -> Work:
         batch, episodes, steps = self.rollout()
         before = self.flat.numpy() if self.ac.update == "delta" else None
-        self.learn(batch)
+        diag = self.learn(batch)
         self.seq += 1
         if self.ac.update == "grad":
             payload = {"grad": self.flat.grad_numpy()}
         else:
             payload = {"delta": self.flat.numpy() - before}
         self.waiting = True
-        msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq)
+        # the update's diagnostics ride along for train.csv, outside the counted payload (marl_q.messages.TRAIN)
+        msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq,
+                      info={TRAIN: [diag]})
         return Work([msg], env_steps=steps, episodes=episodes, resources=head_report(self.resources))
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
@@ -375,15 +397,16 @@ class ActorCriticWorker(Worker):
                  "dones": dones, "valid": valid}
         return batch, episodes, int(valid.sum())
 
-    def learn(self, batch: dict[str, np.ndarray]) -> None:
+    def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
+        """One update on the rollout (the numpy pass or the torch one); its diagnostics for train.csv."""
         if self._rollout_np is not None:
             (logits, cache), self._rollout_np = self._rollout_np, None
             self.flat.zero_grad()
-            a2c_gradient(self.ac, self._np_heads[0], self._np_heads[1], batch, logits, cache, self.flat.grad_view())
-            return
+            return a2c_gradient(self.ac, self._np_heads[0], self._np_heads[1], batch, logits, cache,
+                                self.flat.grad_view())
         logits, self._rollout_logits = self._rollout_logits, None
-        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch, logits,
-                            dist=self.dist if self.dist.continuous else None)
+        return actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
+                                   logits, dist=self.dist if self.dist.continuous else None)
 
     def close(self) -> None:
         self.env.close()

@@ -407,19 +407,24 @@ class TrajectoryService(Service):
         self.buffer.append((msg.src, msg.payload, ctx.weight, ctx.staleness))
         if not self.aggregator.round_complete([w for w, *_ in self.buffer]):
             return Outcome(False, [self._params(w, ctx.version) for w in self.aggregator.reply_to(msg.src, False)])
-        self._learn()
-        return Outcome(True, [self._params(w, ctx.next_version) for w in self.aggregator.reply_to(msg.src, True)])
+        trained = self._learn()
+        return Outcome(True, [self._params(w, ctx.next_version) for w in self.aggregator.reply_to(msg.src, True)],
+                       train=trained)
 
-    def _learn(self) -> None:
+    def _learn(self) -> list[dict[str, Any]]:
+        """One learning step per group of equal-length episodes in the buffer; their diagnostics (train.csv)."""
         by_length: dict[int, list[tuple[dict[str, np.ndarray], float]]] = {}
         for _, payload, weight, _ in self.buffer:
             by_length.setdefault(len(payload["rewards"]), []).append((payload, weight))
         self.buffer = []
         epsilon = self.hp.epsilon(self.env_steps)
+        trained = []
         for group in by_length.values():
             batch = stack_episodes([p for p, _ in group], [w for _, w in group])
             self.last_stats = self.learner.learn(batch, epsilon=epsilon)
+            trained.append(self.learner.last_diagnostics)
         self._snapshot = None
+        return trained
 
     def updates(self) -> int:
         return self.learner.updates

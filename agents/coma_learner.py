@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from agents.coma_estimators import counterfactual_advantage, epsilon_floored_policy, n_step_targets, td_lambda_targets
+from agents.losses import diagnostics, explained_variance, ratio_stats
 from marl_q.seeding import coma_bootstrap_seed
 
 CRITIC_KINDS = ("coma", "central_v", "iac")
@@ -233,13 +234,21 @@ class ComaLearner:
             ratio = (log_pi.detach() - batch.behaviour_logp).exp().clamp(max=self.hp.importance_clip)
             weight = weight * ratio
         entropy = -(pi * pi.clamp_min(1e-10).log()).sum(-1)
-        actor_loss = -(weight * advantage * log_pi).mean() - self.hp.entropy_coef * entropy.mean()
+        pg_loss = -(weight * advantage * log_pi).mean()
+        actor_loss = pg_loss - self.hp.entropy_coef * entropy.mean()
         if not actor_frozen:  # during the critic warm-up the actor keeps its initial parameters
             self.actor_opt.zero_grad()
             actor_loss.backward()
             nn.utils.clip_grad_norm_(self.actor.parameters(), self.hp.grad_clip)
             self.actor_opt.step()
         self.updates += 1
+        # train.csv's row (agents.losses.diagnostics), from what this step computed: the critic's last
+        # loss and its values against the targets, the actor's KL from the behaviour policy on the
+        # actions taken (stale workers and the epsilon floor show here); no ratio clip, so no clipfrac
+        with torch.no_grad():
+            self.last_diagnostics = diagnostics(
+                pg_loss, critic_loss, entropy.mean(), ratio_stats(log_pi, batch.behaviour_logp, None)["approx_kl"],
+                None, explained_variance(taken.detach().reshape(-1).numpy(), targets.reshape(-1).numpy()))
         return {
             "critic_loss": float(critic_loss.detach()),
             "actor_loss": float(actor_loss.detach()),

@@ -18,10 +18,12 @@ tests/agents/test_losses.py checks it against torch autograd.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Protocol
+from typing import Any, NamedTuple, Optional, Protocol
 
 import numpy as np
 import torch
+
+from marl_q.metrics import DIAGNOSTICS
 
 
 class LossKnobs(Protocol):
@@ -109,6 +111,10 @@ def actor_critic_loss(knobs: LossKnobs, logp: torch.Tensor, adv: torch.Tensor, v
     return LossTerms(loss + knobs.vf_coef * v, pi, v, ent)
 
 
+# ----------------------------------------------------------------------------- diagnostics
+# What train.csv records per update (marl_q.metrics.DIAGNOSTICS), as CleanRL logs them. Computed from
+# tensors the update has already computed, without a graph and without random draws, so that logging
+# them leaves training bit for bit as it was.
 @torch.no_grad()
 def ratio_stats(logp: torch.Tensor, old_logp: torch.Tensor, clip: Optional[float],
                 mask: Optional[torch.Tensor] = None) -> dict[str, float]:
@@ -121,13 +127,41 @@ def ratio_stats(logp: torch.Tensor, old_logp: torch.Tensor, clip: Optional[float
     return out
 
 
+def explained_variance(values: np.ndarray, returns: np.ndarray) -> Optional[float]:
+    """1 - Var[R - V] / Var[R] over the samples (population variances, CleanRL's): 1 for a critic that
+    predicts every return, 0 for one no better than their mean; None when Var[R] = 0 (one sample, say)."""
+    returns = np.asarray(returns, dtype=np.float64).reshape(-1)
+    if returns.size < 2:  # (a one-step update's: cheap to say, and said often)
+        return None
+    dev = returns - returns.mean()
+    err = returns - np.asarray(values, dtype=np.float64).reshape(-1)
+    err -= err.mean()
+    var_y = float(dev @ dev)  # n Var[R]; the n's cancel
+    return None if var_y == 0.0 else float(1.0 - (err @ err) / var_y)
+
+
+def diagnostics(policy_loss: Any, value_loss: Any, entropy: Any = None, approx_kl: Any = None, clipfrac: Any = None,
+                explained_var: Optional[float] = None) -> dict[str, Optional[float]]:
+    """One update's train.csv diagnostics (scalars or 0-d tensors) as floats; None leaves its cell empty."""
+    values = [policy_loss, value_loss, entropy, approx_kl, clipfrac, explained_var]
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            values[i] = float(v.detach())
+        elif v is not None:
+            values[i] = float(v)
+    return dict(zip(DIAGNOSTICS, values))
+
+
 # ----------------------------------------------------------------------------- the numpy twin
 def a2c_loss_grad(knobs: LossKnobs, logits: np.ndarray, actions: np.ndarray, adv: np.ndarray,
-                  values: np.ndarray, returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  values: np.ndarray, returns: np.ndarray, terms: Optional[dict] = None) -> tuple[np.ndarray, np.ndarray]:
     """d L / d logits (B, A) and d L / d values (B,) of ``actor_critic_loss`` on ``categorical(logits)``
     without clips and without a mask, in numpy (float64): with p = softmax(logits), H its entropy,
 
         dL/dz = (A / B) (p - onehot(a)) + (ent_coef / B) p (log p + H),   dL/dV = (2 vf_coef / B) (V - R).
+
+    ``terms``, when given, receives the loss's terms for logging (``policy``, ``value``, ``entropy``:
+    LossTerms' fields as floats), computed beside the gradient without changing it.
     """
     count = len(actions)
     if knobs.adv_norm and count > 1:
@@ -136,9 +170,16 @@ def a2c_loss_grad(knobs: LossKnobs, logits: np.ndarray, actions: np.ndarray, adv
     logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
     p = np.exp(logp)
     onehot = np.zeros_like(p)
-    onehot[np.arange(count), actions] = 1.0
+    rows = np.arange(count)
+    onehot[rows, actions] = 1.0
     grad_logits = (adv / count)[:, None] * (p - onehot)
+    entropy = None
     if knobs.ent_coef != 0.0:
         entropy = -(p * logp).sum(axis=1, keepdims=True)
         grad_logits += (knobs.ent_coef / count) * p * (logp + entropy)
-    return grad_logits, (2.0 * knobs.vf_coef / count) * (values - returns)
+    error = values - returns
+    if terms is not None:  # (dot products: a one-step update's arrays are tiny, numpy's calls are not)
+        terms["policy"] = -float(np.dot(adv, logp[rows, actions])) / count
+        terms["value"] = float(np.dot(error, error)) / count
+        terms["entropy"] = float(-np.vdot(p, logp) if entropy is None else entropy.sum()) / count
+    return grad_logits, (2.0 * knobs.vf_coef / count) * error

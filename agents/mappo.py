@@ -355,9 +355,9 @@ class TeamWorker(ActorCriticWorker):
         self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length = saved
         return returns
 
-    def learn(self, batch: dict[str, np.ndarray]) -> None:
-        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
-                            dist=self.dist, value_norm=self.value_norm)
+    def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
+        return actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
+                                   dist=self.dist, value_norm=self.value_norm)
 
     def close(self) -> None:
         for env in self.envs:

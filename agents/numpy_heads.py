@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.losses import a2c_loss_grad
+from agents.losses import a2c_loss_grad, diagnostics, explained_variance
 from agents.returns import rollout_targets
 from circuits import kernels
 from circuits.adjoint import built_for_weights
@@ -337,12 +337,12 @@ def numpy_head(module: nn.Module) -> Optional[Any]:
 
 
 def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
-                 logits: np.ndarray, actor_cache: Cache, flat_grad: np.ndarray) -> None:
+                 logits: np.ndarray, actor_cache: Cache, flat_grad: np.ndarray) -> dict[str, Optional[float]]:
     """``agents.actor_critic.actor_critic_update``'s single clip-free pass in numpy, written into
     ``flat_grad`` (the zeroed flat gradient the parameters' .grad view): GAE targets from the critic's
     forward, the loss's gradient from its numpy twin (``agents.losses.a2c_loss_grad``) over the valid
     steps, backward through both heads, a global-norm clip. ``logits``/``actor_cache``: the actor's
-    forward on obs[:T] from the rollout."""
+    forward on obs[:T] from the rollout. Returns the update's diagnostics, as the torch pass does."""
     T, N = batch["actions"].shape
     obs_all = batch["obs"].reshape((T + 1) * N, -1).astype(np.float64)
     values_col, critic_cache = critic.forward(obs_all)
@@ -351,10 +351,15 @@ def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
     valid = batch["valid"].reshape(-1)
     grad_logits = np.zeros_like(logits)
     grad_values = np.zeros((len(obs_all), 1))
+    diag = diagnostics(None, None)
     if valid.any():
+        terms: dict[str, float] = {}
+        values, targets = values_col[: T * N, 0][valid], returns.reshape(-1)[valid]
         grad_logits[valid], grad_values[: T * N, 0][valid] = a2c_loss_grad(
-            ac, logits[valid], batch["actions"].reshape(-1)[valid], adv.reshape(-1)[valid],
-            values_col[: T * N, 0][valid], returns.reshape(-1)[valid])
+            ac, logits[valid], batch["actions"].reshape(-1)[valid], adv.reshape(-1)[valid], values, targets, terms)
+        # the one pass is at the rollout's parameters: ratio 1, approx KL 0; no clip
+        diag = diagnostics(terms["policy"], terms["value"], terms["entropy"], 0.0, None,
+                           explained_variance(values, targets))
     critic.backward(critic_cache, grad_values)
     actor.backward(actor_cache, grad_logits)
     if ac.max_grad_norm is not None:
@@ -362,3 +367,4 @@ def a2c_gradient(ac: Any, actor: Any, critic: Any, batch: dict[str, np.ndarray],
         coef = ac.max_grad_norm / (norm + 1e-6)
         if coef < 1.0:
             flat_grad *= np.float32(coef)
+    return diag

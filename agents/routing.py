@@ -26,7 +26,7 @@ from agents.actor_critic import PPOConfig, actor_critic_update, build_models, ma
 from agents.heads import FlatParameters, count_params, head_report, resumed_heads, worker_heads
 from marl_q.errors import ConfigError, UserError
 from marl_q.evaluation import EvalProgress, eval_progress
-from marl_q.messages import HELLO, SERVER, Message
+from marl_q.messages import HELLO, SERVER, TRAIN, Message
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
 from marl_q.registry import ALGORITHMS
 from marl_q.seeding import routing_demand_entropy, routing_eval_seed, worker_seed
@@ -375,12 +375,15 @@ class RoutingPPOWorker(Worker):
         self.version = 0
         self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
         self._rows: list[dict[str, Any]] = []
+        self._trained: list[dict[str, Any]] = []  # diagnostics of the updates not yet uploaded
 
     def __setstate__(self, state: dict) -> None:
-        # a snapshot from before the quantum-resource ledger: take it up on resume
+        # a snapshot from before the quantum-resource ledger or train.csv: take them up on resume
         self.__dict__.update(state)
         if "resources" not in state:
             self.resources = resumed_heads({"actor": self.actor, "critic": self.critic})
+        if "_trained" not in state:  # before train.csv
+            self._trained = []
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, HELLO)]
@@ -458,9 +461,11 @@ class RoutingPPOWorker(Worker):
         return Work(messages, env_steps=1, episodes=rows, resources=head_report(self.resources))
 
     def policy_message(self) -> Message:
-        """Upload of the current actor and critic parameters."""
+        """Upload of the current actor and critic parameters, with the diagnostics of the local updates
+        since the last upload (train.csv; outside the counted payload, marl_q.messages.TRAIN)."""
+        trained, self._trained = self._trained, []
         return Message(self.name, SERVER, POLICY, {"params": self.flat.numpy().astype(np.float32)},
-                       base_version=self.version)
+                       base_version=self.version, info={TRAIN: trained} if trained else {})
 
     def _record(self, reward: float, finished: bool) -> None:
         self.rew_buf.append(reward)
@@ -487,7 +492,8 @@ class RoutingPPOWorker(Worker):
         batch = {"obs": obs, "actions": np.array(self.act_buf, dtype=np.int64)[:, None],
                  "rewards": np.array(self.rew_buf, dtype=np.float64)[:, None], "terminated": zeros,
                  "dones": zeros, "valid": np.ones((T, 1), dtype=bool)}
-        actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch)
+        diag = actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch)
+        self._trained.append(diag)
         self.obs_buf, self.act_buf, self.rew_buf = [], [], []
         self.rollouts += 1
 

@@ -23,7 +23,7 @@ RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_e
                   "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes",
                   "run.tensorboard")
 RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "quantum.csv", "quantum_wall.csv",
-             "summary.json")
+             "train.csv", "train_wall.csv", "summary.json")
 
 
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
     never stopped, byte for byte. On local and ray the server's full state is restored and fresh workers
     start from its parameters (what a restarted worker does anyway); their wall clock differs.
 
-    Rows written after the checkpoint are cut from metrics.csv and comm.csv (they described a state that
+    Rows written after the checkpoint are cut from metrics.csv, comm.csv and train.csv (they described a state that
     is not restored); the files as they were are kept in ``resume_backup_<n>/``, so nothing is lost."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -9,6 +9,10 @@ import numpy as np
 SERVER = "server"
 HELLO = "hello"
 LIFE = "life"  # Message.info key: which incarnation of a worker says hello (see `stamp_life`)
+# Message.info key: the diagnostics (a list of dicts, marl_q.metrics.DIAGNOSTICS) of the updates a message
+# carries; the server hands them to train.csv when it accepts the message. A handful of floats of
+# monitoring, not of learning: like the episode rows of metrics.csv they are not in the ledger's bytes
+TRAIN = "train"
 
 
 @dataclass

@@ -1,6 +1,8 @@
-"""Summaries of per-episode metrics shared by episodic algorithms."""
+"""Summaries of per-episode metrics shared by episodic algorithms, and train.csv: the learners'
+diagnostics, one row per update."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -27,3 +29,62 @@ def episode_summary(rows: list[dict[str, Any]], solve_return: Optional[float], w
 
 def rows_with_return(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if "return" in r]
+
+
+# ----------------------------------------------------------------------------- train.csv
+TRAIN_FILE = "train.csv"
+# per update, as CleanRL logs them (TensorBoard: losses/<name>); agents.losses computes them
+DIAGNOSTICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
+TRAIN_BASE = ["t", "worker", "env_steps", "update"]  # update: the row's number, 1, 2, ... over the run
+TRAIN_FIELDS = ["version", "staleness", *DIAGNOSTICS]
+
+
+class TrainLog:
+    """train.csv: one row per update the server takes in with its diagnostics (a worker's pushed update,
+    or one the server's own learner ran), written by ``marl_q.rundir.MetricsWriter`` (wall clock in
+    train_wall.csv). The file is made at the first row, so a run without diagnostics has none."""
+
+    def __init__(self, out: Optional[Path], resume: Optional[dict[str, Any]] = None, wall_offset: float = 0.0) -> None:
+        """``resume``: a checkpoint's ``state()`` (``{}`` for a checkpoint written before train.csv):
+        the file is cut back to its position, or removed if the checkpoint had no row yet."""
+        state = resume or {}
+        self.out, self.wall_offset = out, wall_offset
+        self.updates = int(state.get("updates", 0))
+        self._position = state.get("position")
+        self.writer: Any = None
+        if out is not None and resume is not None and self._position is None:
+            for name in (TRAIN_FILE, "train_wall.csv"):  # rows written after the checkpoint only
+                (Path(out) / name).unlink(missing_ok=True)
+
+    def write(self, t: float, worker: str, env_steps: int, version: int, staleness: Optional[int],
+              updates: list[dict[str, Any]]) -> None:
+        """One row per diagnostics dict in ``updates`` (keys of DIAGNOSTICS; others are ignored)."""
+        if self.out is None:
+            return
+        if self.writer is None:
+            from marl_q.rundir import MetricsWriter
+
+            self.writer = MetricsWriter(Path(self.out) / TRAIN_FILE, TRAIN_FIELDS, base=TRAIN_BASE,
+                                        resume_at=tuple(self._position) if self._position else None,
+                                        wall_offset=self.wall_offset)
+        for diag in updates:
+            if not isinstance(diag, dict):
+                continue
+            self.updates += 1
+            row = {k: diag.get(k) for k in DIAGNOSTICS}
+            row.update(t=t, worker=worker, env_steps=env_steps, update=self.updates, version=version,
+                       staleness=staleness)
+            self.writer.write(row)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps to continue train.csv on resume (rows so far, byte positions)."""
+        position = list(self.writer.position()) if self.writer is not None else self._position
+        return {"updates": self.updates, "position": position}
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

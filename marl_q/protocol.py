@@ -75,6 +75,9 @@ class Outcome:
     replies: list[Message] = field(default_factory=list)
     accepted: bool = True
     reason: str = ""
+    # diagnostics of the updates a learner on the server ran while handling the message (train.csv);
+    # a worker's own go in the message's info (marl_q.messages.TRAIN)
+    train: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Worker:

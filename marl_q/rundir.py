@@ -71,13 +71,14 @@ def set_tap(run_dir: Path, tap: Optional[Any]) -> None:
 
 
 class MetricsWriter:
-    """Streams one row per finished episode to metrics.csv with a fixed column order."""
+    """Streams one row per finished episode to metrics.csv with a fixed column order (and the rows of
+    quantum.csv and train.csv, which share its format)."""
 
     BASE = ["t", "worker", "env_steps", "episode"]
 
     def __init__(self, path: Optional[Path], fields: list[str], flush_every: int = 256,
                  resume_at: Optional[tuple[int, int]] = None, wall_offset: float = 0.0,
-                 wall_fields: tuple[str, ...] = ()) -> None:
+                 wall_fields: tuple[str, ...] = (), base: Optional[list[str]] = None) -> None:
         """Rows go to ``path``; each row's wall clock goes to a sidecar ``metrics_wall.csv``
         (episode, wall_s), so that metrics.csv of a sim run is byte-identical across runs. Columns in
         ``wall_fields`` are wall-clock measurements too (an agent's compute seconds, say): they go to
@@ -88,9 +89,14 @@ class MetricsWriter:
 
         ``rows`` (every row so far, for the algorithm's summary) is kept in memory only without a file;
         with one it is read back from the file when asked for, so a long run's memory does not grow
-        with its episodes."""
-        self.wall_fields = [f for f in wall_fields if f not in self.BASE]
-        self.columns = self.BASE + [f for f in fields if f not in self.BASE and f not in self.wall_fields]
+        with its episodes.
+
+        ``base``: the first columns (default BASE), the last of which numbers the rows and keys the
+        sidecar (metrics.csv's episode; train.csv's update)."""
+        self.base = list(base or self.BASE)
+        self.key = self.base[-1]
+        self.wall_fields = [f for f in wall_fields if f not in self.base]
+        self.columns = self.base + [f for f in fields if f not in self.base and f not in self.wall_fields]
         self._t0 = time.perf_counter() - wall_offset
         self._walls: list[tuple] = []
         self._pending: list[list[Any]] = []
@@ -113,7 +119,7 @@ class MetricsWriter:
         self._wall_writer = csv.writer(self._wall_file)
         if resume_at is None:
             self._writer.writerow(self.columns)
-            self._wall_writer.writerow(["episode", "wall_s"] + self.wall_fields)
+            self._wall_writer.writerow([self.key, "wall_s"] + self.wall_fields)
 
     def position(self) -> tuple[int, int]:
         """Flush, then (bytes of metrics.csv, bytes of metrics_wall.csv): a checkpoint's resume point."""
@@ -135,7 +141,7 @@ class MetricsWriter:
         if self._file is None:
             self._rows.append(row)
         self._pending.append([_fmt(row.get(c, "")) for c in self.columns])
-        self._walls.append((row.get("episode", ""), f"{time.perf_counter() - self._t0:.6f}",
+        self._walls.append((row.get(self.key, ""), f"{time.perf_counter() - self._t0:.6f}",
                             *(_fmt(row.get(c, "")) for c in self.wall_fields)))
         if len(self._pending) >= self.flush_every:
             self.flush()

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from marl_q.config import ExperimentConfig
 from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger
+from marl_q.metrics import TrainLog
 from marl_q.protocol import Work, worker_names
 from marl_q.quantum import QuantumLedger
 from marl_q.registry import ALGORITHMS
@@ -78,6 +79,9 @@ class Runtime:
                                      wall_fields=tuple(getattr(self.algorithm, "wall_fields", ())))
         # circuit executions, shots and the QPU estimate of circuit heads (quantum.csv; none without one)
         self.quantum = QuantumLedger(cfg, out, resume=meta.get("quantum"))
+        # the learners' losses, entropy, KL and explained variance per update (train.csv; none without them)
+        self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0))
+        self.server.on_train = self.record_train
         if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
             self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))
@@ -131,6 +135,10 @@ class Runtime:
             self._progress.update(self, work)
         if self._next_eval is not None and self.env_steps >= self._next_eval:
             self.evaluate(t)
+
+    def record_train(self, worker: str, updates: list, version: int, staleness: Optional[int], t: float) -> None:
+        """One train.csv row per update the server just took in (its diagnostics), at the run's env steps."""
+        self.train.write(t, worker, self.env_steps, version, staleness, updates)
 
     def evaluate(self, t: float) -> None:
         """``run.eval_episodes`` greedy episodes of the server's current policy -> one eval.csv row."""
@@ -229,6 +237,7 @@ class Runtime:
                     "ledger": self.ledger.totals(), "ledger_state": self.ledger.state(),
                     "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
                     **({"quantum": self.quantum.state()} if self.quantum.active() else {}),
+                    "train": self.train.state(),
                     "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
             save_checkpoint(path, arrays, meta)
         except RunWriteError:  # (a CSV flush or the archive) a snapshot without its checkpoint is of no use
@@ -260,6 +269,7 @@ class Runtime:
         self.metrics.flush()
         self.ledger.flush()
         self.quantum.flush()
+        self.train.flush()
         summary: dict[str, Any] = {
             "status": status,
             "algorithm": self.cfg.algorithm.name,
@@ -287,6 +297,7 @@ class Runtime:
             self.metrics.close()
             self.ledger.close()
             self.quantum.close()
+            self.train.close()
             self.close_tracker()
             write_json_atomic(self.out / "summary.json", summary)
         self.finished = True
@@ -298,7 +309,7 @@ class Runtime:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
-        for writer in [w for w in (self.metrics, self.ledger, self.quantum.writer) if w is not None]:
+        for writer in [w for w in (self.metrics, self.ledger, self.quantum.writer, self.train.writer) if w is not None]:
             for attr in ("_pending", "_walls", "_rows"):
                 if isinstance(getattr(writer, attr, None), list):
                     getattr(writer, attr).clear()

@@ -6,13 +6,13 @@ recorded with its reason, and the run goes on with the server state unchanged.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from marl_q.config import ServerConfig
 from marl_q.ledger import Ledger
-from marl_q.messages import HELLO, LIFE, SERVER, Message
+from marl_q.messages import HELLO, LIFE, SERVER, TRAIN, Message
 from marl_q.protocol import Context, MessageSpec, Service
 from marl_q.registry import STALENESS
 
@@ -34,6 +34,9 @@ class Server:
         self._weight = lambda s: fn(s, a=rule.a, b=rule.b)
         self.staleness_counts: dict[int, int] = {}
         self.progress = lambda: 0.0  # the runtime replaces this with the fraction of the budget used
+        # the runtime sets this to its train.csv: (worker, diagnostics of the updates, version, staleness, t)
+        # of every accepted message that carries diagnostics or whose handling ran a learner's update
+        self.on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None
         # highest sequence number seen per (worker, kind) since that worker's last hello: a retried or
         # duplicated message (seq > 0, not above it) is applied at most once
         self._last_seq: dict[tuple[str, str], int] = {}
@@ -88,6 +91,8 @@ class Server:
         self.ledger.record(msg, t, self.version, staleness, accepted=outcome.accepted, reason=outcome.reason)
         if outcome.applied:
             self.version += 1
+        if outcome.accepted and self.on_train is not None and (TRAIN in msg.info or outcome.train):
+            self.on_train(msg.src, list(msg.info.get(TRAIN, ())) + outcome.train, self.version, staleness, t)
         return self._send(outcome.replies, t)
 
     def _send(self, replies: list[Message], t: float) -> list[Message]:

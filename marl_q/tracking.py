@@ -13,6 +13,9 @@ What is logged, against env steps (TensorBoard's step):
 - comm.csv, one row per message, as running totals per step: ``comm/messages_up``, ``messages_down``,
   ``bytes_up``, ``bytes_down``, ``rejected``, ``dropped_stale``, ``server_version`` and the mean
   ``staleness`` of the pushes accepted since the previous step.
+- train.csv, one row per update, under CleanRL's tags: ``losses/policy_loss``, ``losses/value_loss``,
+  ``losses/entropy``, ``losses/approx_kl``, ``losses/clipfrac``, ``losses/explained_variance`` (its other
+  columns only say which update a row is).
 - the numbers of the server's ``Service.summary()`` each time the server's updates change, as
   ``server/<key>`` (the losses and entropy of the last update where the service keeps them, e.g.
   ``server/last_critic_loss``, ``server/last_entropy`` for COMA, IAC and central-V).
@@ -28,8 +31,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from marl_q.errors import UserError, import_extra
+from marl_q.metrics import DIAGNOSTICS
 
 COORDINATES = {"t", "env_steps", "episode", "id", "seq", "worker"}  # where a row sits, not what it measures
+# run files logged under another prefix, and only the columns named: train.csv's diagnostics as CleanRL's tags
+RENAMED = {"train": ("losses", DIAGNOSTICS)}
 INSTALL = "pip install 'marl-q[tensorboard]' (or pip install tensorboard)"
 
 
@@ -132,10 +138,11 @@ class TensorBoardTracker:
             for tag, value, at in self._comm.add(rec, step):
                 self.writer.add_scalar(f"comm/{tag}", value, at)
             return
+        prefix, only = RENAMED.get(source, (source, None))
         for column, value in rec.items():
-            x = number(value) if column not in COORDINATES else None
+            x = number(value) if column not in COORDINATES and (only is None or column in only) else None
             if x is not None:
-                self.writer.add_scalar(f"{source}/{column}", x, step)
+                self.writer.add_scalar(f"{prefix}/{column}", x, step)
 
     # -- the server --------------------------------------------------------------------------------
     def service(self, updates: int, summary: Any, step: int) -> None:

@@ -75,7 +75,7 @@ def test_a2c_update_gradient_equals_a_direct_computation():
              "terminated": rng.random((T, N)) < 0.2, "valid": np.ones((T, N), dtype=bool)}
     batch["dones"] = batch["terminated"] | (rng.random((T, N)) < 0.1)
     ac = ActorCriticConfig(ent_coef=0.01, max_grad_norm=None, reward_scale=0.5)
-    actor_critic_update(ac, actor, critic, flat, None, rng, batch)
+    diag = actor_critic_update(ac, actor, critic, flat, None, rng, batch)
     # reference: V on every obs, R_t by the n-step recursion, loss = -A log pi - c H + vf (R - V)^2
     obs = torch.from_numpy(batch["obs"])
     v = ref_critic(obs).squeeze(-1)
@@ -90,6 +90,73 @@ def test_a2c_update_gradient_equals_a_direct_computation():
     loss.backward()
     ref = torch.cat([p.grad.flatten() for m in (ref_actor, ref_critic) for p in m.parameters()])
     torch.testing.assert_close(flat.flat.grad, ref, rtol=1e-4, atol=1e-6)
+    # train.csv's row of this update, against the same reference (CleanRL's definitions)
+    err, ret = (R - v[:T]).detach().numpy(), R.numpy()
+    assert diag["policy_loss"] == pytest.approx(float(-(adv * logp).mean().detach()), rel=1e-5)
+    assert diag["value_loss"] == pytest.approx(float(((R - v[:T]) ** 2).mean().detach()), rel=1e-5)
+    assert diag["entropy"] == pytest.approx(float(ent.detach()), rel=1e-5)
+    assert diag["explained_variance"] == pytest.approx(1.0 - np.var(err) / np.var(ret), rel=1e-4)
+    assert diag["approx_kl"] == 0.0 and diag["clipfrac"] is None  # one pass at the rollout's parameters, no clip
+
+
+def _ppo_batch(T=8, N=3, seed=5):
+    rng = np.random.default_rng(seed)
+    batch = {"obs": rng.normal(size=(T + 1, N, 4)).astype(np.float32),
+             "actions": rng.integers(0, 2, size=(T, N)), "rewards": rng.normal(size=(T, N)),
+             "terminated": rng.random((T, N)) < 0.2, "valid": rng.random((T, N)) < 0.8}
+    batch["dones"] = batch["terminated"] | (rng.random((T, N)) < 0.1)
+    return batch
+
+
+def _ppo_update(ac, batch):
+    from agents.actor_critic import actor_critic_update, make_optimizer
+
+    torch.manual_seed(6)
+    actor, critic = build_mlp(MLPConfig(hidden=[8]), 4, 2), build_mlp(MLPConfig(hidden=[8]), 4, 1)
+    flat = FlatParameters(actor, critic)
+    diag = actor_critic_update(ac, actor, critic, flat, make_optimizer("adam", [flat.flat], ac),
+                               np.random.default_rng(7), batch)
+    return diag, flat.numpy()
+
+
+def test_ppo_diagnostics_are_cleanrls_last_minibatch_and_mean_clip_fraction(monkeypatch):
+    """approx_kl is the last minibatch's, clipfrac the mean over every minibatch of every epoch (CleanRL);
+    a single clipped pass is at ratio 1 (KL 0, nothing clipped)."""
+    import agents.actor_critic as ac_mod
+    from agents.actor_critic import PPOConfig
+    from agents.losses import ratio_stats
+
+    batch = _ppo_batch()
+    seen = []
+
+    def spy(*args, **kw):
+        seen.append(ratio_stats(*args, **kw))
+        return seen[-1]
+
+    monkeypatch.setattr(ac_mod, "ratio_stats", spy)
+    ppo = PPOConfig(n_steps=8, epochs=3, minibatches=2, lr=0.05)
+    diag, _ = _ppo_update(ppo, batch)
+    assert len(seen) == 6
+    assert diag["approx_kl"] == seen[-1]["approx_kl"] > 0
+    assert diag["clipfrac"] == pytest.approx(np.mean([s["clipfrac"] for s in seen])) and diag["clipfrac"] > 0
+    assert all(np.isfinite(diag[k]) for k in diag)
+    seen.clear()
+    one_pass, _ = _ppo_update(PPOConfig(n_steps=8, epochs=1, minibatches=1), batch)
+    assert one_pass["approx_kl"] == pytest.approx(0.0, abs=1e-7) and one_pass["clipfrac"] == 0.0
+
+
+def test_diagnostics_leave_the_update_bit_for_bit(monkeypatch):
+    """The parameters after a PPO update are the same bytes when the diagnostics are not computed."""
+    import agents.actor_critic as ac_mod
+    from agents.actor_critic import PPOConfig
+
+    batch = _ppo_batch()
+    ppo = PPOConfig(n_steps=8, epochs=3, minibatches=2, lr=0.05)
+    _, with_diag = _ppo_update(ppo, batch)
+    monkeypatch.setattr(ac_mod, "ratio_stats", lambda *a, **k: {"approx_kl": 0.0, "clipfrac": 0.0})
+    monkeypatch.setattr(ac_mod, "explained_variance", lambda *a: None)
+    _, without = _ppo_update(ppo, batch)
+    assert with_diag.tobytes() == without.tobytes()
 
 
 def test_diffqas_heads_report_their_selected_architecture(small_raw):

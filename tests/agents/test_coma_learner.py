@@ -346,3 +346,32 @@ def test_dueling_q_is_value_plus_centred_differences_and_leaves_the_advantage_to
         net[-1].bias[0] += 7.0  # shift v only
     adv_shifted, _ = counterfactual_advantage(critic_forward("coma", critic, state, obs, actions, 4), pi, actions)
     assert torch.allclose(adv, adv_shifted, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["coma", "central_v", "iac"])
+def test_diagnostics_of_an_update_by_hand(kind: str) -> None:
+    """train.csv's row of a server update: the critic's loss and its explained variance of the targets
+    (before its step), the policy-gradient term, the entropy, and the k3 KL of the actor from the
+    behaviour policy on the taken actions: ln pi - ln pi_behav = 0.5 everywhere gives (e^0.5 - 1) - 0.5."""
+    import numpy as np
+
+    dims = Dims(2, 3, 4, 3)
+    actor, critic = _mlp(5, 3, seed=3), _mlp(critic_in_dim(kind, dims), critic_out_dim(kind, dims), seed=4)
+    learner = ComaLearner(kind, actor, critic, dims, _hp(entropy_coef=0.01))
+    batch = stack_episodes(_random_episodes(dims, 3, 4, seed=2))
+    steps = 4
+    with torch.no_grad():
+        pi = policy(actor, batch.obs[:, :steps], batch.avail[:, :steps], 0.0)
+        batch.behaviour_logp = pi.gather(-1, batch.actions[:, :steps].unsqueeze(-1)).squeeze(-1).log() - 0.5
+        targets = learner._targets(batch)
+        out = critic_forward(kind, critic, batch.state[:, :steps], batch.obs[:, :steps], batch.actions[:, :steps], 3)
+        taken = out.gather(-1, batch.actions[:, :steps].unsqueeze(-1)).squeeze(-1) if kind == "coma" else out
+    stats = learner.learn(batch)
+    diag = learner.last_diagnostics
+    assert diag["value_loss"] == stats["critic_loss"]
+    assert diag["policy_loss"] == pytest.approx(stats["actor_loss"] + 0.01 * stats["entropy"], rel=1e-5, abs=1e-7)
+    assert diag["entropy"] == pytest.approx(stats["entropy"], rel=1e-6)
+    assert diag["approx_kl"] == pytest.approx(np.exp(0.5) - 1.0 - 0.5, rel=1e-5)
+    residual, t = (targets - taken).reshape(-1).numpy(), targets.reshape(-1).numpy()
+    assert diag["explained_variance"] == pytest.approx(1.0 - residual.var() / t.var(), rel=1e-5)
+    assert diag["clipfrac"] is None  # no ratio clip

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents.losses import (a2c_loss_grad, actor_critic_loss, categorical, policy_loss, ratio_stats,
-                           value_loss)
+from agents.losses import (a2c_loss_grad, actor_critic_loss, categorical, diagnostics, explained_variance,
+                           policy_loss, ratio_stats, value_loss)
 from agents.heads import MLPConfig, build_mlp
+from marl_q.metrics import DIAGNOSTICS
 
 
 def knobs(**kw):
@@ -113,3 +114,49 @@ def test_numpy_twin_gradient_equals_torch_autograd(B, ent_coef, adv_norm, vf_coe
     grad_logits, grad_values = a2c_loss_grad(k, logits, actions, adv, values, returns)
     np.testing.assert_allclose(grad_logits, z.grad.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(grad_values, v.grad.numpy(), rtol=1e-5, atol=1e-7)
+    # the terms it reports for train.csv are LossTerms', and asking for them leaves the gradient as it was
+    terms: dict = {}
+    grad_logits_2, grad_values_2 = a2c_loss_grad(k, logits, actions, adv, values, returns, terms)
+    assert np.array_equal(grad_logits_2, grad_logits) and np.array_equal(grad_values_2, grad_values)
+    logp, ent = categorical(z.detach(), torch.from_numpy(actions))
+    expected = actor_critic_loss(k, logp, torch.tensor(adv, dtype=torch.float32), v.detach(),
+                                 torch.tensor(returns, dtype=torch.float32), entropy=ent)
+    for key in ("policy", "value", "entropy"):
+        assert terms[key] == pytest.approx(float(getattr(expected, key)), rel=1e-5, abs=1e-7), key
+
+
+# ----------------------------------------------------------------------------- train.csv's diagnostics
+def test_approx_kl_and_clip_fraction_by_hand():
+    """Ratios 0.5, 1, 1.1, 1.5 with clip 0.2: two lie outside [0.8, 1.2]; the k3 estimator
+    mean((r - 1) - log r) term by term; a mask leaves the masked samples out."""
+    ratio = np.array([0.5, 1.0, 1.1, 1.5])
+    old = torch.log(torch.tensor([0.4, 0.2, 0.5, 0.3], dtype=torch.float64))
+    logp = old + torch.log(torch.from_numpy(ratio))
+    k3 = [(-0.5 - np.log(0.5)), 0.0, (0.1 - np.log(1.1)), (0.5 - np.log(1.5))]  # 0.19315, 0, 0.00469, 0.09453
+    stats = ratio_stats(logp, old, 0.2)
+    assert stats["clipfrac"] == 0.5
+    assert stats["approx_kl"] == pytest.approx(np.mean(k3), rel=1e-12)
+    assert stats["approx_kl"] == pytest.approx(0.0730932, rel=1e-5)
+    masked = ratio_stats(logp, old, 0.2, mask=torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64))
+    assert masked["clipfrac"] == pytest.approx(1 / 3) and masked["approx_kl"] == pytest.approx(np.mean(k3[:3]))
+    assert "clipfrac" not in ratio_stats(logp, old, None)  # no clip, no clip fraction
+    assert ratio_stats(old, old, 0.2) == {"approx_kl": 0.0, "clipfrac": 0.0}  # the first pass: ratio 1
+
+
+def test_explained_variance_by_hand():
+    """Returns 1, 2, 3, 4 (population variance 1.25) and values off by +-0.5 (residual variance 0.25): 0.8."""
+    returns, values = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.5, 1.5, 3.5, 3.5])
+    assert explained_variance(values, returns) == pytest.approx(0.8, rel=1e-12)
+    assert explained_variance(returns, returns) == 1.0
+    assert explained_variance(np.full(4, 2.5), returns) == pytest.approx(0.0, abs=1e-12)  # the mean
+    assert explained_variance(values + 10.0, returns) == pytest.approx(0.8)  # an offset is not penalised (CleanRL's)
+    assert explained_variance(values, np.ones(4)) is None  # Var[R] = 0: undefined, an empty cell
+    assert explained_variance(values[:1], returns[:1]) is None  # one sample (a one-step update)
+
+
+def test_diagnostics_name_train_csv_columns_and_keep_none():
+    row = diagnostics(torch.tensor(0.5, requires_grad=True), np.float32(2.0), None, 0.0, None, 0.25)
+    assert list(row) == list(DIAGNOSTICS)
+    assert row == {"policy_loss": 0.5, "value_loss": 2.0, "entropy": None, "approx_kl": 0.0, "clipfrac": None,
+                   "explained_variance": 0.25}
+    assert all(type(v) is float for v in row.values() if v is not None)

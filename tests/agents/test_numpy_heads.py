@@ -13,6 +13,7 @@ from agents.actor_critic import ActorCriticConfig, actor_critic_update
 from agents.heads import FlatParameters, MLPConfig, build_mlp
 from agents.numpy_heads import NumpyMLP, NumpyVQC, a2c_gradient, numpy_head
 from circuits.vqc import VQC
+from marl_q.metrics import DIAGNOSTICS
 
 
 def _autograd_grads(module, x: np.ndarray, grad_out: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -138,7 +139,7 @@ def test_numpy_a2c_gradient_equals_the_torch_update(T, N, all_valid, ent_coef, a
     batch = _batch(rng, T, N, all_valid)
     ac = ActorCriticConfig(n_steps=T, ent_coef=ent_coef, adv_norm=adv_norm, max_grad_norm=max_grad_norm,
                            vf_coef=0.7, reward_scale=0.5, gae_lambda=0.9)
-    grads = []
+    grads, diags = [], []
     for path in ("torch", "numpy"):
         torch.manual_seed(4)
         actor = VQC(4, 3, n_qubits=4, layers=2, scaling="bound", bounds=[4.8, None, 0.418, None],
@@ -146,14 +147,25 @@ def test_numpy_a2c_gradient_equals_the_torch_update(T, N, all_valid, ent_coef, a
         critic = build_mlp(MLPConfig(hidden=[5], activation="relu"), 4, 1)
         flat = FlatParameters(actor, critic)
         if path == "torch":
-            actor_critic_update(ac, actor, critic, flat, None, np.random.default_rng(0), batch)
+            diags.append(actor_critic_update(ac, actor, critic, flat, None, np.random.default_rng(0), batch))
         else:
             np_actor, np_critic = numpy_head(actor), numpy_head(critic)
             obs = batch["obs"][:T].reshape(T * N, -1).astype(np.float64)
             logits, cache = np_actor.forward(obs)
             flat.zero_grad()
-            a2c_gradient(ac, np_actor, np_critic, batch, logits, cache, flat.grad_view())
+            diags.append(a2c_gradient(ac, np_actor, np_critic, batch, logits, cache, flat.grad_view()))
         grads.append(flat.flat.grad.numpy().copy())
+    # train.csv's diagnostics: the numpy pass's loss terms equal the torch pass's (no clip: no clipfrac,
+    # the one pass at the rollout's parameters: KL 0; explained variance only with two or more samples)
+    torch_diag, numpy_diag = diags
+    assert torch_diag.keys() == numpy_diag.keys() == set(DIAGNOSTICS)
+    for key in ("policy_loss", "value_loss", "entropy", "explained_variance"):
+        if torch_diag[key] is None:
+            assert numpy_diag[key] is None and key == "explained_variance" and T * N == 1
+        else:
+            assert numpy_diag[key] == pytest.approx(torch_diag[key], rel=1e-4, abs=1e-6), key
+    assert torch_diag["approx_kl"] == numpy_diag["approx_kl"] == 0.0
+    assert torch_diag["clipfrac"] is None and numpy_diag["clipfrac"] is None
     torch_grad, numpy_grad = grads
     assert np.abs(torch_grad).max() > 1e-4
     # the worker's heads are float32 (complex64 circuits): the torch path computes in it, numpy in float64

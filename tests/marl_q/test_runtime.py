@@ -21,7 +21,7 @@ def test_sim_is_byte_identical_for_one_seed(small_raw, tmp_path):
     small_raw["backend"]["network"] = {"jitter": 0.2}
     a = run_experiment(build_config(small_raw), tmp_path / "a")
     b = run_experiment(build_config(small_raw), tmp_path / "b")
-    for name in ("metrics.csv", "comm.csv", "config.yaml"):
+    for name in ("metrics.csv", "comm.csv", "train.csv", "config.yaml"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert a["env_steps"] == b["env_steps"] and a["virtual_s"] == b["virtual_s"]
     small_raw["run"]["seed"] = 1

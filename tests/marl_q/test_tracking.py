@@ -49,7 +49,7 @@ def runs(tmp_path_factory):
 def test_csv_files_are_the_same_bytes_with_and_without_tensorboard(runs):
     on, off = runs
     assert list(on.glob("events.out.tfevents.*")) and not list(off.glob("events.out.tfevents.*"))
-    for name in ("metrics.csv", "comm.csv", "eval.csv"):
+    for name in ("metrics.csv", "comm.csv", "eval.csv", "train.csv"):
         assert (on / name).read_bytes() == (off / name).read_bytes(), name
 
 
