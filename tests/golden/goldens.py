@@ -56,6 +56,8 @@ BUDGET = {"linear_mdp_regret.yaml": ["run.total_episodes=300"],
           "routing_single_ppo.yaml": ["run.total_env_steps=600", "algorithm.eval_days=0.05"],
           "vehicular_a3c.yaml": ["run.total_env_steps=1500"],
           "penalty_cue_coma.yaml": ["run.total_env_steps=2000"],
+          # two rollouts of 4 x 1024 steps: the first update's losses (train.csv) and its returns
+          "pendulum_ppo.yaml": ["run.total_env_steps=8192"],
           # eight pursuers on a grid, three walkers in Box2D: one rollout each
           "pursuit_ippo.yaml": ["run.total_env_steps=400", "algorithm.envs_per_worker=2", "algorithm.n_steps=100"],
           "multiwalker_mappo.yaml": ["run.total_env_steps=512", "algorithm.envs_per_worker=2"]}
