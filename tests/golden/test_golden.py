@@ -72,6 +72,23 @@ def test_sim_rerun_is_byte_identical(name: str, tmp_path: Path):
         assert first[file] == second[file], f"{name}: {file} differs between two runs of the same config and seed"
 
 
+def test_goldens_hold_on_another_mkl_branch():
+    """The failure this design answers: the two goldens whose bits move with MKL's kernels, run on MKL's
+    AVX2 branch (another numerics class on an AVX-512 machine; elsewhere what the machine has)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.golden.goldens import ROOT
+
+    names = ["pendulum_ppo.yaml", "penalty_cue_coma.yaml"]
+    env = {**os.environ, "MKL_CBWR": "AVX2", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "tests.golden.goldens", *names], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert [line.split(":")[0] for line in out.stdout.splitlines() if ": ok (" in line] == names, out.stdout
+
+
 def test_rerun_list_names_shipped_files():
     assert set(RERUN) <= set(scenario_files())
 
@@ -97,6 +114,15 @@ def test_trace_refuses_a_changed_value_a_changed_count_and_a_short_run():
     # an empty cell where a number was, and NaN against a number
     assert compare_trace("metrics.csv", (HEADER + "0.5,w0,100,1,\n0.6,w0,200,2,-800.0\n").encode(), want)
     assert compare_trace("metrics.csv", (HEADER + "0.5,w0,100,1,nan\n0.6,w0,200,2,-800.0\n").encode(), want)
+
+
+def test_diagnostics_are_held_to_their_column_scale():
+    head = "t,policy_loss\n"
+    want = (head + "0.1,-0.0007973890169523656\n0.2,0.05\n").encode()
+    got = (head + "0.1,-0.0007944994140416384\n0.2,0.05\n").encode()  # 0.4% apart, 6e-5 of the column's scale
+    assert compare_trace("train.csv", got, want) == []
+    assert compare_trace("metrics.csv", got, want)  # returns get no such allowance
+    assert compare_trace("train.csv", (head + "0.1,-0.0009\n0.2,0.05\n").encode(), want)
 
 
 def test_trace_keeps_the_first_half_of_the_rows():
