@@ -25,11 +25,21 @@ class MLPConfig:
     hidden: list[int] = field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu"] = "tanh"
     ortho_init: bool = True
-    out_gain: float = 1.0  # gain of the last layer (0.01 for a policy keeps the first policy near uniform)
+    # gain of the last layer; null: ROLE_OUT_GAIN's, 0.01 for an actor (its first policy near uniform,
+    # as Stable-Baselines3 and CleanRL initialise theirs) and 1.0 for a critic (docs/actor_critic.md)
+    out_gain: Optional[float] = None
 
     def validate(self) -> None:
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden: layer sizes must be positive, got {self.hidden}")
+
+    def for_role(self, role: str) -> None:
+        """Fill a null ``out_gain`` with the default of the section it was written in (``actor``, ``critic``)."""
+        if self.out_gain is None:
+            self.out_gain = ROLE_OUT_GAIN.get(role, 1.0)
+
+
+ROLE_OUT_GAIN = {"actor": 0.01, "critic": 1.0}
 
 
 @HEADS.register("mlp", config=MLPConfig, help="multilayer perceptron (hidden sizes, tanh|relu)")
@@ -43,7 +53,8 @@ def build_mlp(cfg: MLPConfig, in_dim: int, out_dim: int) -> nn.Module:
     if cfg.ortho_init:
         linears = [m for m in net if isinstance(m, nn.Linear)]
         for i, lin in enumerate(linears):
-            gain = cfg.out_gain if i == len(linears) - 1 else float(np.sqrt(2))
+            last = 1.0 if cfg.out_gain is None else cfg.out_gain  # a config built outside a section
+            gain = last if i == len(linears) - 1 else float(np.sqrt(2))
             nn.init.orthogonal_(lin.weight, gain=gain)
             nn.init.zeros_(lin.bias)
     return net

@@ -360,6 +360,8 @@ def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentCon
         params = build_dataclass(entry.config, section, name, source_dir) if entry.config is not None else None
         if params is None and section:
             raise ConfigError(f"{name}: {key} {choice!r} takes no options, got {sorted(section)}")
+        if callable(getattr(params, "for_role", None)):  # a head's defaults that depend on its section
+            params.for_role(name)
         out[name] = Choice(key, str(choice), params)
     cfg = ExperimentConfig(**out)
     validate_cross(cfg)

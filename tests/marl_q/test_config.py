@@ -119,3 +119,27 @@ def test_cli_usage_errors_exit_2(tmp_path, capsys):
     assert main(["run", str(tmp_path / "missing.yaml")]) == 2
     assert "no such config file" in capsys.readouterr().err
     assert main(["frobnicate"]) == 2
+
+
+def test_mlp_out_gain_defaults_by_section(small_raw):
+    """A null (unset) out_gain is 0.01 in the actor section and 1.0 in the critic's; a set one is kept,
+    and the resolved config.yaml says which was used."""
+    del small_raw["actor"]["out_gain"]
+    cfg = build_config(small_raw)
+    assert (cfg.actor.out_gain, cfg.critic.out_gain) == (0.01, 1.0)
+    assert cfg.to_dict()["actor"]["out_gain"] == 0.01
+    small_raw["actor"]["out_gain"], small_raw["critic"]["out_gain"] = 1.0, 0.5
+    cfg = build_config(small_raw)
+    assert (cfg.actor.out_gain, cfg.critic.out_gain) == (1.0, 0.5)
+
+
+def test_ppo_defaults_as_documented(small_raw):
+    """PPO's knobs (CleanRL's classic-control set) are the defaults docs/actor_critic.md lists."""
+    small_raw["algorithm"] = {"name": "ppo"}
+    del small_raw["actor"]["out_gain"]
+    cfg = build_config(small_raw)
+    a = cfg.algorithm.params
+    assert (a.n_steps, a.epochs, a.minibatches, a.lr, a.optimizer) == (128, 4, 4, 2.5e-4, "adam")
+    assert (a.clip, a.value_clip, a.adv_norm, a.ent_coef, a.vf_coef, a.max_grad_norm) == (0.2, 0.2, True, 0.01, 0.5, 0.5)
+    assert (a.gamma, a.gae_lambda) == (0.99, 0.95)
+    assert cfg.actor.out_gain == 0.01 and cfg.actor.hidden == [16, 16]
