@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from analysis import plots
+from analysis import compare, plots
 from analysis.stats import clipped_band, iqm, mean_ci, probability_of_improvement, stratified_bootstrap_ci
 from marl_q.errors import UserError
 from marl_q.quantum import QPU_PROFILES, QPUConfig, QPUProfile, estimate_qpu_rows
@@ -132,6 +132,19 @@ def aggregates(groups: dict[str, list[plots.Run]], key: str = "final_return", re
     pairs = {(a, b): stratified_bootstrap_ci(probability_of_improvement, scores[a], scores[b], reps=reps, seed=seed)
              for a in scores for b in scores if a != b}
     return per_group, pairs
+
+
+def sample_complexity_section(groups: dict[str, list[plots.Run]], reps: int, folder: Path, title: str) -> list[str]:
+    """Meyer et al.'s sample-complexity table, pairs and figure (`analysis.compare` at its defaults)."""
+    head = f"<h2>Sample complexity (Meyer et al. 2025), groups of {compare.REPORT_MIN_RUNS}+ seeds</h2>"
+    try:
+        c = compare.compare_groups(groups, reps=reps, rng=np.random.default_rng(0))
+    except UserError as exc:
+        return [head, f"<p class=note>Not computed: {esc(exc)}</p>"]
+    rows = compare.table_rows(c)
+    note = f"<p class=note>{esc(compare.describe(c))} Other ε, δ, optimum or metric: <code>marlq compare</code>.</p>"
+    return [head, note, table(rows[0], rows[1])] + ([table(rows[2], rows[3], left=2)] if rows[3] else []) + [
+        figure(compare.plot_comparison(c, folder / compare.FIGURE, title), "sample complexity per group")]
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -332,6 +345,8 @@ def build_report(root: Path, reps: int = BOOTSTRAP_REPS, target: Optional[float]
                                [[a] + ["—" if a == b else interval(pairs[(a, b)]) for b in labels] for a in labels]))
             diff = config_diff(groups)
             parts += ["<h2>Config differences between groups</h2>", diff or "<p>None.</p>"]
+        if min(len(rs) for rs in groups.values()) >= compare.REPORT_MIN_RUNS:
+            parts += sample_complexity_section(groups, reps, Path(tmp), title)
         parts.append("<h2>Ledger per worker</h2><p class=note>From each run's comm.csv: pushes a worker sent "
                      "(the highest sequence number that arrived, per life), accepted, rejected, dropped as stale, "
                      "duplicated by an injected fault; all messages and payload each way. Mean over the group's "

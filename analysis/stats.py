@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 from scipy import stats
@@ -84,11 +84,12 @@ def _resample(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def stratified_bootstrap_ci(statistic, *samples: ArrayLike, reps: int = 2000, level: float = 0.95,
-                            seed: int = 0) -> tuple[float, float, float]:
+                            seed: int = 0, rng: Optional[np.random.Generator] = None) -> tuple[float, float, float]:
     """``statistic(*samples)`` and its percentile interval over ``reps`` stratified bootstrap draws (each
-    sample resampled on its own, runs within tasks). Deterministic for a ``seed``."""
+    sample resampled on its own, runs within tasks). Deterministic for a ``seed``; ``rng``, when given,
+    is drawn from instead (a caller's one stream over several intervals)."""
     mats = [_matrix(s) for s in samples]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed) if rng is None else rng
     draws = np.array([statistic(*[_resample(m, rng) for m in mats]) for _ in range(reps)])
     tail = 100 * (1 - level) / 2
     lo, hi = np.percentile(draws, [tail, 100 - tail])
