@@ -16,6 +16,7 @@ random policy's return on the same env (and, on SmallReward, a scripted tracker'
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -86,11 +87,14 @@ def run_sb3(steps: int, seed: int, window: int, env_id: str, env_kwargs: dict[st
     from stable_baselines3.common.env_util import make_vec_env
 
     import scenarios  # noqa: F401  (registers marlq/SmallReward-v0 with Gymnasium)
-    from scenarios.generic import load_factory
+    from scenarios.generic import GymnasiumConfig, single_env
 
     torch.set_num_threads(1)
-    factory: Any = load_factory(env_id) if ":" in env_id else env_id  # SB3 takes an id or a factory
-    env = make_vec_env(factory, n_envs=1, seed=seed, env_kwargs=env_kwargs)
+    if ":" in env_id:  # an import path: the env marl-q builds from it (every form scenario.env takes)
+        cfg = GymnasiumConfig(env=env_id, kwargs=dict(env_kwargs), num_envs=1)
+        env = make_vec_env(functools.partial(single_env, cfg), n_envs=1, seed=seed)
+    else:
+        env = make_vec_env(env_id, n_envs=1, seed=seed, env_kwargs=env_kwargs)
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, stats_window_size=window)
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps)
