@@ -172,6 +172,10 @@ def connect(ray: Any, cfg: ExperimentConfig) -> bool:
         check_resources(ray, cfg)
         return True
     workers = cfg.backend.workers
+    # Ray lowers its worker processes' priority 15 nice levels below the driver's; here the workers are the
+    # run, and on a busy machine they then got next to no CPU (a resumed run's 200 env steps took 150 s
+    # beside two CPU-bound jobs): they run at the driver's priority, as local's worker processes do
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(address="local",  # a new instance, never one a stale /tmp/ray/ray_current_cluster points at
              num_cpus=max(1, math.ceil(workers * rc.num_cpus_per_worker)),
              resources={k: v * workers for k, v in rc.resources.items()} or None,
