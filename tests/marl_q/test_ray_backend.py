@@ -1,8 +1,9 @@
-"""The ray backend on a local Ray instance: kills, duplicates, one config on three backends, bad input."""
+"""The ray backend on a local Ray instance: kills, duplicates, Ctrl-C and resume, one config on three backends,
+bad input."""
 from __future__ import annotations
 
+import copy
 import csv
-import os
 import socket
 import subprocess
 import sys
@@ -10,20 +11,24 @@ import sys
 import pytest
 import ray
 
-from marl_q.backends.ray_backend import check_reachable, import_ray, parse_address
+from marl_q.backends.ray_backend import check_reachable, connect, import_ray, parse_address
 from marl_q.ledger import ledger_audit
 from marl_q.cli import main
 from marl_q.config import build_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment
+from tests.marl_q.test_run_interrupts import interrupt_after_learning_then_resume
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One small Ray instance for the module: 2 CPUs, no dashboard, bound to localhost."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             configure_logging=True, logging_level="WARNING")
+    """One small Ray instance for the module, started as a run starts its own (ray_backend.connect: 2 CPUs,
+    no dashboard, bound to localhost, workers at the driver's priority); each run here finds it running."""
+    from tests.conftest import CARTPOLE_SMALL
+
+    raw = copy.deepcopy(CARTPOLE_SMALL)
+    raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 1}})
+    assert connect(ray, build_config(raw))  # it started the instance: none was running
     yield ray
     ray.shutdown()
 
@@ -66,6 +71,14 @@ def test_a_stopped_ray_run_resumes_from_the_servers_checkpoint(local_ray, small_
     assert resumed["updates"] > part["updates"]  # the server went on from its checkpointed state
     rows = (tmp_path / "r" / "comm.csv").read_bytes().count(b"\n") - 1
     assert resumed["messages"] + sum(resumed["faults_injected"].values()) == rows
+
+
+def test_ctrl_c_on_ray_prints_one_line_checkpoints_what_was_learned_and_resumes(local_ray, small_raw, tmp_path):
+    """Ctrl-C to a `marlq run` process group on its own local Ray instance (test_run_interrupts' check);
+    the resume that the printed hint names then runs on this module's instance."""
+    small_raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 0.5}})
+    small_raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 20})
+    interrupt_after_learning_then_resume(small_raw, tmp_path)
 
 
 def _bytes_by_kind(run_dir) -> dict[str, set[int]]:
