@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-DEFAULT_CONFIG = "scenarios/cartpole_a3c.yaml"
+# the shipped file, found beside the installed scenarios package (so the bench runs from any folder)
+DEFAULT_CONFIG = str(Path(__file__).resolve().parents[2] / "scenarios" / "cartpole_a3c.yaml")
 PROBE_SCENARIO = "startup_probe"  # the name the probe registers its copy of the config's scenario under
 
 

@@ -93,3 +93,9 @@ def test_bench_runtime_a2c_names_a_missing_peer_and_leaves_ray_alone():
     assert cells["sb3_a2c_steps_per_s"] == cells["a2c_ratio_vs_sb3"] == "not installed (pip install -e '.[bench]')"
     assert "None" not in done.stdout
     assert "ray" not in done.stderr.lower()
+
+
+def test_startup_bench_default_config_is_the_shipped_file_from_any_folder():
+    from marl_q.bench.startup import DEFAULT_CONFIG
+
+    assert Path(DEFAULT_CONFIG).is_absolute() and Path(DEFAULT_CONFIG).is_file()
