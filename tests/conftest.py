@@ -10,13 +10,24 @@ import torch
 torch.set_num_threads(1)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Name the machine's numerics class, which decides whether the goldens check bytes or traces."""
+def _numerics_line() -> str:
+    """The machine's numerics class, which decides whether the goldens check bytes or traces only."""
     from tests.golden.goldens import load_hashes, numerics_class
 
     cls = numerics_class()
     kind = "traces and bytes" if cls.name in load_hashes() else "traces only (no bytes recorded for this class)"
     return f"golden numerics class: {cls.describe()}: goldens check {kind}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _numerics_line()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Said at the end too, where ``-q`` (the project's default) still prints it."""
+    if any(str(getattr(r, "nodeid", "")).startswith("tests/golden") for r in terminalreporter.stats.get("passed", [])
+           + terminalreporter.stats.get("failed", [])):
+        terminalreporter.write_line(_numerics_line())
 
 CARTPOLE_SMALL: dict[str, Any] = {
     "run": {"seed": 0, "total_env_steps": 1200, "progress": False, "plots": False, "checkpoint_every": 5},
