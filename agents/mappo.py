@@ -63,6 +63,8 @@ class MultiAgentPPOConfig(PPOConfig):
     epochs: int = 10
     minibatches: int = 1
     lr: float = 7e-4
+    ent_coef: float = 0.01
+    value_clip: Optional[float] = 0.2
     max_grad_norm: Optional[float] = 10.0
     share_params: bool = True
     agent_id: bool = True  # append a one-hot agent id to the actor's and critic's inputs (share_params)

@@ -86,6 +86,11 @@ class RoutingPPOConfig(PPOConfig):
     gamma: float = 0.5
     gae_lambda: float = 0.9
     lr: float = 1e-3
+    # measured with these (the single-agent PPO defaults until issue 26)
+    epochs: int = 4
+    minibatches: int = 4
+    ent_coef: float = 0.01
+    value_clip: Optional[float] = 0.2
     episode_requests: int = 200          # finished requests per metrics row
     policy_push_every: int = 1           # rollouts between parameter uploads (the server evaluates the last)
     eval_days: float = 1.0               # evaluation length in (compressed) days, per demand

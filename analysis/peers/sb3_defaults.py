@@ -29,7 +29,9 @@ import numpy as np
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "small_reward_ppo.yaml"
 # what marl-q's defaults were before issue 26 changed them: the mlp actor's last-layer gain (now 0.01)
-OLD_DEFAULTS = {"actor.out_gain": 1.0}
+# marl-q's defaults before issue 26: actor gain 1.0 and CleanRL's classic-control PPO knobs
+OLD_DEFAULTS = {"actor.out_gain": 1.0, "n_steps": 128, "epochs": 4, "minibatches": 4, "lr": 2.5e-4,
+                "ent_coef": 0.01, "value_clip": 0.2}
 NEW, OLD, SB3 = "marl-q new", "marl-q old", "SB3"
 
 

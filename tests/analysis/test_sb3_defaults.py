@@ -14,7 +14,10 @@ def test_old_defaults_are_what_the_config_used_to_resolve():
     old = load_config(SCENARIO, overrides_of(";".join(f"{k}={v}" for k, v in OLD_DEFAULTS.items())))
     new = load_config(SCENARIO)
     assert (old.actor.out_gain, new.actor.out_gain) == (1.0, 0.01)
-    assert old.algorithm.params == new.algorithm.params and old.critic.params == new.critic.params
+    o, n = old.algorithm.params, new.algorithm.params
+    assert (o.n_steps, o.epochs, o.minibatches, o.lr, o.ent_coef, o.value_clip) == (128, 4, 4, 2.5e-4, 0.01, 0.2)
+    assert (n.n_steps, n.epochs, n.minibatches, n.lr, n.ent_coef, n.value_clip) == (256, 10, 32, 3e-4, 0.0, None)
+    assert old.critic.params == new.critic.params
 
 
 def test_random_return_is_seeded():

@@ -134,12 +134,22 @@ def test_mlp_out_gain_defaults_by_section(small_raw):
 
 
 def test_ppo_defaults_as_documented(small_raw):
-    """PPO's knobs (CleanRL's classic-control set) are the defaults docs/actor_critic.md lists."""
+    """PPO's knobs (SB3's update sizes) are the defaults docs/actor_critic.md lists."""
     small_raw["algorithm"] = {"name": "ppo"}
     del small_raw["actor"]["out_gain"]
     cfg = build_config(small_raw)
     a = cfg.algorithm.params
-    assert (a.n_steps, a.epochs, a.minibatches, a.lr, a.optimizer) == (128, 4, 4, 2.5e-4, "adam")
-    assert (a.clip, a.value_clip, a.adv_norm, a.ent_coef, a.vf_coef, a.max_grad_norm) == (0.2, 0.2, True, 0.01, 0.5, 0.5)
+    assert (a.n_steps, a.epochs, a.minibatches, a.lr, a.optimizer) == (256, 10, 32, 3e-4, "adam")
+    assert (a.clip, a.value_clip, a.adv_norm, a.ent_coef, a.vf_coef, a.max_grad_norm) == (0.2, None, True, 0.0, 0.5, 0.5)
     assert (a.gamma, a.gae_lambda) == (0.99, 0.95)
     assert cfg.actor.out_gain == 0.01 and cfg.actor.hidden == [16, 16]
+
+
+def test_team_and_routing_ppo_keep_the_settings_they_were_measured_with(small_raw):
+    """The single-agent PPO defaults moved (issue 26); MAPPO/IPPO and routing PPO pin what they had."""
+    from agents.mappo import MultiAgentPPOConfig
+    from agents.routing import RoutingPPOConfig
+
+    m, r = MultiAgentPPOConfig(), RoutingPPOConfig()
+    assert (m.n_steps, m.epochs, m.minibatches, m.lr, m.ent_coef, m.value_clip) == (25, 10, 1, 7e-4, 0.01, 0.2)
+    assert (r.n_steps, r.epochs, r.minibatches, r.lr, r.ent_coef, r.value_clip) == (256, 4, 4, 1e-3, 0.01, 0.2)
