@@ -243,18 +243,11 @@ def _heads(runs: list[Run]) -> str:
     return f"{one('actor', actor)}, {one('critic', critic)}"
 
 
-ENV_FACTORIES = ("parallel_env", "env", "raw_env")  # the usual callables of an env module, left out of its name
-
-
 def scenario_label(run: Run) -> str:
-    """A run's scenario as titles name it: `scenario.name`, followed for the generic scenarios by the env
-    they load (`scenario.env`: `gymnasium Pendulum-v1`, `pettingzoo mpe2.simple_reference_v3`)."""
-    name = str(run.flat.get("scenario.name"))
-    env = run.flat.get("scenario.env")
-    if not isinstance(env, str) or not env:
-        return name
-    module, _, attr = env.partition(":")
-    return f"{name} {module if attr in ENV_FACTORIES else env}"
+    """A run's scenario as titles name it (``marl_q.config.scenario_label``: the env id for the generic ones)."""
+    from marl_q.config import scenario_label as label
+
+    return label(run.flat.get("scenario.name"), run.flat.get("scenario.env"))
 
 
 def effective_settings(run: Run) -> dict[str, Optional[str]]:

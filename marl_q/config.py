@@ -188,6 +188,19 @@ class ServerConfig:
 
 
 # ----------------------------------------------------------------------------- chosen sections
+ENV_FACTORIES = ("parallel_env", "env", "raw_env")  # the usual callables of an env module, left out of its name
+
+
+def scenario_label(name: str, env: Any = None) -> str:
+    """A scenario as titles and progress bars name it: ``scenario.name``, followed for the generic
+    scenarios by the env they load (``scenario.env``: `gymnasium Pendulum-v1`,
+    `pettingzoo mpe2.simple_reference_v3`)."""
+    if not isinstance(env, str) or not env:
+        return str(name)
+    module, _, attr = env.partition(":")
+    return f"{name} {module if attr in ENV_FACTORIES else env}"
+
+
 class Choice:
     """A section whose schema was chosen by a discriminator (e.g. ``algorithm.name``).
 

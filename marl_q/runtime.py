@@ -16,7 +16,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from marl_q.config import ExperimentConfig
+from marl_q.config import ExperimentConfig, scenario_label
 from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger
 from marl_q.metrics import TrainLog
@@ -361,8 +361,9 @@ class _Progress:
         self.by_steps = cfg.run.total_env_steps is not None
         total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
         unit = "step" if self.by_steps else "ep"
+        what = scenario_label(cfg.scenario.name, getattr(cfg.scenario.params, "env", None))
         self.bar = progress_bar(total=total, unit=unit, unit_scale=True, dynamic_ncols=True, mininterval=1.0,
-                        desc=f"{cfg.algorithm.name}/{cfg.scenario.name}", file=sys.stderr,
+                        desc=f"{cfg.algorithm.name} on {what}", file=sys.stderr,
                         initial=env_steps if self.by_steps else episodes)
         self._recent: list[float] = []
         self._next_postfix = 0.0

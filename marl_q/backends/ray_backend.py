@@ -589,13 +589,14 @@ class _Bar:
     """The driver's progress bar, refreshed from the server actor once a second."""
 
     def __init__(self, cfg: ExperimentConfig) -> None:
+        from marl_q.config import scenario_label
         from marl_q.progress import progress_bar
 
         self.by_steps = cfg.run.total_env_steps is not None
         total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
+        what = scenario_label(cfg.scenario.name, getattr(cfg.scenario.params, "env", None))
         self.bar = progress_bar(total=total, unit="step" if self.by_steps else "ep", unit_scale=True,
-                                dynamic_ncols=True, desc=f"{cfg.algorithm.name}/{cfg.scenario.name} (ray)",
-                                file=sys.stderr)
+                                dynamic_ncols=True, desc=f"{cfg.algorithm.name} on {what} (ray)", file=sys.stderr)
 
     def show(self, env_steps: int, episodes: int, version: int) -> None:
         self.bar.n = env_steps if self.by_steps else episodes

@@ -94,3 +94,23 @@ def test_a_pool_of_runs_begun_together_measures_from_the_start(clock):
     bar.close()
     with pytest.raises(ValueError, match="rate_from"):
         progress_bar(rate_from="end")
+
+
+def test_scenario_label_names_the_env_a_generic_scenario_loads():
+    from marl_q.config import scenario_label
+
+    assert scenario_label("gymnasium", "Pendulum-v1") == "gymnasium Pendulum-v1"
+    assert scenario_label("pettingzoo", "mpe2.simple_reference_v3:parallel_env") == "pettingzoo mpe2.simple_reference_v3"
+    assert scenario_label("pettingzoo", "mypkg.env:make") == "pettingzoo mypkg.env:make"
+    assert scenario_label("cartpole", None) == "cartpole"
+
+
+def test_a_runs_progress_bar_names_the_algorithm_and_the_env(tmp_path, capsys):
+    from marl_q.config import load_config
+    from marl_q.experiment import run_experiment
+
+    cfg = load_config("scenarios/pendulum_ppo.yaml", ["run.total_env_steps=400", "scenario.num_envs=1",
+                                                      "algorithm.n_steps=200", "algorithm.minibatches=4",
+                                                      "run.plots=false", "run.eval_every=null"])
+    run_experiment(cfg, tmp_path / "run")
+    assert "ppo on gymnasium Pendulum-v1" in capsys.readouterr().err
