@@ -47,26 +47,28 @@ class TrainLog:
     def __init__(self, out: Optional[Path], resume: Optional[dict[str, Any]] = None, wall_offset: float = 0.0) -> None:
         """``resume``: a checkpoint's ``state()`` (``{}`` for a checkpoint written before train.csv):
         the file is cut back to its position, or removed if the checkpoint had no row yet."""
+        from marl_q.rundir import LazyMetricsFile
+
         state = resume or {}
-        self.out, self.wall_offset = out, wall_offset
+        self.out = out
         self.updates = int(state.get("updates", 0))
-        self._position = state.get("position")
-        self.writer: Any = None
-        if out is not None and resume is not None and self._position is None:
+        position = state.get("position")
+        self.file = (LazyMetricsFile(Path(out) / TRAIN_FILE, TRAIN_FIELDS, position, base=TRAIN_BASE,
+                                     wall_offset=wall_offset) if out is not None else None)
+        if out is not None and resume is not None and position is None:
             for name in (TRAIN_FILE, "train_wall.csv"):  # rows written after the checkpoint only
                 (Path(out) / name).unlink(missing_ok=True)
+
+    @property
+    def writer(self) -> Any:
+        """The open MetricsWriter, or None before the first row."""
+        return self.file.writer if self.file is not None else None
 
     def write(self, t: float, worker: str, env_steps: int, version: int, staleness: Optional[int],
               updates: list[dict[str, Any]]) -> None:
         """One row per diagnostics dict in ``updates`` (keys of DIAGNOSTICS; others are ignored)."""
-        if self.out is None:
+        if self.file is None:
             return
-        if self.writer is None:
-            from marl_q.rundir import MetricsWriter
-
-            self.writer = MetricsWriter(Path(self.out) / TRAIN_FILE, TRAIN_FIELDS, base=TRAIN_BASE,
-                                        resume_at=tuple(self._position) if self._position else None,
-                                        wall_offset=self.wall_offset)
         for diag in updates:
             if not isinstance(diag, dict):
                 continue
@@ -74,17 +76,16 @@ class TrainLog:
             row = {k: diag.get(k) for k in DIAGNOSTICS}
             row.update(t=t, worker=worker, env_steps=env_steps, update=self.updates, version=version,
                        staleness=staleness)
-            self.writer.write(row)
+            self.file.write(row)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps to continue train.csv on resume (rows so far, byte positions)."""
-        position = list(self.writer.position()) if self.writer is not None else self._position
-        return {"updates": self.updates, "position": position}
+        return {"updates": self.updates, "position": self.file.position() if self.file is not None else None}
 
     def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
+        if self.file is not None:
+            self.file.flush()
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self.file is not None:
+            self.file.close()

@@ -116,8 +116,9 @@ class QuantumLedger:
         state = resume or {}
         self.per_worker: dict[str, dict[str, int]] = {w: dict(c) for w, c in state.get("per_worker", {}).items()}
         self.exact: dict[str, bool] = dict(state.get("exact", {}))
-        self._position = state.get("position")
-        self.writer = None
+        from marl_q.rundir import LazyMetricsFile
+
+        self.file = LazyMetricsFile(out / QUANTUM_FILE, COLUMNS, state.get("position")) if out is not None else None
 
     def active(self) -> bool:
         return bool(self.per_worker)
@@ -145,30 +146,30 @@ class QuantumLedger:
 
     def row(self, base: dict[str, Any]) -> None:
         """One quantum.csv row beside a metrics.csv row (``base``: its t, worker, env_steps, episode)."""
-        if not self.active() or self.out is None:
+        if not self.active() or self.file is None:
             return
-        if self.writer is None:
-            from marl_q.rundir import MetricsWriter
-
-            resume_at = tuple(self._position) if self._position else None
-            self.writer = MetricsWriter(self.out / QUANTUM_FILE, COLUMNS, resume_at=resume_at)
         totals = self.totals()
-        self.writer.write({**base, **totals, **self._aggregate(totals)})
+        self.file.write({**base, **totals, **self._aggregate(totals)})
+
+    @property
+    def writer(self) -> Any:
+        """The open MetricsWriter, or None before the first row."""
+        return self.file.writer if self.file is not None else None
 
     def position(self) -> Optional[list[int]]:
-        return list(self.writer.position()) if self.writer is not None else self._position
+        return self.file.position() if self.file is not None else None
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps to continue the ledger on resume."""
         return {"per_worker": self.per_worker, "exact": self.exact, "position": self.position()}
 
     def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
+        if self.file is not None:
+            self.file.flush()
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self.file is not None:
+            self.file.close()
 
     def summary(self, env_steps: int) -> dict[str, Any]:
         """summary.json keys: totals, per env step, per worker, exactness and the QPU estimate."""

@@ -160,6 +160,33 @@ class MetricsWriter:
             self._file = self._wall_file = None
 
 
+class LazyMetricsFile:
+    """A MetricsWriter made at its first row (a run that writes none has no file), continuing from a
+    checkpoint's byte ``position``: the shape quantum.csv and train.csv share."""
+
+    def __init__(self, path: Path, fields: list[str], position: Optional[list[int]] = None, **kwargs: Any) -> None:
+        self.path, self.fields, self.kwargs = path, fields, kwargs
+        self._position = position
+        self.writer: Optional[MetricsWriter] = None
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.writer is None:
+            resume_at = tuple(self._position) if self._position else None
+            self.writer = MetricsWriter(self.path, self.fields, resume_at=resume_at, **self.kwargs)
+        self.writer.write(row)
+
+    def position(self) -> Optional[list[int]]:
+        return list(self.writer.position()) if self.writer is not None else self._position
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 def _fmt(value: Any) -> Any:
     """Deterministic text for numbers (the shortest repr of the float)."""
     if isinstance(value, (float, np.floating)):

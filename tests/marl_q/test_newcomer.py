@@ -25,7 +25,6 @@ from scenarios.generic import find_module_dir, make_gymnasium, make_parallel
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scenarios.md"
-HAS_RAY = importlib.util.find_spec("ray") is not None
 
 # a one-step-per-action corridor that ends after exactly LENGTH steps with reward 1 each: any policy
 # returns LENGTH, so the return in summary.json says whose env ran
@@ -244,7 +243,6 @@ def test_an_existing_empty_out_and_its_neighbours_are_kept(tmp_path, capsys):
     assert (tmp_path / "notes.txt").read_text() == "the user's own file"
 
 
-@pytest.mark.skipif(not HAS_RAY, reason="needs ray (the [test] extra)")
 def test_a_start_refused_by_the_backend_removes_what_it_made(tmp_path, capsys):
     """The ray backend refuses an unreachable address after the run directory exists: it goes again,
     with the folders made for it, and nothing that was there before."""
