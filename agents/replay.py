@@ -160,6 +160,20 @@ class ReplayBuffer:
         rows = self._sample_rows(batch_size, rng)
         return rows, self.gather(rows)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickle (the sim backend's snapshot) keeps the filled rows only, not the whole preallocated
+        # capacity: a run's snapshot grows with the buffer's content
+        state = self.__dict__.copy()
+        state["data"] = {name: arr[:self.size].copy() for name, arr in self.data.items()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        filled = state.pop("data")
+        self.__dict__.update(state)
+        self.data = {f.name: np.zeros((self.capacity, *f.shape), f.dtype) for f in self.fields}
+        for name, arr in filled.items():
+            self.data[name][:len(arr)] = arr
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Plain arrays: ``data.<field>`` (the filled rows, views of the storage: save them before the
         next add), ``capacity``, ``pos``, ``size``, ``inserted``."""

@@ -1,0 +1,739 @@
+"""Value-based learners on the asynchronous server: a replay service, DQN, IQL, VDN and QMIX.
+
+docs/value_based.md. Actor workers act epsilon-greedily with the Q-network they last pulled, turn
+``algorithm.chunk_steps`` env steps into n-step replay rows (agents/replay.py ``n_step_chunk``; a
+window cut by the chunk's end waits for the next chunk) and push them as one ``transitions`` message
+through the server core (admission, ledger, staleness: a chunk staler than ``server.max_staleness`` is
+dropped, never inserted), then wait for the parameters. The server's ``ReplayService`` inserts the
+rows into its buffer (uniform or prioritized), updates the target network every
+``algorithm.target_update_every`` env steps (hard, or Polyak with ``tau`` < 1) and runs
+``algorithm.replay.ratio`` gradient updates per env step received once ``replay.learning_starts``
+steps are in (a fractional credit carries over), then replies with the online network's parameters.
+With ``chunk_steps`` 256 and ratio 0.5 this is SB3's DQN loop (train_freq 256, gradient_steps 128).
+
+- ``dqn``: one agent on a single-agent vector env (Gymnasium); Double DQN unless ``double: false``.
+- ``iql`` / ``vdn`` / ``qmix``: the agents of a PettingZoo ParallelEnv share one Q-network (agent id
+  one-hot appended unless ``agent_id: false``), trained on the team reward; IQL gives each agent its own
+  TD target, VDN sums the agents' Qs, QMIX mixes them with a hypernetwork of the global state.
+The Q-network is the ``critic`` section's head (``critic.head: mlp`` ...); ``dueling: true`` wraps it
+in COMA's ``DuelingQ``. The ``actor`` section is not used.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.coma_learner import DuelingQ
+from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
+from agents.losses import diagnostics
+from agents.numpy_heads import numpy_acting_head
+from agents.replay import (Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError, n_step_chunk,
+                           n_step_windows, transition_fields)
+from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
+                                  linear_schedule, q_taken, td_loss, td_target)
+from marl_q.errors import ConfigError
+from marl_q.messages import HELLO, SERVER, Message
+from marl_q.metrics import episode_summary
+from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker,
+                             worker_name)
+from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.seeding import derive
+from marl_q.services import PARAMS
+
+if TYPE_CHECKING:
+    from marl_q.config import ExperimentConfig
+
+TRANSITIONS = "transitions"  # the message kind (a chunk of replay rows) workers push
+ENV_STEPS = "env_steps"  # Message.info key: env steps behind a chunk (params: the server's count)
+SINGLE = ("dqn",)
+MULTI = ("iql", "vdn", "qmix")
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class ReplayConfig:
+    """The server's replay buffer and how often the learner samples it."""
+
+    capacity: int = 100_000
+    batch_size: int = 32
+    ratio: float = 0.25  # gradient updates per env step received (the replay ratio)
+    learning_starts: int = 1000  # env steps received before the first gradient update
+    n_step: int = 1
+    prioritized: bool = False  # proportional PER (Schaul et al. 2016)
+    alpha: float = 0.6  # priority exponent (prioritized only)
+    beta_start: float = 0.4  # importance-weight exponent, annealed linearly to beta_end over the budget
+    beta_end: float = 1.0
+    priority_eps: float = 1e-6
+
+    def validate(self) -> None:
+        try:
+            ReplayBuffer([Field("x")], self.capacity).check_batch_size(self.batch_size)
+            if self.prioritized:
+                PrioritizedReplayBuffer([Field("x")], 1, self.alpha, self.priority_eps)
+            n_step_windows(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)), 0.5, self.n_step)
+        except ReplayConfigError as exc:
+            raise ReplayConfigError(f"algorithm.{exc}") from None
+        for key in ("beta_start", "beta_end"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ReplayConfigError(f"algorithm.replay.{key} must lie in [0, 1], got {getattr(self, key)!r}")
+        if self.ratio < 0:
+            raise ReplayConfigError(f"algorithm.replay.ratio must be >= 0, got {self.ratio!r}")
+        if self.learning_starts < 0:
+            raise ReplayConfigError(f"algorithm.replay.learning_starts must be >= 0, got {self.learning_starts!r}")
+
+
+@dataclass
+class QConfig:
+    """DQN/IQL/VDN/QMIX. Defaults: EPyMARL's QMIX where it has one (gamma 0.99, lr 5e-4, eps 1 -> 0.05 over
+    50k steps, target every 200 episodes ~ 5000 steps of spread, grad clip 10), Double DQN, Huber."""
+
+    gamma: float = 0.99
+    lr: float = 5e-4
+    adam_eps: float = 1e-8
+    double: bool = True  # Double DQN targets (van Hasselt et al. 2016); false: DQN's max
+    dueling: bool = False  # Q = V + A - mean A (agents/coma_learner.DuelingQ)
+    loss: Literal["huber", "mse"] = "huber"
+    huber_delta: float = 1.0
+    grad_clip: Optional[float] = 10.0  # max global grad norm; null: no clipping
+    target_update_every: int = 5000  # env steps received between target updates
+    tau: float = 1.0  # 1: hard copy; < 1: Polyak averaging target <- tau online + (1 - tau) target
+    epsilon_schedule: Literal["linear", "exponential"] = "linear"
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_anneal_steps: int = 50_000  # env steps (the server's count plus the worker's since)
+    chunk_steps: int = 25  # env steps (per env copy) a worker takes between pushes
+    agent_id: bool = True  # multi-agent: append a one-hot agent index to each agent's observation
+    team_reward: Literal["sum", "mean"] = "sum"  # multi-agent: how the agents' rewards make the team's
+    mixer_embed_dim: int = 32  # qmix
+    hypernet_layers: int = 2  # qmix: 1 (the paper) or 2 (PyMARL/EPyMARL)
+    hypernet_embed: int = 64
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+
+    def validate(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma: must lie in [0, 1], got {self.gamma}")
+        for key in ("lr", "adam_eps", "huber_delta"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be positive, got {getattr(self, key)}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip: must be positive or null, got {self.grad_clip}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau: must lie in (0, 1], got {self.tau}")
+        for key in ("target_update_every", "chunk_steps"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
+        self.epsilon(0)  # the schedule's own checks (ValueError naming the key)
+
+    def epsilon(self, env_steps: int) -> float:
+        schedule = linear_schedule if self.epsilon_schedule == "linear" else exponential_schedule
+        return schedule(env_steps, self.epsilon_start, self.epsilon_end, self.epsilon_anneal_steps)
+
+
+# ----------------------------------------------------------------------------- environment
+@dataclass
+class QDims:
+    """What the networks and the replay rows are sized from (one env instance)."""
+
+    obs_dim: int
+    n_actions: int
+    n_agents: Optional[int] = None  # None: single agent
+    state_dim: Optional[int] = None  # qmix's mixer input
+    agents: tuple[str, ...] = ()
+
+    @property
+    def in_dim(self) -> int:
+        return self.obs_dim + (self.n_agents or 0)
+
+
+def _discrete(cfg: ExperimentConfig, where: str, space: Any) -> int:
+    if not hasattr(space, "n"):
+        raise ConfigError(f"algorithm.name: {cfg.algorithm.name} is a value-based learner and needs discrete "
+                          f"actions, but {where} has {space}")
+    return int(space.n)
+
+
+def make_q_env(cfg: ExperimentConfig, seed: int) -> Any:
+    """The scenario's env: a Gymnasium vector env for dqn, a PettingZoo ParallelEnv for iql/vdn/qmix."""
+    spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
+    kind = "gym_vector" if cfg.algorithm.name in SINGLE else "parallel"
+    if spec.kind != kind:
+        want = "a single-agent vector environment" if kind == "gym_vector" else "a multi-agent ParallelEnv"
+        raise ConfigError(f"algorithm.name: {cfg.algorithm.name} needs {want}; scenario {cfg.scenario.name!r} "
+                          f"is of kind {spec.kind!r}")
+    return spec.make(cfg.scenario.params, seed=seed)
+
+
+def describe(cfg: ExperimentConfig, env: Any) -> QDims:
+    """Sizes from one env; a ConfigError for continuous or unequal action spaces and for qmix without a state."""
+    name = cfg.algorithm.name
+    if name in SINGLE:
+        n = _discrete(cfg, f"scenario {cfg.scenario.name!r}", env.single_action_space)
+        return QDims(int(np.prod(env.single_observation_space.shape)), n)
+    agents = tuple(env.possible_agents)
+    sizes = {a: _discrete(cfg, f"agent {a!r}", env.action_space(a)) for a in agents}
+    obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
+    if len(set(sizes.values())) > 1 or len(set(obs.values())) > 1:
+        raise ConfigError(f"algorithm.name: {name} shares one Q-network, so every agent needs the same action "
+                          f"space and observation size (actions {sizes}, observations {obs}); "
+                          "pad them with scenario.common_spaces: true")
+    state_dim = None
+    if name == "qmix":
+        if not callable(getattr(env, "state", None)):
+            raise ConfigError(f"algorithm.name: qmix mixes on the global state, but scenario {cfg.scenario.name!r} "
+                              "offers no state(); use scenario.name: pettingzoo with scenario.state: concat, "
+                              "or algorithm.name: vdn")
+        env.reset(seed=cfg.run.seed)
+        state_dim = int(np.asarray(env.state()).size)
+    return QDims(obs[agents[0]], sizes[agents[0]], len(agents), state_dim, agents)
+
+
+def replay_fields(dims: QDims) -> list[Field]:
+    """The replay rows: transition_fields with action masks for multi-agent and the state for qmix."""
+    return transition_fields((dims.obs_dim,), n_agents=dims.n_agents,
+                             n_actions=dims.n_actions if dims.n_agents else None, state_dim=dims.state_dim)
+
+
+def build_q_network(cfg: ExperimentConfig, dims: QDims) -> nn.Module:
+    """The shared Q-network from the ``critic`` section: in_dim -> n_actions (+1 for a dueling head)."""
+    torch.manual_seed(cfg.run.seed)  # workers and server start from the same parameters
+    dueling = cfg.algorithm.dueling
+    try:
+        net = build_head(cfg.critic, dims.in_dim, dims.n_actions + (1 if dueling else 0))
+    except ValueError as exc:
+        raise ConfigError(f"critic: {exc}") from None
+    return DuelingQ(net) if dueling else net
+
+
+def with_agent_id(obs: np.ndarray | torch.Tensor, n_agents: Optional[int]) -> Any:
+    """(..., n_agents, obs_dim) -> (..., n_agents, obs_dim + n_agents) with a one-hot agent index."""
+    if not n_agents:
+        return obs
+    if isinstance(obs, torch.Tensor):
+        eye = torch.eye(n_agents, dtype=obs.dtype).expand(*obs.shape[:-1], n_agents)
+        return torch.cat([obs, eye], dim=-1)
+    eye = np.broadcast_to(np.eye(n_agents, dtype=obs.dtype), (*obs.shape[:-1], n_agents))
+    return np.concatenate([obs, eye], axis=-1)
+
+
+def q_forward(net: nn.Module, obs: torch.Tensor, dims: QDims, agent_id: bool) -> torch.Tensor:
+    """Q-values (B, [n_agents,] A) of observations (B, [n_agents,] obs_dim)."""
+    x = with_agent_id(obs, dims.n_agents) if agent_id else obs
+    flat = x.reshape(-1, x.shape[-1])
+    return net(flat).reshape(*x.shape[:-1], -1)
+
+
+# ----------------------------------------------------------------------------- acting
+class VectorEnvAdapter:
+    """A Gymnasium vector env (next-step autoreset) as arrays: the step after an episode's end only
+    resets its copy, so it is marked invalid and never stored."""
+
+    def __init__(self, env: Any, seed: int) -> None:
+        self.env = env
+        self.n = env.num_envs
+        obs, _ = env.reset(seed=seed)
+        self.obs = np.asarray(obs, dtype=np.float32).reshape(self.n, -1)
+        self.prev_done = np.zeros(self.n, dtype=bool)
+        self.ep_return = np.zeros(self.n)
+        self.ep_length = np.zeros(self.n, dtype=np.int64)
+        self.avail = None
+        self.state = None
+
+    def step(self, actions: np.ndarray) -> dict[str, Any]:
+        next_obs, rew, term, trunc, _ = self.env.step(actions)
+        next_obs = np.asarray(next_obs, dtype=np.float32).reshape(self.n, -1)
+        valid = ~self.prev_done
+        done = np.asarray(term, dtype=bool) | np.asarray(trunc, dtype=bool)
+        self.ep_return += np.where(valid, rew, 0.0)
+        self.ep_length += valid
+        episodes = []
+        for i in np.flatnonzero(done & valid):
+            episodes.append((float(self.ep_return[i]), int(self.ep_length[i])))
+            self.ep_return[i], self.ep_length[i] = 0.0, 0
+        self.prev_done = done
+        out = {"next_obs": next_obs, "reward": np.asarray(rew, dtype=np.float32), "terminated": np.asarray(term, bool),
+               "truncated": np.asarray(trunc, bool), "valid": valid, "episodes": episodes}
+        self.obs = next_obs
+        return out
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelEnvAdapter:
+    """One PettingZoo ParallelEnv as arrays with one env axis: obs (1, n_agents, obs_dim), action masks
+    from ``infos[agent]["action_mask"]``, the team reward, and a reset after each episode."""
+
+    def __init__(self, env: Any, dims: QDims, seed: int, how: str) -> None:
+        self.env, self.dims, self.how = env, dims, how
+        self.n = 1
+        self.ep_return, self.ep_length = 0.0, 0
+        self._reset(seed)
+
+    def _arrays(self, obs_d: dict, infos: dict) -> tuple[np.ndarray, np.ndarray]:
+        d = self.dims
+        obs = np.zeros((1, d.n_agents, d.obs_dim), dtype=np.float32)
+        avail = np.ones((1, d.n_agents, d.n_actions), dtype=bool)
+        for i, a in enumerate(d.agents):
+            if a in obs_d:
+                obs[0, i] = np.asarray(obs_d[a], dtype=np.float32).reshape(-1)
+            mask = (infos.get(a) or {}).get("action_mask")
+            if mask is not None:
+                avail[0, i] = np.asarray(mask) != 0
+        return obs, avail
+
+    def _global_state(self) -> Optional[np.ndarray]:
+        if self.dims.state_dim is None:
+            return None
+        return np.asarray(self.env.state(), dtype=np.float32).reshape(1, -1)
+
+    def _reset(self, seed: Optional[int]) -> None:
+        obs_d, infos = self.env.reset(seed=seed)
+        self.obs, self.avail = self._arrays(obs_d, infos)
+        self.state = self._global_state()
+
+    def step(self, actions: np.ndarray) -> dict[str, Any]:
+        d = self.dims
+        live = set(self.env.agents)
+        obs_d, rewards, term_d, trunc_d, infos = self.env.step(
+            {a: int(actions[0, i]) for i, a in enumerate(d.agents) if a in live})
+        values = [float(rewards.get(a, 0.0)) for a in d.agents]
+        reward = float(np.sum(values) if self.how == "sum" else np.mean(values))
+        terminated = any(bool(term_d.get(a, False)) for a in d.agents)
+        truncated = not terminated and (not self.env.agents or all(bool(trunc_d.get(a, False)) for a in d.agents))
+        next_obs, next_avail = self._arrays(obs_d, infos)
+        out = {"next_obs": next_obs, "next_avail": next_avail, "reward": np.array([reward], np.float32),
+               "terminated": np.array([terminated]), "truncated": np.array([truncated]),
+               "valid": np.ones(1, bool), "episodes": []}
+        if self.dims.state_dim is not None:
+            out["next_state"] = self._global_state()
+        self.ep_return += reward
+        self.ep_length += 1
+        if terminated or truncated:
+            out["episodes"] = [(self.ep_return, self.ep_length)]
+            self.ep_return, self.ep_length = 0.0, 0
+            self._reset(None)  # the env's own RNG continues
+        else:
+            self.obs, self.avail, self.state = next_obs, next_avail, out.get("next_state")
+        return out
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def collect_chunk(worker: "QWorker", steps: int) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+    """The acting loop: ``steps`` epsilon-greedy steps of every env copy with the worker's Q-network.
+
+    Returns the chunk as arrays (T, N, ...) (obs, action, reward, next_obs, terminated, truncated,
+    valid, and avail/next_avail/state/next_state where the env has them), the finished episodes' metric
+    rows and the valid env steps taken. Epsilon at each step follows the schedule at the server's env
+    step count (from the last parameters) plus the steps this worker took since; before
+    ``replay.learning_starts`` every action is uniform."""
+    env, hp = worker.adapter, worker.hp
+    rows: dict[str, list[np.ndarray]] = {}
+    episodes: list[dict[str, Any]] = []
+    taken = 0
+    for _ in range(steps):
+        now = worker.server_steps + worker.steps_since
+        eps = 1.0 if now < hp.replay.learning_starts else hp.epsilon(now)
+        q = worker.q_values(env.obs)
+        action = epsilon_greedy(q, env.avail, eps, worker.rng)
+        obs, avail, state = env.obs, env.avail, env.state
+        out = env.step(action if worker.dims.n_agents else action.astype(np.int64))
+        record = {"obs": obs, "action": action.astype(np.int64), **{k: v for k, v in out.items() if k != "episodes"}}
+        if avail is not None:
+            record["avail"] = avail
+        if state is not None:
+            record["state"] = state
+        for key, value in record.items():
+            rows.setdefault(key, []).append(value)
+        for ret, length in out["episodes"]:
+            episodes.append({"return": ret, "length": length, "version": worker.version, "epsilon": eps})
+        valid = int(out["valid"].sum())
+        taken += valid
+        worker.steps_since += valid
+    return {k: np.stack(v) for k, v in rows.items()}, episodes, taken
+
+
+class NStepAssembler:
+    """Turns consecutive chunks into replay rows whose n-step windows are complete: a window cut by a
+    chunk's end (at most the last n-1 steps) is held back and sent with the next chunk."""
+
+    def __init__(self, gamma: float, n: int) -> None:
+        self.gamma, self.n = gamma, n
+        self.pending: Optional[dict[str, np.ndarray]] = None
+
+    def rows(self, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        chunk = dict(chunk)
+        chunk["sent"] = np.zeros(chunk["valid"].shape, dtype=bool)
+        if self.pending is not None:
+            chunk = {k: np.concatenate([self.pending[k], v]) for k, v in chunk.items()}
+        win = n_step_windows(chunk["reward"], chunk["terminated"], chunk["truncated"], self.gamma, self.n)
+        send = win.complete & chunk["valid"] & ~chunk["sent"]
+        body = {k: v for k, v in chunk.items() if k not in ("valid", "sent")}
+        rows = n_step_chunk(body, self.gamma, self.n)
+        chunk["sent"] = chunk["sent"] | send
+        keep = self.n - 1
+        self.pending = {k: v[len(v) - keep:] for k, v in chunk.items()} if keep else None
+        mask = send.reshape(-1)
+        return {k: v[mask] for k, v in rows.items()}
+
+
+class QWorker(Worker):
+    """An actor: epsilon-greedy chunks with the last pulled Q-network, pushed as replay rows; waits."""
+
+    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
+        self.cfg, self.hp = cfg, cfg.algorithm.params
+        self.name = worker_name(index)
+        self.seed = derive(cfg.run.seed, "worker", index)
+        self.rng = np.random.default_rng(self.seed)
+        env = make_q_env(cfg, self.seed)
+        self.dims = describe(cfg, env)
+        self.net = build_q_network(cfg, self.dims)
+        self.resources = worker_heads({"critic": self.net}, cfg.run.seed, index)
+        self.flat = FlatParameters(self.net)
+        self._np_net = numpy_acting_head(self.net.net if isinstance(self.net, DuelingQ) else self.net)
+        if self.dims.n_agents is None:
+            self.adapter: Any = VectorEnvAdapter(env, self.seed)
+        else:
+            self.adapter = ParallelEnvAdapter(env, self.dims, self.seed, self.hp.team_reward)
+        self.assembler = NStepAssembler(self.hp.gamma, self.hp.replay.n_step)
+        self.names = [f.name for f in replay_fields(self.dims)]
+        self.version = -1
+        self.server_steps = 0
+        self.steps_since = 0
+        self.waiting = True
+        self.seq = 0
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values (N, [n_agents,] A) for acting (through the numpy twin when the head has one)."""
+        x = with_agent_id(obs, self.dims.n_agents) if self.hp.agent_id else obs
+        flat = x.reshape(-1, x.shape[-1])
+        if self._np_net is not None:
+            out, _ = self._np_net.forward(flat.astype(np.float64))
+            if isinstance(self.net, DuelingQ):
+                d = out[:, 1:]
+                out = out[:, :1] + d - d.mean(axis=1, keepdims=True)
+        else:
+            with torch.no_grad():
+                out = self.net(torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32))).numpy()
+        return out.reshape(*x.shape[:-1], -1)
+
+    def start(self) -> list[Message]:
+        return [Message(self.name, SERVER, HELLO)]
+
+    def deliver(self, msg: Message) -> None:
+        if msg.kind == PARAMS:
+            self.flat.load(msg.payload[PARAMS])
+            self.version = msg.base_version
+            self.server_steps = int(msg.info.get(ENV_STEPS, self.server_steps))
+            self.steps_since = 0
+            self.waiting = False
+
+    def ready(self) -> bool:
+        return not self.waiting
+
+    def step(self) -> Work:
+        chunk, episodes, taken = collect_chunk(self, self.hp.chunk_steps)
+        rows = self.assembler.rows(chunk)
+        payload = {name: np.ascontiguousarray(rows[name]) for name in self.names}
+        self.seq += 1
+        self.waiting = True
+        msg = Message(self.name, SERVER, TRANSITIONS, payload, base_version=self.version, seq=self.seq,
+                      info={ENV_STEPS: taken})
+        return Work([msg], env_steps=taken, episodes=episodes, resources=head_report(self.resources))
+
+    def close(self) -> None:
+        self.adapter.close()
+
+
+# ----------------------------------------------------------------------------- learner
+class QLearner:
+    """The online and target Q-networks (and mixers), Adam, and one TD update on a replayed batch."""
+
+    def __init__(self, hp: QConfig, kind: str, net: nn.Module, dims: QDims) -> None:
+        self.hp, self.kind, self.dims = hp, kind, dims
+        self.online = net
+        self.target = copy.deepcopy(net)
+        self.mixer: Optional[nn.Module] = None
+        if kind == "vdn":
+            self.mixer = VDNMixer()
+        elif kind == "qmix":
+            self.mixer = QMixer(dims.n_agents, dims.state_dim, hp.mixer_embed_dim, hp.hypernet_layers,
+                                hp.hypernet_embed)
+        self.target_mixer = copy.deepcopy(self.mixer) if self.mixer is not None else None
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        if self.target_mixer is not None:
+            for p in self.target_mixer.parameters():
+                p.requires_grad_(False)
+        self.params = [p for p in self.online.parameters() if p.requires_grad]
+        if self.mixer is not None:
+            self.params += [p for p in self.mixer.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self.params, lr=hp.lr, eps=hp.adam_eps)
+        self.updates = 0
+        self.target_updates = 0
+
+    def _q(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        return q_forward(net, obs, self.dims, self.hp.agent_id and self.dims.n_agents is not None)
+
+    def update(self, batch: dict[str, np.ndarray], weights: Optional[np.ndarray] = None
+               ) -> tuple[float, np.ndarray]:
+        """One gradient step; the loss and each row's |TD error| (mean over agents for IQL)."""
+        t = {k: torch.from_numpy(v) for k, v in batch.items()}
+        q = self._q(self.online, t["obs"])
+        chosen = q_taken(q, t["action"])
+        with torch.no_grad():
+            q_next = self._q(self.target, t["next_obs"])
+            q_online_next = self._q(self.online, t["next_obs"]) if self.hp.double else None
+            v_next = bootstrap_values(q_next, t.get("next_avail"), q_online_next, t["terminated"])
+            if self.mixer is not None:
+                v_next = self.target_mixer(v_next, t.get("next_state"))
+        pred = self.mixer(chosen, t.get("state")) if self.mixer is not None else chosen
+        target = td_target(t["reward"], t["discount"], t["terminated"], v_next)
+        w = torch.from_numpy(weights) if weights is not None else None
+        loss, td = td_loss(pred, target, w, self.hp.loss, self.hp.huber_delta)
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.hp.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.params, self.hp.grad_clip)
+        self.optimizer.step()
+        self.updates += 1
+        td_abs = td.abs()
+        if td_abs.ndim > 1:
+            td_abs = td_abs.mean(-1)
+        return float(loss.detach()), td_abs.numpy().astype(np.float64)
+
+    def update_target(self) -> None:
+        """Hard copy (tau 1) or Polyak averaging of the online networks into the targets."""
+        pairs = [(self.online, self.target)]
+        if self.mixer is not None:
+            pairs.append((self.mixer, self.target_mixer))
+        with torch.no_grad():
+            for online, target in pairs:
+                for p_t, p in zip(target.parameters(), online.parameters()):
+                    if self.hp.tau == 1.0:
+                        p_t.copy_(p)
+                    else:
+                        p_t.mul_(1.0 - self.hp.tau).add_(p, alpha=self.hp.tau)
+        self.target_updates += 1
+
+    def modules(self) -> dict[str, nn.Module]:
+        out = {"online": self.online, "target": self.target}
+        if self.mixer is not None and any(True for _ in self.mixer.parameters()):
+            out.update(mixer=self.mixer, target_mixer=self.target_mixer)
+        return out
+
+
+# ----------------------------------------------------------------------------- service
+def transitions_spec(fields: list[Field]) -> MessageSpec:
+    """A pushed chunk: one array per replay field, any number of rows."""
+    return MessageSpec({f.name: ((None, *f.shape), np.dtype(f.dtype).name) for f in fields})
+
+
+def transitions_problem(payload: dict[str, np.ndarray], info: dict[str, Any], dims: QDims) -> Optional[str]:
+    """Why a chunk (shape-checked by the core) cannot go into the buffer, or None."""
+    rows = {len(v) for v in payload.values()}
+    if len(rows) != 1:
+        return f"rows: fields differ in length {sorted(rows)}"
+    steps = info.get(ENV_STEPS)
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        return f"{ENV_STEPS}: info must carry the chunk's env steps as an integer >= 0, got {steps!r}"
+    action = payload["action"]
+    if action.size and (action.min() < 0 or action.max() >= dims.n_actions):
+        return f"action: outside 0..{dims.n_actions - 1}"
+    if "avail" in payload and action.size:
+        if not np.take_along_axis(payload["avail"], action[..., None], axis=-1).all():
+            return "action: an unavailable action (action_mask 0) was taken"
+    disc = payload["discount"]
+    if disc.size and (disc.min() < 0 or disc.max() > 1):
+        return "discount: must lie in [0, 1]"
+    return None
+
+
+class ReplayService(Service):
+    """Server side: the replay buffer, the learner, and the parameters workers pull."""
+
+    def __init__(self, cfg: ExperimentConfig, dims: QDims, learner: QLearner) -> None:
+        self.cfg, self.hp, self.dims, self.learner = cfg, cfg.algorithm.params, dims, learner
+        fields = replay_fields(dims)
+        r = self.hp.replay
+        self.buffer = (PrioritizedReplayBuffer(fields, r.capacity, r.alpha, r.priority_eps) if r.prioritized
+                       else ReplayBuffer(fields, r.capacity))
+        self.specs = {TRANSITIONS: transitions_spec(fields)}
+        self.env_steps = 0
+        self.credit = 0.0  # gradient updates owed by the replay ratio
+        self.accepted = 0
+        self.rejected = 0
+        self._snapshot: Optional[np.ndarray] = None
+
+    def params_vector(self) -> np.ndarray:
+        if self._snapshot is None:
+            trainable = [p.detach().reshape(-1) for p in self.learner.online.parameters() if p.requires_grad]
+            self._snapshot = torch.cat(trainable).numpy().astype(np.float32)
+        return self._snapshot
+
+    def _params(self, worker: str, version: int) -> Message:
+        return Message(SERVER, worker, PARAMS, {PARAMS: self.params_vector()}, base_version=version,
+                       info={ENV_STEPS: self.env_steps})
+
+    def hello(self, worker: str, version: int) -> list[Message]:
+        return [self._params(worker, version)]
+
+    def handle(self, msg: Message, ctx: Context) -> Outcome:
+        problem = transitions_problem(msg.payload, msg.info, self.dims)
+        if problem is not None:
+            self.rejected += 1
+            return Outcome(False, [self._params(msg.src, ctx.version)], accepted=False, reason=problem)
+        self.accepted += 1
+        steps = int(msg.info[ENV_STEPS])
+        if len(msg.payload["action"]):
+            self.buffer.add(msg.payload)
+        before, self.env_steps = self.env_steps, self.env_steps + steps
+        every = self.hp.target_update_every
+        for _ in range(self.env_steps // every - before // every):
+            self.learner.update_target()
+        if self.env_steps >= self.hp.replay.learning_starts and len(self.buffer):
+            self.credit += self.hp.replay.ratio * steps
+        n = int(self.credit)
+        self.credit -= n
+        train = self._learn(n, ctx) if n else []
+        version = ctx.next_version if n else ctx.version
+        return Outcome(bool(n), [self._params(msg.src, version)], train=train)
+
+    def _learn(self, n: int, ctx: Context) -> list[dict[str, Any]]:
+        """n gradient updates on batches drawn with the server's generator; one train.csv row (mean loss)."""
+        r = self.hp.replay
+        losses = []
+        for _ in range(n):
+            if r.prioritized:
+                beta = r.beta_start + min(1.0, ctx.progress) * (r.beta_end - r.beta_start)
+                rows, batch, weights = self.buffer.sample(r.batch_size, ctx.rng, beta)
+                loss, td = self.learner.update(batch, weights)
+                self.buffer.update_priorities(rows, td)
+            else:
+                _, batch = self.buffer.sample(r.batch_size, ctx.rng)
+                loss, _ = self.learner.update(batch)
+            losses.append(loss)
+        self._snapshot = None
+        return [diagnostics(None, float(np.mean(losses)))]
+
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        out = {"updates": np.array(self.learner.updates), "target_updates": np.array(self.learner.target_updates),
+               "env_steps": np.array(self.env_steps), "credit": np.array(self.credit)}
+        for prefix, module in self.learner.modules().items():
+            for key, value in module.state_dict().items():
+                out[f"{prefix}.{key}"] = value.detach().numpy().copy()
+        for i, state in self.learner.optimizer.state_dict()["state"].items():
+            for key, value in state.items():
+                out[f"optim.{i}.{key}"] = np.asarray(value.detach().numpy() if torch.is_tensor(value) else value).copy()
+        for key, value in self.buffer.state_dict().items():
+            out[f"replay.{key}"] = np.array(value, copy=True)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for prefix, module in self.learner.modules().items():
+            own = {k[len(prefix) + 1:]: torch.from_numpy(np.array(v)) for k, v in state.items()
+                   if k.startswith(prefix + ".")}
+            module.load_state_dict(own)
+        opt = self.learner.optimizer.state_dict()
+        per: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in state.items():
+            if k.startswith("optim."):
+                _, i, key = k.split(".", 2)
+                per.setdefault(int(i), {})[key] = torch.from_numpy(np.array(v))
+        opt["state"] = per
+        self.learner.optimizer.load_state_dict(opt)
+        self.buffer.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("replay.")})
+        self.learner.updates = int(state["updates"])
+        self.learner.target_updates = int(state["target_updates"])
+        self.env_steps = int(state["env_steps"])
+        self.credit = float(state["credit"])
+        self._snapshot = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"transitions_inserted": int(self.buffer.inserted), "replay_size": len(self.buffer),
+                "replay_bytes_per_transition": self.buffer.bytes_per_transition,
+                "chunks_accepted": self.accepted, "chunks_rejected": self.rejected,
+                "learning_updates": self.learner.updates, "target_updates": self.learner.target_updates}
+
+
+# ----------------------------------------------------------------------------- algorithm
+class QLearning(Algorithm):
+    """dqn | iql | vdn | qmix: the algorithm name picks the env kind and the mixer."""
+
+    metric_fields = ["return", "length", "version", "epsilon"]
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig) -> None:
+        """At load time: hogwild aggregation, a discrete env of the right kind, a head that fits."""
+        if cfg.server.aggregation != "hogwild":
+            raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the replay "
+                              "service (choices: hogwild)")
+        env = make_q_env(cfg, cfg.run.seed)
+        try:
+            dims = describe(cfg, env)
+        finally:
+            env.close()
+        build_q_network(cfg, dims)
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        super().__init__(cfg)
+        env = make_q_env(cfg, cfg.run.seed)
+        self.dims = describe(cfg, env)
+        env.close()
+        self.service: Optional[ReplayService] = None
+
+    def make_service(self) -> ReplayService:
+        learner = QLearner(self.cfg.algorithm.params, self.cfg.algorithm.name, build_q_network(self.cfg, self.dims),
+                           self.dims)
+        self.service = ReplayService(self.cfg, self.dims, learner)
+        return self.service
+
+    def make_worker(self, index: int) -> QWorker:
+        return QWorker(self.cfg, index)
+
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The greedy policy of the checkpoint's online Q-network: its Q-values are the logits (the most
+        likely action is the argmax); one network for every agent."""
+        service = self.make_service()
+        service.load_state_dict(state)
+        dims, net = self.dims, service.learner.online
+        agent_id = self.cfg.algorithm.agent_id and dims.n_agents is not None
+
+        @torch.no_grad()
+        def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            if dims.n_agents is None:
+                names = sorted(obs)
+                x = torch.from_numpy(np.stack([np.asarray(obs[n], np.float32).reshape(-1) for n in names]))
+                return dict(zip(names, q_forward(net, x, dims, False).numpy()))
+            x = np.zeros((1, dims.n_agents, dims.obs_dim), np.float32)
+            for i, a in enumerate(dims.agents):
+                if a in obs:
+                    x[0, i] = np.asarray(obs[a], np.float32).reshape(-1)
+            q = q_forward(net, torch.from_numpy(x), dims, agent_id).numpy()[0]
+            return {a: q[i] for i, a in enumerate(dims.agents) if a in obs}
+
+        return ActingPolicy(logits, agents=list(dims.agents) or None, models={"q": net},
+                            info={"env_steps": service.env_steps})
+
+    def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        out = episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window)
+        if self.service is not None:
+            out["q_params"] = count_params(self.service.learner.online)
+        return out
+
+
+for _name, _help in (
+        ("dqn", "DQN on a single-agent env: replay on the server, Double DQN, dueling, target hard or Polyak"),
+        ("iql", "independent Q-learning: one shared Q-network (agent id), each agent its own TD target"),
+        ("vdn", "VDN: the sum of the agents' Qs trained on the team reward, replay on the server"),
+        ("qmix", "QMIX: a monotonic hypernetwork mixer of the agents' Qs on the global state")):
+    ALGORITHMS.add(_name, QLearning, config=QConfig, help=_help)

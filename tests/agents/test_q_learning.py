@@ -1,0 +1,247 @@
+"""The replay service and the Q-learners on the server (agents/q_learning.py).
+
+- sim reruns are byte-identical and a run stopped with a non-empty buffer resumes exactly;
+- the ledger's accepted transitions (bytes / bytes per transition) equal the buffer's insert count;
+- the n-step assembler sends each complete window once across chunk boundaries, as one n-step pass
+  over the whole sequence would;
+- the learner's VDN/QMIX update uses the mixers and targets of agents/value_targets.py (by hand);
+- the buffer pickles its filled rows only, and comes back identical;
+- config errors exit 2 with one line.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.q_learning import NStepAssembler, QConfig, QDims, QLearner, TRANSITIONS
+from agents.replay import ReplayBuffer, n_step_chunk, transition_fields
+from agents.value_targets import QMixer
+from marl_q.cli import main
+from marl_q.config import load_config
+from marl_q.errors import ConfigError
+from marl_q.experiment import resume_experiment, run_experiment
+
+SCEN = Path(__file__).resolve().parents[2] / "scenarios"
+QUIET = ["run.progress=false", "run.plots=false"]
+SMALL_DQN = QUIET + ["run.total_env_steps=1500", "algorithm.chunk_steps=64", "algorithm.replay.learning_starts=300",
+                     "algorithm.replay.ratio=0.125", "algorithm.replay.batch_size=16", "algorithm.target_update_every=100",
+                     "critic.hidden=[16, 16]", "algorithm.double=true", "algorithm.replay.n_step=3"]
+SMALL_QMIX = QUIET + ["run.total_env_steps=800", "backend.workers=2", "algorithm.replay.learning_starts=200",
+                      "algorithm.replay.ratio=0.05", "algorithm.replay.batch_size=8", "critic.hidden=[16]",
+                      "algorithm.hypernet_embed=8", "algorithm.mixer_embed_dim=8", "scenario.max_cycles=10",
+                      "algorithm.chunk_steps=10"]
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {f: (run / f).read_bytes() for f in ("metrics.csv", "comm.csv", "train.csv")}
+
+
+@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true"]),
+                                            ("spread_qmix.yaml", SMALL_QMIX)])
+def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transition(name, overrides, tmp_path):
+    cfg = load_config(SCEN / name, overrides)
+    first = run_experiment(cfg, tmp_path / "a")
+    second = run_experiment(load_config(SCEN / name, overrides), tmp_path / "b")
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+    assert first["learning_updates"] > 0 and first["transitions_inserted"] > 0
+    with open(tmp_path / "a" / "comm.csv") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["kind"] == TRANSITIONS]
+    per = first["replay_bytes_per_transition"]
+    accepted = sum(int(r["bytes"]) for r in rows if r["accepted"] == "1")
+    assert accepted % per == 0
+    assert accepted // per == first["transitions_inserted"] == second["transitions_inserted"]
+    assert first["chunks_accepted"] == sum(r["accepted"] == "1" for r in rows)
+
+
+@pytest.mark.parametrize("name,overrides,stop_at", [
+    ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true", "algorithm.tau=0.5"], 40),
+    ("spread_qmix.yaml", SMALL_QMIX, 12)])
+def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted_one(name, overrides, stop_at,
+                                                                                     tmp_path):
+    full = run_experiment(load_config(SCEN / name, overrides), tmp_path / "full")
+    part = run_experiment(load_config(SCEN / name, overrides + [f"run.stop_after_updates={stop_at}"]),
+                          tmp_path / "part")
+    assert part["status"] == "stopped" and part["updates"] >= stop_at
+    assert 0 < part["transitions_inserted"] < full["transitions_inserted"]
+    resumed = resume_experiment(tmp_path / "part")
+    assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is True
+    assert _files(tmp_path / "part") == _files(tmp_path / "full")
+    for key in ("env_steps", "episodes", "updates", "transitions_inserted", "target_updates", "final_return"):
+        assert resumed[key] == full[key], key
+
+
+def test_service_state_dict_round_trips_buffer_networks_and_optimizer(tmp_path):
+    from marl_q.registry import ALGORITHMS
+
+    from marl_q.rundir import checkpoints, load_checkpoint
+
+    cfg = load_config(SCEN / "cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true"])
+    run_experiment(cfg, tmp_path / "r")
+    arrays, _ = load_checkpoint(checkpoints(tmp_path / "r")[-1])
+    arrays = {k[len("service."):] if k.startswith("service.") else k: v for k, v in arrays.items()}
+    algo = ALGORITHMS.get("dqn").obj(cfg)
+    service = algo.make_service()
+    service.load_state_dict(arrays)
+    again = service.state_dict()
+    assert sorted(again) == sorted(arrays)
+    for key in again:
+        np.testing.assert_array_equal(again[key], arrays[key], err_msg=key)
+    assert len(service.buffer) == int(arrays["replay.size"]) > 0
+
+
+def test_n_step_assembler_sends_each_complete_window_once_across_chunks():
+    rng = np.random.default_rng(3)
+    T, N, n, gamma = 23, 2, 3, 0.9
+    term = rng.random((T, N)) < 0.1
+    trunc = ~term & (rng.random((T, N)) < 0.1)
+    whole = {"obs": rng.normal(size=(T, N, 2)).astype(np.float32), "action": rng.integers(0, 3, (T, N)),
+             "reward": rng.normal(size=(T, N)).astype(np.float32), "next_obs": rng.normal(size=(T, N, 2)).astype(np.float32),
+             "terminated": term, "truncated": trunc}
+    valid = np.ones((T, N), bool)
+    valid[5, 1] = False  # an autoreset step: never sent
+    ref = n_step_chunk(whole, gamma, n, drop_incomplete=True)
+    ref_keep = n_step_chunk({**whole, "v": valid}, gamma, n, drop_incomplete=True)["v"]
+    asm = NStepAssembler(gamma, n)
+    got = []
+    for a, b in ((0, 7), (7, 8), (8, 16), (16, 23)):
+        got.append(asm.rows({**{k: v[a:b] for k, v in whole.items()}, "valid": valid[a:b]}))
+    for key in ref:
+        joined = np.concatenate([g[key] for g in got])
+        # the assembler emits rows when their window completes: compare as sets of rows (sorted by obs)
+        order_ref = np.lexsort(ref["obs"][ref_keep].reshape(-1, 2).T)
+        order_got = np.lexsort(np.concatenate([g["obs"] for g in got]).reshape(-1, 2).T)
+        np.testing.assert_allclose(joined[order_got], ref[key][ref_keep][order_ref], rtol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("kind", ["iql", "vdn", "qmix"])
+def test_learner_update_is_the_td_loss_of_the_mixed_double_dqn_target(kind):
+    torch.manual_seed(0)
+    dims = QDims(obs_dim=4, n_actions=3, n_agents=2, state_dim=5 if kind == "qmix" else None, agents=("a", "b"))
+    hp = QConfig(lr=1e-2, grad_clip=None, double=True, mixer_embed_dim=4, hypernet_embed=8)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    learner = QLearner(hp, kind, net, dims)
+    with torch.no_grad():  # a target different from the online network
+        for p in learner.target.parameters():
+            p.add_(0.1)
+    rng = np.random.default_rng(0)
+    B = 6
+    batch = {"obs": rng.normal(size=(B, 2, 4)).astype(np.float32), "action": rng.integers(0, 3, (B, 2)),
+             "reward": rng.normal(size=B).astype(np.float32), "next_obs": rng.normal(size=(B, 2, 4)).astype(np.float32),
+             "terminated": np.array([0, 1, 0, 0, 1, 0], bool), "discount": np.full(B, 0.99 ** 2, np.float32),
+             "avail": np.ones((B, 2, 3), bool), "next_avail": rng.random((B, 2, 3)) < 0.7}
+    batch["next_avail"][:, :, 0] = True
+    if kind == "qmix":
+        batch["state"] = rng.normal(size=(B, 5)).astype(np.float32)
+        batch["next_state"] = rng.normal(size=(B, 5)).astype(np.float32)
+    t = {k: torch.from_numpy(v) for k, v in batch.items()}
+    eye = torch.eye(2).expand(B, 2, 2)
+    online0 = [p.detach().clone() for p in learner.params]
+    with torch.no_grad():
+        q = net(torch.cat([t["obs"], eye], -1))
+        qn_on = net(torch.cat([t["next_obs"], eye], -1))
+        qn_t = learner.target(torch.cat([t["next_obs"], eye], -1))
+        # Double DQN by hand: the online argmax over legal actions, valued by the target network
+        legal = t["next_avail"] | t["terminated"][:, None, None]
+        best = qn_on.masked_fill(~legal, -1e9).argmax(-1)
+        v = qn_t.gather(-1, best[..., None]).squeeze(-1)
+        chosen = q.gather(-1, t["action"][..., None]).squeeze(-1)
+        if kind == "iql":
+            pred, vt = chosen, v
+        elif kind == "vdn":
+            pred, vt = chosen.sum(-1), v.sum(-1)
+        else:
+            pred, vt = learner.mixer(chosen, t["state"]), learner.target_mixer(v, t["next_state"])
+        keep = t["discount"] * (1 - t["terminated"].float())
+        y = (t["reward"][:, None] + keep[:, None] * vt) if kind == "iql" else t["reward"] + keep * vt
+        expected = torch.nn.functional.huber_loss(pred, y).item()
+    loss, td = learner.update(batch)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    ref_td = (y - pred).abs()
+    np.testing.assert_allclose(td, (ref_td.mean(-1) if kind == "iql" else ref_td).numpy(), rtol=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(online0, learner.params))  # it stepped
+    if kind == "qmix":
+        assert isinstance(learner.mixer, QMixer)
+
+
+def test_polyak_and_hard_target_updates():
+    dims = QDims(obs_dim=2, n_actions=2)
+    for tau in (1.0, 0.25):
+        net = torch.nn.Linear(2, 2)
+        learner = QLearner(QConfig(tau=tau), "dqn", net, dims)
+        old = [p.detach().clone() for p in learner.target.parameters()]
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(1.0)
+        learner.update_target()
+        for p_t, p, o in zip(learner.target.parameters(), net.parameters(), old):
+            torch.testing.assert_close(p_t, tau * p + (1 - tau) * o)
+
+
+def test_buffer_pickles_its_filled_rows_only():
+    buf = ReplayBuffer(transition_fields((18,), n_agents=3, n_actions=5), 10_000)
+    rng = np.random.default_rng(0)
+    chunk = {f.name: (rng.random((40, *f.shape)) * 4).astype(f.dtype) for f in buf.fields}
+    buf.add(chunk)
+    blob = pickle.dumps(buf)
+    assert len(blob) < 40 * buf.bytes_per_transition + 4096 < buf.nbytes
+    back = pickle.loads(blob)
+    assert back.size == 40 and back.pos == 40 and back.data["obs"].shape[0] == 10_000
+    for name in buf.data:
+        np.testing.assert_array_equal(back.data[name], buf.data[name])
+    a = back.sample(8, np.random.default_rng(1))
+    b = buf.sample(8, np.random.default_rng(1))
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["scenario={name: gymnasium, env: Pendulum-v1, num_envs: 1}"], "algorithm.name: dqn is a value-based learner "
+                                                                    "and needs discrete actions"),
+    (["algorithm.replay.capacity=8", "algorithm.replay.batch_size=32"],
+     "algorithm.replay.capacity=8 is smaller than a batch (batch_size=32)"),
+    (["algorithm.replay.prioritized=true", "algorithm.replay.alpha=1.5"], "algorithm.replay.alpha must lie in [0, 1]"),
+    (["algorithm.replay.prioritized=true", "algorithm.replay.alpha=-0.1"], "algorithm.replay.alpha must lie in [0, 1]"),
+    (["server.aggregation=sync"], "server.aggregation: 'sync' is not supported by the replay service"),
+])
+def test_config_errors_exit_2_with_one_line(overrides, needle, tmp_path, capsys):
+    args = ["run", str(SCEN / "cartpole_dqn.yaml"), "--out", str(tmp_path / "x")]
+    for o in overrides:
+        args += ["--set", o]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_qmix_without_a_global_state_is_a_config_error_naming_it(monkeypatch):
+    from marl_q import registry
+    from marl_q.registry import SCENARIOS
+
+    spec = SCENARIOS.get("spread").obj
+
+    def make_without_state(cfg, seed):
+        env = spec.make(cfg, seed)
+
+        class NoState:
+            def __init__(self, inner):
+                self._inner = inner
+
+            def __getattr__(self, item):
+                if item == "state":
+                    raise AttributeError(item)
+                return getattr(self._inner, item)
+
+        return NoState(env)
+
+    entry = registry.SCENARIOS.get("spread")
+    monkeypatch.setitem(registry.SCENARIOS._entries, "spread",
+                        dataclasses.replace(entry, obj=spec._replace(make=make_without_state)))
+    with pytest.raises(ConfigError, match=r"algorithm.name: qmix mixes on the global state, but scenario 'spread' "
+                                          r"offers no state\(\)"):
+        load_config(SCEN / "spread_qmix.yaml", QUIET)
+    load_config(SCEN / "spread_vdn.yaml", QUIET)  # vdn needs none
