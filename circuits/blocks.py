@@ -8,11 +8,15 @@ Blocks live one module (or a few related ones) per file in the packages ``circui
 ``circuits/encodings/`` and ``circuits/observables/``; every module there is imported when the
 package is (``discover``), and registers its blocks with ``register``. Adding one is adding one
 file: see docs/circuits.md.
+
+These three tables are the one block registry. ``marlq list`` shows their names without importing
+them (or torch): the plugin index (``marl_q.plugins``) reads each block module's
+``register(Ansatz(name=..., help=...))`` from its source, the registry named by the class's
+``registry`` attribute, and the block modules are found by the same function that finds every
+plugin module (``marl_q.plugins.import_package``).
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional, Sequence, TypeVar
 
@@ -49,6 +53,8 @@ class Ansatz:
     Every weight must enter as the angle of one Pauli rotation exp(-i w P / 2) inside its wire's
     matrix: the analytic dense gradient uses d/dw R(w) = R(w + pi) / 2 (the parity tests check it).
     """
+
+    registry = "ANSATZE"  # the table it is registered in (here and in marl_q.registry, read from source)
 
     name: str
     help: str
@@ -93,6 +99,8 @@ class Encoding:
     ``hadamard: true``). The dense path folds the encoded qubit F (cos(t/2), sin(t/2)) into its
     matrix (``gates.encoding_state_map``), which holds for a rotation about any Pauli axis."""
 
+    registry = "ENCODINGS"
+
     name: str
     axis: str  # "rx" | "ry" | "rz" (``gates.ROTATION_AXES``)
     help: str
@@ -101,6 +109,8 @@ class Encoding:
 @dataclass(frozen=True)
 class Observable:
     """A family of diagonal readouts: readout j = value(prod_{i in wires_j} Z_i) in the Z basis."""
+
+    registry = "OBSERVABLES"
 
     name: str
     help: str
@@ -116,12 +126,15 @@ Block = TypeVar("Block", Ansatz, Encoding, Observable)
 ANSATZE: dict[str, Ansatz] = {}
 ENCODINGS: dict[str, Encoding] = {}
 OBSERVABLES: dict[str, Observable] = {}
-_TABLES: dict[type, dict[str, Any]] = {Ansatz: ANSATZE, Encoding: ENCODINGS, Observable: OBSERVABLES}
+_TABLES: dict[str, dict[str, Any]] = {"ANSATZE": ANSATZE, "ENCODINGS": ENCODINGS, "OBSERVABLES": OBSERVABLES}
+PACKAGES = ("circuits.ansatze", "circuits.encodings", "circuits.observables")
 
 
 def register(block: Block) -> Block:
-    """Register an ansatz, encoding or observable under its name (the spec key's value); returns it."""
-    table = next(t for kind, t in _TABLES.items() if isinstance(block, kind))  # a subclass counts as its kind
+    """Register an ansatz, encoding or observable under its name (the spec key's value); returns it.
+    Bind it to a module-level name (``ANSATZ = register(Ansatz(...))``): ``marl_q.plugins`` finds a
+    module's blocks among its names."""
+    table = _TABLES[type(block).registry]  # a subclass counts as its kind
     old = table.get(block.name)
     if old is not None and old is not block:
         raise RuntimeError(f"{type(block).__name__.lower()} {block.name!r} is registered twice")
@@ -129,12 +142,13 @@ def register(block: Block) -> Block:
     return block
 
 
-def discover(package: str, path: Sequence[str]) -> None:
+def discover(package: str, path: Sequence[str] = ()) -> None:
     """Import every module of ``package`` (not those starting with '_'), in name order: their
-    imports register their blocks. Called by each block package's ``__init__``."""
-    for module in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{package}.{module.name}")
+    imports register their blocks. Called by each block package's ``__init__``; the modules are found
+    as every plugin package's are (``marl_q.plugins.import_package``)."""
+    from marl_q.plugins import import_package
+
+    import_package(package)
 
 
 def lookup(table: dict[str, Block], key: str, name: str) -> Block:
@@ -147,7 +161,8 @@ def lookup(table: dict[str, Block], key: str, name: str) -> Block:
 
 def load_all() -> None:
     """Import the three block packages (which fill ANSATZE, ENCODINGS and OBSERVABLES)."""
-    import circuits.ansatze  # noqa: F401
-    import circuits.encodings  # noqa: F401
-    import circuits.observables  # noqa: F401
+    import importlib
+
+    for package in PACKAGES:
+        importlib.import_module(package)
 

@@ -20,10 +20,11 @@ import ast
 import copy
 import importlib
 import importlib.util
+import json
+import os
 import pkgutil
 import re
 import sys
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Optional
@@ -33,7 +34,8 @@ from marl_q import registry
 # Modules whose import registers components, or which export plain dicts to register; for a package,
 # its every module too (found without a list to edit; names starting with "_" are left out).
 PLUGIN_MODULES = ["marl_q.staleness", "marl_q.aggregation", "marl_q.backends", "marl_q.bench", "agents",
-                  "scenarios", "circuits.heads", "circuits.bench", "circuits.spec", "analysis"]
+                  "scenarios", "circuits.heads", "circuits.bench", "circuits.ansatze", "circuits.encodings",
+                  "circuits.observables", "analysis"]
 # Out-of-tree plugins: an installed distribution declares, in its pyproject.toml,
 #   [project.entry-points."marl_q.plugins"]
 #   my_plugin = "my_package.marlq_plugin"
@@ -41,7 +43,7 @@ PLUGIN_MODULES = ["marl_q.staleness", "marl_q.aggregation", "marl_q.backends", "
 # (ALGORITHMS.add / HEADS.add) and may export SCENARIOS, HEADS, BENCHES, PLOTS, COMMANDS.
 ENTRY_POINT_GROUP = "marl_q.plugins"
 # the tables a module may export, each registered into the registry of the same name
-TABLES = ("SCENARIOS", "HEADS", "BENCHES", "PLOTS", "COMMANDS", "ANSATZE", "ENCODINGS", "OBSERVABLES")
+TABLES = ("SCENARIOS", "HEADS", "BENCHES", "PLOTS", "COMMANDS")
 # tables whose entries' help is their function's docstring (the others': the spec's `help` field)
 DOC_TABLES = ("BENCHES", "PLOTS", "COMMANDS")
 _indexed: set[str] = set()  # the registries declared so far
@@ -65,18 +67,22 @@ def index_plugins(names: Optional[Iterable[str]] = None) -> None:
     if not todo:
         return
     _indexed.update(todo)
-    mention = re.compile(r"\b(?:%s)\b" % "|".join(todo))
+    # a module that names none of them is not read (``register(Block(`` is the form a block's registry is not named in)
+    mention = re.compile(r"\b(?:%s)\b|\bregister\(\s*\w+\(" % "|".join(todo))
     for module in plugin_modules():
         text = _source(module)
         if module in _scanned or (text is not None and not mention.search(text)):
             continue
-        declared, sources = _scanned[module] = scan_module(module)
+        declared, sources = _scanned[module] = _scan_cached(module)
         for table, name, help in declared:
             regs[table].declare(name, module, help)
         for table in sources:
             regs[table].declare_source(module)
+    _save_cache()
     if not _entry_points_loaded:
         _entry_points_loaded = True
+        from importlib import metadata  # a tenth of a second: only once a registry is first used
+
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 loaded = ep.load()
@@ -127,9 +133,11 @@ def register_module(module: ModuleType) -> None:
         registry.SCENARIOS.add(spec_name, spec, config=spec.config, help=spec.help)
     for spec_name, spec in _table(module, "HEADS").items():
         registry.HEADS.add(spec_name, spec.build, config=spec.config, help=spec.help)
-    for table in ("ANSATZE", "ENCODINGS", "OBSERVABLES"):  # circuit blocks: objects with .help
-        for spec_name, spec in _table(module, table).items():
-            getattr(registry, table).add(spec_name, spec, help=spec.help)
+    regs = registries()
+    for value in list(vars(module).values()):  # blocks: objects whose class names their registry
+        table = getattr(type(value), "registry", None)
+        if isinstance(table, str) and table in regs:
+            regs[table].add(value.name, value, help=value.help)
     for table in DOC_TABLES:
         for spec_name, fn in _table(module, table).items():
             getattr(registry, table).add(spec_name, fn, help=summary(fn.__doc__))
@@ -150,18 +158,36 @@ def summary(doc: Optional[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- the index, from source
+_found: dict[tuple[str, ...], list[str]] = {}  # PLUGIN_MODULES -> plugin_modules(), found once a process
+
+
 def plugin_modules() -> list[str]:
     """PLUGIN_MODULES with every module of each package among them (those that exist)."""
-    names = []
-    for name in PLUGIN_MODULES:
-        path = module_file(name)
-        if path is None:
-            continue  # that package is not there (yet)
-        names.append(name)
-        if path.name == "__init__.py":
-            names += [f"{name}.{m.name}" for m in sorted(pkgutil.iter_modules([str(path.parent)]), key=lambda m: m.name)
-                      if not m.name.startswith("_")]
-    return names
+    key = tuple(PLUGIN_MODULES)
+    if key not in _found:
+        names = []
+        for name in PLUGIN_MODULES:
+            if module_file(name) is None:
+                continue  # that package is not there (yet)
+            names += [name, *package_modules(name)]
+        _found[key] = names
+    return list(_found[key])
+
+
+def package_modules(package: str) -> list[str]:
+    """The modules of ``package`` (``pkg.mod``; in name order, not those starting with '_'), found without
+    importing them: how every plugin package's modules are found (no list to edit). [] for a plain module."""
+    path = module_file(package)
+    if path is None or path.name != "__init__.py":
+        return []
+    return [f"{package}.{m.name}" for m in sorted(pkgutil.iter_modules([str(path.parent)]), key=lambda m: m.name)
+            if not m.name.startswith("_")]
+
+
+def import_package(package: str) -> list[ModuleType]:
+    """Import every module of ``package`` (``package_modules``), in name order, and return them: what a
+    package that collects its modules' registrations on import calls (the circuit blocks, the scenarios)."""
+    return [importlib.import_module(name) for name in package_modules(package)]
 
 
 def module_file(name: str) -> Optional[Path]:
@@ -200,6 +226,8 @@ def _source(name: str) -> Optional[str]:
 
 
 def _tree(name: str) -> Optional[ast.Module]:
+    if _read is not None:
+        _read.add(name)
     if name not in _trees:
         text = _source(name)
         try:
@@ -207,6 +235,82 @@ def _tree(name: str) -> Optional[ast.Module]:
         except (SyntaxError, ValueError):
             _trees[name] = None
     return _trees[name]
+
+
+# ----------------------------------------------------------------------------- what a scan read, kept
+# Parsing the plugins' source is most of what `marlq list` costs (half a second for ~50 modules), so what
+# scan_module finds is kept in a file (the user's cache folder, MARLQ_CACHE_DIR to choose another) with
+# the size and modification time of every file the scan read (a module, and those whose classes its
+# entries were read from); an entry whose files all still match is used instead of parsing them again.
+# The file is only an index of source text: unreadable, stale or missing, the scan runs as before.
+_read: Optional[set[str]] = None  # modules whose source the scan running now read
+_cache: Optional[dict] = None
+_cache_dirty = False
+
+
+def cache_file() -> Path:
+    """Where the scans are kept: $MARLQ_CACHE_DIR, else $XDG_CACHE_HOME/marl-q, else ~/.cache/marl-q."""
+    base = os.environ.get("MARLQ_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "marl-q")
+    return Path(base) / "plugin-index.json"
+
+
+def _stamp(module: str) -> Optional[list]:
+    """[path, mtime_ns, size] of a module's source file (None: it has none)."""
+    path = module_file(module)
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        st = None
+    return [str(path), st.st_mtime_ns, st.st_size] if st is not None else None
+
+
+def _load_cache() -> dict:
+    global _cache
+    if _cache is None:
+        _cache = {}
+        try:
+            data = json.loads(cache_file().read_text(encoding="utf-8"))
+            if data.get("scanner") == _stamp(__name__):  # this very scanner wrote it
+                _cache = data["modules"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    return _cache
+
+
+def _scan_cached(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
+    """``scan_module(name)``, from the cache file when none of the files it read has changed since."""
+    global _read, _cache_dirty
+    cache = _load_cache()
+    entry = cache.get(name)
+    if isinstance(entry, dict) and isinstance(entry.get("files"), dict) and entry["files"] and all(
+            _stamp(module) == stamp for module, stamp in entry["files"].items()):
+        return [tuple(d) for d in entry["declared"]], set(entry["sources"])
+    _read = set()
+    try:
+        declared, sources = scan_module(name)
+        files = {module: _stamp(module) for module in sorted(_read | {name})}
+    finally:
+        _read = None
+    if all(files.values()):
+        cache[name] = {"files": files, "declared": [list(d) for d in declared], "sources": sorted(sources)}
+        _cache_dirty = True
+    return declared, sources
+
+
+def _save_cache() -> None:
+    global _cache_dirty
+    if not _cache_dirty or _cache is None:
+        return
+    _cache_dirty = False
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"scanner": _stamp(__name__), "modules": _cache}), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: every process scans, as it would without the file
 
 
 def scan_module(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
@@ -226,6 +330,11 @@ def scan_module(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[st
             calls = [node.value]
         else:
             calls = []
+        if isinstance(node, (ast.Assign, ast.Expr)) and isinstance(node.value, ast.Call):
+            got = _block_registration(name, tree, node.value, regs)  # NAME = register(Block(...))
+            if got is not None:
+                declared.append(got)
+                continue
         for call in calls:
             got = _registration(call, regs)
             if got is not None:
@@ -248,7 +357,9 @@ def scan_module(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[st
             if isinstance(node, ast.ImportFrom) and node.module == "marl_q.registry":
                 continue  # the registries themselves, not exported tables
             sources.update(a.asname or a.name for a in node.names if (a.asname or a.name) in TABLES)
-    for node in ast.walk(tree):  # any other registration: a name only the import tells
+    text = _source(name) or ""
+    calls = re.findall(r"\b(?:%s)\s*\.\s*(?:register|add)\s*\(" % "|".join(regs), text)
+    for node in (ast.walk(tree) if len(calls) > len(read) else ()):  # any other registration: only the import tells
         if (isinstance(node, ast.Call) and id(node) not in read and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("register", "add") and isinstance(node.func.value, ast.Name)
                 and node.func.value.id in regs):
@@ -269,6 +380,33 @@ def _registration(call: ast.Call, regs: dict) -> Optional[tuple[str, str, Option
         return func.value.id, call.args[0].value, None
     help = (help_kw[0].value if _is_str(help_kw[0]) else None) if help_kw else ""
     return func.value.id, call.args[0].value, help
+
+
+def _block_registration(module: str, tree: ast.Module, call: ast.Call,
+                        regs: dict) -> Optional[tuple[str, str, Optional[str]]]:
+    """``register(Block("name", ..., help="..."))`` (``NAME = register(...)``) where class ``Block`` (defined
+    in the module or imported into it) says which registry its objects go to with a class attribute
+    ``registry = "ANSATZE"`` and has the fields ``name`` and ``help`` (by keyword or by position): how
+    the circuit blocks register (circuits.blocks)."""
+    func = call.func
+    if not ((isinstance(func, ast.Name) and func.id == "register") or
+            (isinstance(func, ast.Attribute) and func.attr == "register" and not
+             (isinstance(func.value, ast.Name) and func.value.id in regs))):
+        return None
+    if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Call):
+        return None
+    block = call.args[0]
+    if not isinstance(block.func, ast.Name):
+        return None
+    found = _definition(module, tree, block.func.id)
+    if found is None or not isinstance(found[1], ast.ClassDef):
+        return None
+    table = next((s.value.value for s in found[1].body if isinstance(s, ast.Assign) and _is_str(s.value)
+                  and any(isinstance(t, ast.Name) and t.id == "registry" for t in s.targets)), None)
+    if table not in regs:
+        return None
+    name = _field(module, tree, block, "name")
+    return (table, name, _help_field(module, tree, block)) if isinstance(name, str) else None
 
 
 def _loop_registrations(loop: ast.For, regs: dict) -> list[tuple[ast.Call, list[tuple[str, str, Optional[str]]]]]:
@@ -334,12 +472,18 @@ def _docstring(module: str, tree: ast.Module, name: str) -> Optional[str]:
 
 
 def _help_field(module: str, tree: ast.Module, item: ast.expr) -> Optional[str]:
-    """The ``help`` field of ``Spec(..., help="...")`` or of a positional call of a NamedTuple whose
-    definition is readable (``class HeadSpec(NamedTuple)`` with a field ``help``)."""
+    """The ``help`` field of ``Spec(..., help="...")`` or of a positional call of a NamedTuple (or a
+    dataclass) whose definition is readable (``class HeadSpec(NamedTuple)`` with a field ``help``)."""
+    return _field(module, tree, item, "help")
+
+
+def _field(module: str, tree: ast.Module, item: ast.expr, field: str) -> Optional[str]:
+    """The literal string given for field ``field`` in the call ``Spec(...)``: by keyword, or by position
+    when the class's definition is readable (its annotated fields, in order); None otherwise."""
     if not isinstance(item, ast.Call):
         return None
     for kw in item.keywords:
-        if kw.arg == "help":
+        if kw.arg == field:
             return kw.value.value if _is_str(kw.value) else None
     if not isinstance(item.func, ast.Name):
         return None
@@ -347,9 +491,9 @@ def _help_field(module: str, tree: ast.Module, item: ast.expr) -> Optional[str]:
     if found is None or not isinstance(found[1], ast.ClassDef):
         return None
     fields = [s.target.id for s in found[1].body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
-    if "help" not in fields or fields.index("help") >= len(item.args):
+    if field not in fields or fields.index(field) >= len(item.args):
         return None
-    arg = item.args[fields.index("help")]
+    arg = item.args[fields.index(field)]
     return arg.value if _is_str(arg) else None
 
 

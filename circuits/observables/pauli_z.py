@@ -25,8 +25,8 @@ def z_product(qml: Any, wires: tuple[int, ...]) -> Any:
     return qml.expval(operator)
 
 
-register(Observable("z", "<Z_i> for every qubit i", single_wires, z_product))
-register(Observable("zz", "<Z_i Z_(i+1 mod n)> for neighbouring pairs (one pair for n = 2)", neighbour_pairs, z_product))
-register(Observable("p0", "P(qubit i = 0) = (<Z_i> + 1) / 2 for every qubit i", single_wires,
-                    lambda qml, wires: qml.expval(qml.Projector([0], wires=wires[0])),
-                    value=lambda z: (z + 1.0) / 2.0))
+Z = register(Observable("z", "<Z_i> for every qubit i", single_wires, z_product))
+ZZ = register(Observable("zz", "<Z_i Z_(i+1 mod n)> for neighbouring pairs (one pair for n = 2)", neighbour_pairs, z_product))
+P0 = register(Observable("p0", "P(qubit i = 0) = (<Z_i> + 1) / 2 for every qubit i", single_wires,
+                         lambda qml, wires: qml.expval(qml.Projector([0], wires=wires[0])),
+                         value=lambda z: (z + 1.0) / 2.0))

@@ -47,7 +47,7 @@ def test_the_index_lists_what_the_imports_register():
             assert help is None or help == loaded[name], (table, name)
     # the index reads every name and help of these without an import
     for table in ("algorithms", "heads", "scenarios", "backends", "aggregations", "staleness", "benches",
-                  "commands", "plots"):
+                  "commands", "plots", "ansatze", "encodings", "observables"):
         assert sorted(got["read"][table]) == sorted(got["loaded"][table]), table
         assert None not in got["read"][table].values(), table
 
@@ -83,9 +83,26 @@ def test_the_forms_of_registration_the_index_reads(tmp_path):
             kind: str
             help: str
     '''))
+    (pkg / "blocks.py").write_text(textwrap.dedent('''
+        from dataclasses import dataclass
+
+        @dataclass(frozen=True)
+        class Gadget:
+            registry = "ANSATZE"  # the registry its objects go to
+            name: str
+            help: str
+
+        def register(block):
+            return block
+    '''))
     (pkg / "mod.py").write_text(textwrap.dedent('''
         from marl_q.registry import ALGORITHMS, HEADS, STALENESS
         from my_plugins.specs import Spec
+        from my_plugins.blocks import Gadget, register
+
+        G1 = register(Gadget("by_position", "block by position"))
+        register(Gadget(name="by_keyword", help="block by keyword"))
+        NOT_REGISTERED = Gadget("plain", "no register call")
 
         @ALGORITHMS.register("decorated", help="by decorator")
         class A: ...
@@ -118,7 +135,8 @@ def test_the_forms_of_registration_the_index_reads(tmp_path):
         ("ALGORITHMS", "decorated", "by decorator"), ("ALGORITHMS", "added", "by add"),
         ("ALGORITHMS", "no_help", ""), ("ALGORITHMS", "loop_a", "first"), ("ALGORITHMS", "loop_b", "second"),
         ("SCENARIOS", "positional", "help by position"), ("SCENARIOS", "keyword", "help by keyword"),
-        ("COMMANDS", "mine", "A command's help is its docstring's first paragraph, on one line.")])
+        ("COMMANDS", "mine", "A command's help is its docstring's first paragraph, on one line."),
+        ("ANSATZE", "by_position", "block by position"), ("ANSATZE", "by_keyword", "block by keyword")])
     assert sources == {"STALENESS"}  # a computed name: only the import tells
 
 
@@ -150,3 +168,35 @@ def test_iterating_a_registry_lists_every_component():
     assert all(e.obj is not None for e in ALGORITHMS)
     assert [e.name for e in PLOTS] == ["standard"]
     assert all(list(reg) for reg in ALL.values())
+
+
+def test_a_kept_scan_is_used_until_a_file_it_read_changes(tmp_path, monkeypatch):
+    """The scans kept in the cache file: the same answer as a scan, from the file while neither the module
+    nor the module its entries' class was read from has changed, and scanned again once one has."""
+    pkg = tmp_path / "kept_plugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kinds.py").write_text("from dataclasses import dataclass\n\n@dataclass\nclass Gadget:\n"
+                                  "    registry = 'ANSATZE'\n    name: str\n    help: str\n")
+    (pkg / "mod.py").write_text("from kept_plugins.kinds import Gadget\n\ndef register(b):\n    return b\n\n"
+                                "G = register(Gadget('g', 'first help'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MARLQ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(plugins, "_cache", None)
+
+    def scan() -> list:
+        plugins._trees.clear()
+        plugins._texts.clear()
+        got = plugins._scan_cached("kept_plugins.mod")
+        plugins._save_cache()
+        monkeypatch.setattr(plugins, "_cache", None)  # as a new process would: from the file
+        return got[0]
+
+    assert scan() == [("ANSATZE", "g", "first help")] == plugins.scan_module("kept_plugins.mod")[0]
+    assert plugins.cache_file().is_file()
+    plugins._trees.clear()
+    assert scan() == [("ANSATZE", "g", "first help")] and "kept_plugins.mod" not in plugins._trees  # not parsed
+    (pkg / "mod.py").write_text((pkg / "mod.py").read_text().replace("first help", "the second help"))
+    assert scan() == [("ANSATZE", "g", "the second help")]
+    (pkg / "kinds.py").write_text((pkg / "kinds.py").read_text().replace("'ANSATZE'", "'ENCODINGS'"))
+    assert scan() == [("ENCODINGS", "g", "the second help")]  # the class's module changed: read again

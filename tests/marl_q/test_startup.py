@@ -46,6 +46,25 @@ def test_help_imports_no_component():
     assert code == 0 and imported == []
 
 
+def test_list_imports_no_component(capsys):
+    """`marlq list` prints every registry, the circuit blocks included, from the plugins' source: no
+    plugin module is imported, nor torch (the blocks' names and helps are read from circuits/ansatze/...)."""
+    code, imported, _ = imported_after(["list"])
+    assert code == 0 and imported == []
+    done = python("""
+        import sys
+        from marl_q.cli import main
+        main(["list"])
+        print("NUMPY", "numpy" in sys.modules)
+    """)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.strip().splitlines()[-1] == "NUMPY False"
+    for line in ("ansatze:", "  ry_cz ", "encodings:", "  angle_z ", "observables:", "  p0 "):
+        assert line in out, line
+    assert "RZ(x_i) on qubit i (a global phase unless hadamard: true)" in " ".join(out.split())
+
+
 def test_a_config_mistake_is_reported_before_any_component_is_imported():
     code, imported, err = imported_after(["run", CONFIG, "--set", "run.nope=1"])
     assert code == 2 and imported == []
