@@ -12,8 +12,6 @@ the module imported before it runs it.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
 from scenarios.spec import ScenarioSpec
@@ -26,10 +24,9 @@ def _collect() -> dict[str, ScenarioSpec]:
     global _collected
     if not _collected:
         _collected = True
-        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if info.name.startswith("_") or info.name == "spec":
-                continue
-            module = importlib.import_module(f"{__name__}.{info.name}")
+        from marl_q.plugins import import_package  # how every plugin package's modules are found
+
+        for module in import_package(__name__):
             for name, spec in getattr(module, "SCENARIOS", {}).items():
                 if name in _SCENARIOS:
                     raise RuntimeError(f"scenario {name!r} is defined twice ({module.__name__})")
