@@ -69,6 +69,9 @@ class ReplayConfig:
     beta_start: float = 0.4  # importance-weight exponent, annealed linearly to beta_end over the budget
     beta_end: float = 1.0
     priority_eps: float = 1e-6
+    # sim: a buffer holding more bytes than this is left out of the snapshot (said once on stderr); the
+    # checkpoint still holds it, and a resume is then inexact (fresh workers), as for Box2D envs
+    snapshot_max_bytes: Optional[int] = 2**30
 
     def validate(self) -> None:
         try:
@@ -566,6 +569,7 @@ class ReplayService(Service):
         r = self.hp.replay
         self.buffer = (PrioritizedReplayBuffer(fields, r.capacity, r.alpha, r.priority_eps) if r.prioritized
                        else ReplayBuffer(fields, r.capacity))
+        self.buffer.snapshot_max_bytes = r.snapshot_max_bytes
         self.specs = {TRANSITIONS: transitions_spec(fields)}
         self.env_steps = 0
         self.credit = 0.0  # gradient updates owed by the replay ratio

@@ -160,9 +160,17 @@ class ReplayBuffer:
         rows = self._sample_rows(batch_size, rng)
         return rows, self.gather(rows)
 
+    # the most bytes of filled rows a pickle (the sim backend's snapshot) may hold; None: no limit
+    snapshot_max_bytes: Optional[int] = None
+
     def __getstate__(self) -> dict[str, Any]:
         # a pickle (the sim backend's snapshot) keeps the filled rows only, not the whole preallocated
-        # capacity: a run's snapshot grows with the buffer's content
+        # capacity: a run's snapshot grows with the buffer's content. Past snapshot_max_bytes it refuses
+        # (TypeError: the sim backend then checkpoints without a snapshot and says so once)
+        filled = self.size * self.bytes_per_transition
+        if self.snapshot_max_bytes is not None and filled > self.snapshot_max_bytes:
+            raise TypeError(f"the replay buffer holds {filled} bytes, more than "
+                            f"algorithm.replay.snapshot_max_bytes={self.snapshot_max_bytes}")
         state = self.__dict__.copy()
         state["data"] = {name: arr[:self.size].copy() for name, arr in self.data.items()}
         return state

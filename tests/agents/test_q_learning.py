@@ -245,3 +245,15 @@ def test_qmix_without_a_global_state_is_a_config_error_naming_it(monkeypatch):
                                           r"offers no state\(\)"):
         load_config(SCEN / "spread_qmix.yaml", QUIET)
     load_config(SCEN / "spread_vdn.yaml", QUIET)  # vdn needs none
+
+
+def test_a_buffer_over_the_snapshot_limit_is_left_out_of_the_snapshot_and_said_once(tmp_path, capsys):
+    overrides = SMALL_DQN + ["algorithm.replay.snapshot_max_bytes=1000"]
+    part = run_experiment(load_config(SCEN / "cartpole_dqn.yaml", overrides + ["run.stop_after_updates=40"]),
+                          tmp_path / "part")
+    assert part["status"] == "stopped" and part["transitions_inserted"] * part["replay_bytes_per_transition"] > 1000
+    err = capsys.readouterr().err
+    assert err.count("snapshot_max_bytes=1000") == 1 and "not byte-identical" in err
+    resumed = resume_experiment(tmp_path / "part")
+    assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is False
+    assert resumed["transitions_inserted"] > part["transitions_inserted"]  # the buffer came back from the .npz
