@@ -1,12 +1,13 @@
 """One run: the algorithm, its service on the server, the ledger, metrics, checkpoints and summary.
 
-Backends (marl_q/backends/) own the workers and the clock; they report each finished Worker.step()
-here and route every message through `server.receive`.
+Backends (marl_q/backends/) own the workers and the clock; the one driver (marl_q/driver.py) takes
+their events and reports each finished Worker.step() here and routes every message through `deliver`.
 
 Checkpoints hold the server's full state (the service's arrays: parameters, optimizer, versions;
 the core's version, RNG, staleness counts and duplicate filter; the ledger's counters; the byte
-positions of metrics.csv and comm.csv). A backend that can also capture its workers (sim) installs
-a `snapshot` callable and takes checkpoints only at its safe points; that makes resume exact.
+positions of metrics.csv and comm.csv). A backend that can also capture its workers (sim) hands
+its `capture` to `safe_point`, between its events, and checkpoints are taken only there; that makes
+resume exact. Other backends' checkpoints are taken after a message (`after_delivery`).
 """
 from __future__ import annotations
 
@@ -71,8 +72,8 @@ class Runtime:
             set_tap(out, self.tracker)
         self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
         self.service = service
-        self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed)
-        self.server.progress = self.progress
+        self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
+                             progress=self.progress, on_train=self.record_train)
         metrics_at = tuple(meta["metrics_position"]) if resume else None
         self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields,
                                      resume_at=metrics_at, wall_offset=meta.get("wall_s", 0.0),
@@ -81,7 +82,6 @@ class Runtime:
         self.quantum = QuantumLedger(cfg, out, resume=meta.get("quantum"))
         # the learners' losses, entropy, KL and explained variance per update (train.csv; none without them)
         self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0))
-        self.server.on_train = self.record_train
         if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
             self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))
@@ -93,9 +93,6 @@ class Runtime:
         self.resume = resume
         if resume is not None:
             self._restore(resume)
-        # set by a backend that can capture its whole state (sim): checkpoints then include it and are
-        # taken only at the backend's safe points (see safe_point)
-        self.snapshot: Optional[Callable[[], dict[str, Any]]] = None
         self.stopped = False  # run.stop_after_updates was reached
         self.evals = EvalWriter(out / EVAL_FILE if out else None)
         every = cfg.run.eval_every
@@ -108,7 +105,8 @@ class Runtime:
         if resume.snapshot is not None:  # the very objects of the run (exact): algorithm, service, RNGs
             snap = resume.snapshot
             self.algorithm = snap["algorithm"]
-            self.service = self.server.service = snap["service"]
+            self.service = snap["service"]
+            self.server.serve(self.service)
             _set_global_rngs(snap["rngs"])
         else:
             self.service.load_state_dict(service_arrays(resume.arrays))
@@ -154,27 +152,28 @@ class Runtime:
             self._progress.eval_return = row["eval_return"]
 
     def deliver(self, msg, t: float):
-        """Hand a message to the server; checkpoint when enough updates have been applied (unless the
-        backend takes checkpoints at its own safe points)."""
-        replies = self.server.receive(msg, t)
-        if self.snapshot is None:
-            if self._checkpoint_due():
-                self.checkpoint(t)
-            stop = self.cfg.run.stop_after_updates
-            if stop is not None and self.service.updates() >= stop:
-                self.stopped = True
-        return replies
+        """Hand a message to the server; its answers."""
+        return self.server.receive(msg, t)
 
-    def safe_point(self, t: float) -> bool:
-        """Called by a snapshotting backend between events, where its state is whole: checkpoint if
-        due; True if the run must stop here (run.stop_after_updates reached)."""
+    def after_delivery(self, t: float) -> None:
+        """After a message, for a backend without safe points: checkpoint when enough updates have been
+        applied; stop at run.stop_after_updates."""
+        if self._checkpoint_due():
+            self.checkpoint(t)
+        stop = self.cfg.run.stop_after_updates
+        if stop is not None and self.service.updates() >= stop:
+            self.stopped = True
+
+    def safe_point(self, t: float, capture: Optional[Callable[[], dict[str, Any]]] = None) -> bool:
+        """Between a snapshotting backend's events, where its state is whole (``capture`` returns it):
+        checkpoint if due; True if the run must stop here (run.stop_after_updates reached)."""
         stop = self.cfg.run.stop_after_updates
         if stop is not None and self.service.updates() >= stop and not self.done():
             self.stopped = True
-            self.checkpoint(t)
+            self.checkpoint(t, capture)
             return True
         if self._checkpoint_due():
-            self.checkpoint(t)
+            self.checkpoint(t, capture)
         return False
 
     def _checkpoint_due(self) -> bool:
@@ -211,17 +210,18 @@ class Runtime:
             print(f"marl-q: checkpoints of this run hold no sim snapshot: its state cannot be saved whole ({exc}); "
                   "a resume continues from the server's state with fresh workers (not byte-identical)", file=sys.stderr)
 
-    def checkpoint(self, t: float) -> Optional[Path]:
-        """Write the server's full state (and the backend's snapshot, if it has one) atomically; then,
-        once the new checkpoint reads back whole, prune all but the last run.keep_checkpoints."""
+    def checkpoint(self, t: float, capture: Optional[Callable[[], dict[str, Any]]] = None) -> Optional[Path]:
+        """Write the server's full state (and ``capture()``, the backend's whole state, as the sim
+        snapshot) atomically; then, once the new checkpoint reads back whole, prune all but the last
+        run.keep_checkpoints."""
         if not self.out:
             return None
         updates = self.service.updates()
         folder = self.out / "checkpoints"
         path = folder / f"ckpt_{updates}.npz"
         snapshot_meta = None
-        if self.snapshot is not None:
-            state = self.snapshot()
+        if capture is not None:
+            state = capture()
             state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
             snap_path = folder / f"ckpt_{updates}.sim.pkl"
             try:
@@ -333,6 +333,19 @@ class Runtime:
                 tracker.close()
             except Exception as exc:  # the TensorBoard files are a view of the run files: never fail the run
                 print(f"marlq: the TensorBoard files could not be closed ({one_line(str(exc))})", file=sys.stderr)
+
+    def retire(self) -> Optional[Path]:
+        """Another Runtime (Ray's server actor's) owns the run directory from here on: close this one's
+        files and bar, and leave it nothing to write (an interrupt handler calling its finish must not
+        overwrite the other's summary). Returns the run directory."""
+        out = self.out
+        self.ledger.close()
+        self.metrics.close()
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+        self.out = None
+        return out
 
 
 def sweep_jobs() -> dict[str, int]:

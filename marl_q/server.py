@@ -21,7 +21,12 @@ class Server:
     """Hosts one service; every message in or out passes through `receive` and is in the ledger."""
 
     def __init__(self, service: Service, workers: list[str], cfg: ServerConfig, ledger: Ledger,
-                 seed: int = 0) -> None:
+                 seed: int = 0, progress: Optional[Callable[[], float]] = None,
+                 on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None) -> None:
+        """``progress``: the fraction of the run's budget used (a service's schedules read it; 0 without);
+        ``on_train``: the run's train.csv, called with (worker, diagnostics of the updates, version,
+        staleness, t) for every accepted message that carries diagnostics or whose handling ran a
+        learner's update."""
         self.service = service
         self.workers = tuple(workers)
         self._known = frozenset(workers)
@@ -33,10 +38,8 @@ class Server:
         fn = STALENESS.get(rule.rule, key="server.staleness.rule").obj
         self._weight = lambda s: fn(s, a=rule.a, b=rule.b)
         self.staleness_counts: dict[int, int] = {}
-        self.progress = lambda: 0.0  # the runtime replaces this with the fraction of the budget used
-        # the runtime sets this to its train.csv: (worker, diagnostics of the updates, version, staleness, t)
-        # of every accepted message that carries diagnostics or whose handling ran a learner's update
-        self.on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None
+        self.progress = progress
+        self.on_train = on_train
         # highest sequence number seen per (worker, kind) since that worker's last hello: a retried or
         # duplicated message (seq > 0, not above it) is applied at most once
         self._last_seq: dict[tuple[str, str], int] = {}
@@ -84,7 +87,8 @@ class Server:
                 return self._send(self.service.on_reject(msg, self.version), t)
             return []
         s = staleness or 0
-        ctx = Context(self.version, s, self._weight(s), self.workers, self.rng, self.progress())
+        ctx = Context(self.version, s, self._weight(s), self.workers, self.rng,
+                      self.progress() if self.progress is not None else 0.0)
         outcome = self.service.handle(msg, ctx)
         if staleness is not None and outcome.accepted:
             self.staleness_counts[s] = self.staleness_counts.get(s, 0) + 1
@@ -94,6 +98,10 @@ class Server:
         if outcome.accepted and self.on_train is not None and (TRAIN in msg.info or outcome.train):
             self.on_train(msg.src, list(msg.info.get(TRAIN, ())) + outcome.train, self.version, staleness, t)
         return self._send(outcome.replies, t)
+
+    def serve(self, service: Service) -> None:
+        """Host ``service`` from now on (a resume takes the very service object of its snapshot)."""
+        self.service = service
 
     def _send(self, replies: list[Message], t: float) -> list[Message]:
         for reply in replies:

@@ -269,7 +269,9 @@ class LocalRun:
             self.said_hello(name, now)
         for msg in msgs:
             for _ in range(self.duplicator.copies(msg, now - self.t0)):
-                for reply in self.rt.deliver(msg, now - self.t0):
+                replies = self.rt.deliver(msg, now - self.t0)
+                self.rt.after_delivery(now - self.t0)
+                for reply in replies:
                     self.route(reply, now)
         if self.t_run is not None and self.held:
             for reply in self.held:

@@ -282,7 +282,9 @@ class ServerHost:
                 self.started.set()
         for msg in msgs:
             for _ in range(self.duplicator.copies(msg, t)):
-                for reply in self.rt.deliver(msg, t):
+                replies = self.rt.deliver(msg, t)
+                self.rt.after_delivery(t)
+                for reply in replies:
                     self.mail[reply.dst].append(reply)
                     self.has_mail[reply.dst].set()
 

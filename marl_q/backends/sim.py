@@ -9,6 +9,10 @@ exactly. Messages that reach a worker while it computes wait until its step ends
 With `backend.schedule` set to uniform | round_robin | zipf, the active worker of each step is
 drawn from that schedule instead, and messages are delivered at once (LSVI's setting: episode k
 is played by agent m_k).
+
+Both are transports of the one driver (marl_q/driver.py): their event loops are generators that yield
+what happens (a message reaching the server, a finished step, a safe point between two events) and
+go on once the driver has handled it.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from marl_q.driver import Arrived, Driver, SafePoint, Stepped
 from marl_q.errors import ConfigError
 from marl_q.messages import SERVER, Message, stamp_life
 from marl_q.protocol import Work, Worker
@@ -36,11 +41,10 @@ def run_sim(rt: Runtime) -> dict:
         raise ConfigError(f"resume: the snapshot was taken in sim mode {snap.get('mode')!r}, "
                           f"but backend.schedule is {cfg.backend.schedule!r}")
     sim = _EventSim(rt, snap) if cfg.backend.schedule == "events" else _ScheduleSim(rt, snap)
-    rt.snapshot = sim.state
     try:
-        sim.run()
+        Driver(rt, sim).run()
         if rt.out is not None and not rt.stopped:
-            rt.checkpoint(sim.now)  # the final state, whole: a finished run can be extended exactly
+            rt.checkpoint(sim.now, sim.capture)  # the final state, whole: a finished run can be extended exactly
     finally:
         for w in sim.workers:
             w.close()
@@ -77,10 +81,11 @@ def _restore(sim, snap: dict) -> None:
 class _EventSim:
     """Events ordered by (virtual time, sequence number): steps finishing, messages arriving, faults.
 
-    All of its state is in the attributes named in STATE, which `state()` hands to the runtime's
+    All of its state is in the attributes named in STATE, which `capture()` hands to the runtime's
     checkpoint between events (a safe point) and `__init__` takes back from a snapshot."""
 
     STATE = ("workers", "heap", "seq", "busy", "alive", "life", "inbox", "now", "timing_rng")
+    safe_points = True
 
     def __init__(self, rt: Runtime, snap: Optional[dict] = None) -> None:
         self.rt = rt
@@ -103,9 +108,15 @@ class _EventSim:
             self.started = False
         self.index = {w.name: i for i, w in enumerate(self.workers)}
 
-    def state(self) -> dict:
+    def capture(self) -> dict:
         self.timing_rng = self.timing.rng
         return {"mode": "events", **{key: getattr(self, key) for key in self.STATE}}
+
+    def send(self, reply: Message, t: float) -> None:
+        """An answer of the server, addressed to the incarnation alive now: a worker that crashes before
+        it arrives never sees it, and neither does its successor (whose hello gets its own reply)."""
+        j = self.index[reply.dst]
+        self.push(t + self.delay(reply, t), "to_worker", (reply, self.life[j] if self.alive[j] else -1))
 
     def push(self, t: float, kind: str, item: object) -> None:
         heapq.heappush(self.heap, (t, self.seq, kind, item))
@@ -160,21 +171,18 @@ class _EventSim:
         self.life[i] += 1
         self.push(now + self.faults.restart_s, "restart", i)
 
-    def run(self) -> None:
+    def events(self, driver: Driver):
         rt, workers = self.rt, self.workers
         if not self.started:
             self.start()
-        while self.heap and not rt.done():
-            if rt.safe_point(self.now):
+        while self.heap and not driver.done():
+            yield SafePoint(self.now)
+            if driver.done():  # run.stop_after_updates, at the safe point
                 return
             self.now, _, kind, item = heapq.heappop(self.heap)
             now = self.now
             if kind == "to_server":
-                for reply in rt.deliver(item, now):
-                    # addressed to the incarnation alive now: a worker that crashes before it arrives
-                    # never sees it, and neither does its successor (whose hello gets its own reply)
-                    j = self.index[reply.dst]
-                    self.push(now + self.delay(reply, now), "to_worker", (reply, self.life[j] if self.alive[j] else -1))
+                yield Arrived(item, now)  # the server's answers come back through send()
                 continue
             if kind == "resend":
                 self.send_up([item], now)
@@ -204,14 +212,14 @@ class _EventSim:
                 if incarnation != self.life[i]:
                     continue  # the worker crashed while computing: that work is lost
                 self.busy[i] = False
-                rt.record_work(workers[i].name, work, now)
+                yield Stepped(workers[i].name, work, now)
                 self.send_up(work.messages, now)
                 for m in self.inbox[i]:
                     workers[i].deliver(m)
                 self.inbox[i].clear()
-            if self.alive[i] and not self.busy[i] and workers[i].ready() and not rt.done():
+            if self.alive[i] and not self.busy[i] and workers[i].ready() and not driver.done():
                 self.start_compute(i, now)
-        if not rt.done() and not self.heap:
+        if not driver.done() and not self.heap:
             raise RuntimeError("sim: every worker is waiting and no message is in flight (deadlock)")
 
 
@@ -219,6 +227,7 @@ class _ScheduleSim:
     """The active worker of each step is drawn from backend.schedule; messages arrive at once."""
 
     STATE = ("workers", "k", "now", "timing_rng", "pick_rng")
+    safe_points = True
 
     def __init__(self, rt: Runtime, snap: Optional[dict] = None) -> None:
         b = rt.cfg.backend
@@ -237,8 +246,9 @@ class _ScheduleSim:
             self.pick_rng = np.random.default_rng(timing_seed(rt.cfg.run.seed))
             self.started = False
         self.index = {w.name: i for i, w in enumerate(self.workers)}
+        self.queue: list[Message] = []  # the messages of one step and their answers, in order (see route)
 
-    def state(self) -> dict:
+    def capture(self) -> dict:
         self.timing_rng = self.timing.rng
         return {"mode": self.rt.cfg.backend.schedule, **{key: getattr(self, key) for key in self.STATE}}
 
@@ -252,23 +262,27 @@ class _ScheduleSim:
         p = 1.0 / np.arange(1, m + 1) ** b.zipf_a
         return int(self.pick_rng.choice(m, p=p / p.sum()))
 
-    def route(self, msgs: list[Message]) -> None:
-        queue = list(msgs)
-        while queue:
-            msg = queue.pop(0)
+    def send(self, reply: Message, t: float) -> None:
+        self.queue.append(reply)
+
+    def route(self, msgs: list[Message]):
+        """Messages and the answers they cause, in the order they were sent, each delivered at once."""
+        self.queue = list(msgs)
+        while self.queue:
+            msg = self.queue.pop(0)
             if msg.dst == SERVER:
-                queue.extend(self.rt.deliver(msg, self.now))
+                yield Arrived(msg, self.now)  # its answers join the queue through send()
             else:
                 self.workers[self.index[msg.dst]].deliver(msg)
 
-    def run(self) -> None:
-        rt = self.rt
+    def events(self, driver: Driver):
         if not self.started:
             self.started = True
             for w in self.workers:
-                self.route(w.start())
-        while not rt.done():
-            if rt.safe_point(self.now):
+                yield from self.route(w.start())
+        while not driver.done():
+            yield SafePoint(self.now)
+            if driver.done():  # run.stop_after_updates, at the safe point
                 return
             i = self.pick(self.k)
             self.k += 1
@@ -277,5 +291,5 @@ class _ScheduleSim:
                 raise RuntimeError(f"sim schedule: worker {worker.name} is blocked although messages are instant")
             work = worker.step()
             self.now += self.timing.compute_s(i, work)
-            self.route(work.messages)  # first, so the step's row counts the traffic it caused
-            rt.record_work(worker.name, work, self.now)
+            yield from self.route(work.messages)  # first, so the step's row counts the traffic it caused
+            yield Stepped(worker.name, work, self.now)
