@@ -43,7 +43,8 @@ def _files(run: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true"]),
-                                            ("spread_qmix.yaml", SMALL_QMIX)])
+                                            ("spread_qmix.yaml", SMALL_QMIX),
+                                            ("spread_qmix.yaml", SMALL_QMIX + ["server.max_staleness=0"])])
 def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transition(name, overrides, tmp_path):
     cfg = load_config(SCEN / name, overrides)
     first = run_experiment(cfg, tmp_path / "a")
@@ -57,6 +58,11 @@ def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transi
     assert accepted % per == 0
     assert accepted // per == first["transitions_inserted"] == second["transitions_inserted"]
     assert first["chunks_accepted"] == sum(r["accepted"] == "1" for r in rows)
+    dropped = [r for r in rows if r["reason"].startswith("stale")]
+    if "server.max_staleness=0" in overrides:  # a stale chunk is dropped, counted, and never inserted
+        assert dropped and first["dropped_stale"] == len(dropped) and all(r["accepted"] == "0" for r in dropped)
+    else:
+        assert not dropped
 
 
 @pytest.mark.parametrize("name,overrides,stop_at", [
