@@ -37,6 +37,12 @@ from circuits.vqc import ADJOINT_MIN_QUBITS, VQC
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 MARLQ_PATHS = ("auto", "dense", "gates")
+MARLQ_ABOUT = {
+    "auto": "marl-q's VQC in torch, the path its planner picks for (qubits, batch, gradient or not) (the "
+            "'auto path' column of each row), torch autograd for fwd_bwd, float32",
+    "dense": "marl-q's VQC forced to the dense 2^n x 2^n circuit matrix, torch, float32",
+    "gates": "marl-q's VQC forced to the state vector (adjoint sweeps for the gradient), torch, float32",
+}
 AGREEMENT_TOLERANCE = 1e-5
 REPEAT_S = 0.002  # seconds per timed repeat: under a scheduler slice
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
@@ -77,7 +83,7 @@ def contestants(n: int, layers: int, only: list[str] | None = None) -> tuple[dic
             continue
         module = base if path == "auto" else bench_module(n, layers, path)
         module.load_state_dict(base.state_dict())
-        sims[f"marl-q {path}"] = peer_mod.torch_peer(f"marl-q {path}", module, module)
+        sims[f"marl-q {path}"] = peer_mod.torch_peer(f"marl-q {path}", module, module, MARLQ_ABOUT[path])
     # the numpy twins of the auto head and, where it takes another path (up to 4 qubits the auto head's
     # twin is the dense one), of an ``engine: gates`` head: the adjoint sweeps
     for name, engine in (("marl-q numpy", "auto"), ("marl-q numpy gates", "gates")):
@@ -86,15 +92,25 @@ def contestants(n: int, layers: int, only: list[str] | None = None) -> tuple[dic
         twins = [bench_module(n, layers, engine) for _ in range(2)]
         for twin in twins:
             twin.load_state_dict(base.state_dict())
-        sims[name] = peer_mod.numpy_twin(*twins, name)
+        sims[name] = peer_mod.numpy_twin(*twins, name, "" if engine == "auto" else (
+            "the numpy twins of an 'engine: gates' head: as marl-q numpy, but the adjoint sweeps past the "
+            "compiled kernels' rows where the auto head's twins take the dense matrix"))
     absent: dict[str, str] = {}
+    legacy = only is not None and "legacy" in only  # the old peers run only when asked for by that word
     for name in filter(wanted, peer_mod.PEERS):
+        if name in peer_mod.LEGACY and not legacy:
+            continue
         peer, why = peer_mod.build_peer(name, base)
         if peer is None:
             absent[name] = why or "not available"
         else:
             sims[name] = peer
     return sims, absent
+
+
+def auto_path(n: int, layers: int, batch: int, grad: bool) -> str:
+    """The path marl-q's planner picks for the bench head at this batch (``VQC.path``)."""
+    return bench_module(n, layers).path(batch, grad)
 
 
 def check_agreement(sims: dict[str, peer_mod.Peer], n: int) -> dict[str, dict[str, Any]]:
@@ -115,7 +131,9 @@ def check_agreement(sims: dict[str, peer_mod.Peer], n: int) -> dict[str, dict[st
 
 def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: argparse.Namespace,
               previous: dict[str, tuple[int, float | None]] | None = None) -> dict[str, dict[str, Any]]:
-    """Interleaved rounds over the simulators for one cell; per simulator the median, min and max.
+    """Interleaved rounds over the simulators for one cell; per simulator the median, min and max, and
+    ``first_call_ms``: the first call at this batch, timed apart (JAX's jit compiles then; marl-q builds
+    caches), never part of the median.
 
     ``previous``: per simulator, (batch, seconds of one call or None if skipped) at the last smaller batch
     of the same qubits and mode, updated here. A simulator skipped there, or whose call would take over
@@ -124,6 +142,7 @@ def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: 
     4096 rows was killed by the kernel at 24 GB, ending the bench)."""
     device = torch.device("cpu")
     calls: dict[str, Any] = {}
+    first: dict[str, float] = {}
     out: dict[str, dict[str, Any]] = {}
     previous = {} if previous is None else previous
     batch = x.shape[0]
@@ -142,8 +161,10 @@ def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: 
         function = sim.act if mode == "act" else sim.fwd_bwd
         xin = sim.convert(x)
         try:
-            function(xin)  # the first call compiles (JAX) or builds caches
             clock = CLOCKS[args.clock]
+            start = clock()
+            function(xin)  # the first call compiles (JAX) or builds caches
+            first[name] = clock() - start
             start = clock()
             function(xin)
             once = clock() - start
@@ -163,7 +184,7 @@ def time_cell(sims: dict[str, peer_mod.Peer], mode: str, x: torch.Tensor, args: 
             samples[name].append(time_per_call(call, device, args.min_time, repeat_s=REPEAT_S, clock=CLOCKS[args.clock]))
     for name, values in samples.items():
         median = statistics.median(values)
-        out[name] = {"ms_per_call": median * 1e3, "samples_per_s": x.shape[0] / median,
+        out[name] = {"ms_per_call": median * 1e3, "samples_per_s": x.shape[0] / median, "first_call_ms": first[name] * 1e3,
                      "round_ms": [v * 1e3 for v in values], "spread": (max(values) - min(values)) / median}
     return out
 
@@ -192,7 +213,8 @@ def format_cell(row: dict[str, Any], names: Sequence[str]) -> str:
             parts.append(f"{'-':>15}")
     ratio = f"{row['ratio']:6.2f}x" if row["ratio"] else f"{'-':>7}"
     auto = f"{row['auto_ratio']:6.2f}x" if row["auto_ratio"] else f"{'-':>7}"
-    return " ".join(parts) + f"   best/peer {ratio}  auto/peer {auto}  ({row['marlq_best']} vs {row['fastest_peer']})"
+    return (" ".join(parts) + f"   best/peer {ratio}  auto/peer {auto}  ({row['marlq_best']} vs {row['fastest_peer']}; "
+            f"auto path {row.get('auto_path', '?')})")
 
 
 def main_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
@@ -249,16 +271,23 @@ def _run_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             say(f"n={n} agreement {name}: outputs {a['output_max_abs_diff']:.1e}, gradients (relative) "
                 f"{a['grad_max_rel_diff']:.1e}" + ("" if a["agrees"] else "  DISAGREES: not ranked"))
         names = list(sims)
+        for name, sim in sims.items():
+            say(f"  {name}: {sim.about}")
         say(" " * 19 + " ".join(f"{name[:15]:>15}" for name in names))
         for mode in modes:
             previous: dict[str, tuple[int, float | None]] = {}
             for batch in sorted(args.batches):
                 x = torch.randn(batch, n, generator=torch.Generator().manual_seed(batch))
                 results = time_cell(sims, mode, x, args, previous)
-                row = {"n_qubits": n, "mode": mode, "batch": batch, "results": results}
+                row = {"n_qubits": n, "mode": mode, "batch": batch, "results": results,
+                       "auto_path": auto_path(n, args.layers, batch, mode == "fwd_bwd")}
                 row.update(summarise(results, excluded))
                 rows.append(row)
                 say(format_cell(row, names))
+                compiled = {k: v["first_call_ms"] for k, v in results.items() if v.get("first_call_ms", 0) > 100 * v["ms_per_call"]}
+                if compiled:
+                    say(" " * 19 + "first calls (jit compile, timed apart): "
+                        + ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in compiled.items()))
                 if args.json and args.json != "-":  # every finished cell is kept if the run is stopped
                     write_json({"meta": meta(args, argv, cpu, before, None, absent, agreements), "rows": rows}, args.json)
     after = uptime()

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from circuits import peers
-from circuits.adjoint import block_layout
+from circuits.statevector import block_layout
 from circuits.bench import main
 from circuits.peer_bench import bench_module, check_agreement, contestants, summarise
 from circuits.vqc import VQC
@@ -128,7 +128,8 @@ def test_peers_json_table(tmp_path, capsys):
 
 def test_absent_peers_say_not_installed(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "tensorcircuit" else object())
-    assert peers.peer_status("tensorcircuit-ng jax jit+vmap") == "not installed (pip install -e '.[peers]')"
+    assert peers.peer_status("tensorcircuit-ng state jit+vmap") == "not installed (pip install -e '.[peers]')"
+    assert peers.peer_status("tensorcircuit-ng expectation_ps legacy") == "not installed (pip install -e '.[peers]')"
 
 
 def test_peers_bad_arguments_exit_2(capsys):
@@ -140,12 +141,88 @@ def test_peers_bad_arguments_exit_2(capsys):
 
 
 @pytest.mark.parametrize("word, name", [pytest.param("jax.jit", "PL default.qubit+jax.jit", marks=needs_jax),
-                                        pytest.param("tensorcircuit", "tensorcircuit-ng jax jit+vmap", marks=needs_tensorcircuit)])
+                                        pytest.param("tensorcircuit", "tensorcircuit-ng state jit+vmap", marks=needs_tensorcircuit)])
 def test_jax_peers_agree(word, name):
     sims, absent = contestants(3, 2, [word])
     assert name in sims, absent
+    assert not set(sims) & peers.LEGACY  # the legacy peers run only when asked for
     report = check_agreement(sims, 3)[name]
     assert report["agrees"], report
+
+
+def _rows(x: torch.Tensor) -> np.ndarray:
+    return x.detach().double().numpy()
+
+
+@needs_tensorcircuit
+@pytest.mark.parametrize("n", [3, 5])
+def test_tensorcircuit_rewrite_computes_the_legacy_peer_and_the_head(n):
+    """The rewritten tensorcircuit-ng peer (P(0) from |psi|^2 of the state) gives the outputs and the
+    gradients of the legacy one (one expectation_ps per qubit) and of marl-q's head on the same
+    parameters, to 1e-5: outputs, every parameter's gradient of sum(outputs * c) and what fwd_bwd
+    returns (the gradient of sum(outputs), through value_and_grad)."""
+    sims, absent = contestants(n, 2, ["tensorcircuit", "legacy"])
+    new, old = sims.get("tensorcircuit-ng state jit+vmap"), sims.get("tensorcircuit-ng expectation_ps legacy")
+    assert new is not None and old is not None, absent
+    head = bench_module(n, 2)
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(6, n, generator=generator) * 2.0
+    c = torch.randn(6, 2, generator=generator)
+    params = [head.weights, head.post.weight, head.post.bias]
+    out = head(x)
+    want_grads = [_rows(g) for g in torch.autograd.grad((out * c).sum(), params)]
+    want_sum = [_rows(g) for g in torch.autograd.grad(head(x).sum(), params)]
+    for peer in (new, old):
+        np.testing.assert_allclose(peer.outputs(x), _rows(out), atol=1e-5, rtol=0)
+        for got, want in zip(peer.grads(x, c.numpy()), want_grads):
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+        for got, want in zip(peer.fwd_bwd(peer.convert(x)), want_sum):
+            np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0)
+    np.testing.assert_allclose(new.outputs(x), old.outputs(x), atol=1e-6, rtol=0)
+    assert np.abs(want_grads[0]).max() > 1e-3  # the circuit's gradients are not vacuous
+
+
+@needs_jax
+def test_pennylane_jax_peer_computes_the_head():
+    """PennyLane + jax.jit: outputs and gradients (sum and weighted) of marl-q's head to 1e-5."""
+    sims, absent = contestants(4, 2, ["jax.jit"])
+    peer = sims.get("PL default.qubit+jax.jit")
+    assert peer is not None, absent
+    head = bench_module(4, 2)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(8))
+    params = [head.weights, head.post.weight, head.post.bias]
+    np.testing.assert_allclose(peer.outputs(x), _rows(head(x)), atol=1e-5, rtol=0)
+    for got, want in zip(peer.fwd_bwd(peer.convert(x)), torch.autograd.grad(head(x).sum(), params)):
+        np.testing.assert_allclose(np.asarray(got, dtype=np.float64), _rows(want), atol=1e-5 * max(1.0, float(want.abs().max())), rtol=0)
+
+
+def test_p0_table_reads_every_qubits_probability_of_zero():
+    """|psi|^2 @ p0_table(n) against the marginals summed directly from the state's (2,)*n tensor, qubit 0
+    the first (most significant) axis; and against PennyLane's expval(Z) of the same state."""
+    import pennylane as qml
+
+    n = 3
+    rng = np.random.default_rng(0)
+    psi = rng.normal(size=2 ** n) + 1j * rng.normal(size=2 ** n)
+    psi /= np.linalg.norm(psi)
+    probs = np.abs(psi) ** 2
+    got = probs @ peers.p0_table(n)
+    tensor = probs.reshape((2,) * n)
+    want = [tensor.take(0, axis=i).sum() for i in range(n)]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+    @qml.qnode(qml.device("default.qubit", wires=n))
+    def z(state):
+        qml.StatePrep(state, wires=range(n))
+        return [qml.expval(qml.PauliZ(i)) for i in range(n)]
+
+    np.testing.assert_allclose(got, (np.asarray(z(psi)) + 1) / 2, atol=1e-6)
+
+
+def test_every_contender_says_what_it_computes():
+    sims, _ = contestants(3, 2, ["numpy", "default.qubit+torch"])
+    for name, sim in sims.items():
+        assert len(sim.about) > 20, name
 
 
 def test_path_choice():
