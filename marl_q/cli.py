@@ -287,17 +287,17 @@ def _completed(out: Path) -> bool:
 
 def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
     """Run the jobs `width` at a time under one progress bar over the runs (done/total, elapsed, ETA)."""
-    from marl_q.progress import progress_bar
+    from marl_q.progress import Progress
 
     running: list[tuple[Path, subprocess.Popen, float]] = []
     failed: list[Path] = []
     queue = list(jobs)
     # each run records how many the sweep runs at once (its wall time was measured beside them)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MARLQ_SWEEP_JOBS=str(min(width, len(jobs)) or 1))
-    bar = progress_bar(total=len(jobs), desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True,
-               rate_from="start",  # runs begun together: the rate since the start (marl_q.progress)
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
-                          "[{elapsed} elapsed, ETA {remaining}]{postfix}")
+    bar = Progress(len(jobs), "run", "sweep",
+                   rate_from="start",  # runs begun together: the rate since the start (marl_q.progress)
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
+                              "[{elapsed} elapsed, ETA {remaining}]{postfix}")
     try:
         while queue or running:
             while queue and len(running) < width:
@@ -306,7 +306,7 @@ def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
                 log = open(out.parent / f"{out.name}.log", "w")
                 running.append((out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
                                 time.perf_counter()))
-                bar.set_postfix_str(f"running {len(running)}", refresh=True)
+                bar.postfix(f"running {len(running)}", refresh=True)
             time.sleep(0.2)
             for item in list(running):
                 out, proc, start = item
@@ -315,9 +315,9 @@ def _run_pool(jobs: list[tuple[Path, list[str]]], width: int) -> list[Path]:
                 running.remove(item)
                 if proc.returncode != 0:
                     failed.append(out)
-                    bar.write(f"sweep: {out} FAILED (exit {proc.returncode}, see {out.name}.log)", file=sys.stderr)
-                bar.set_postfix_str(f"last {out.parent.name}/{out.name} {time.perf_counter() - start:.0f}s"
-                                    + (f", {len(failed)} failed" if failed else ""), refresh=False)
+                    bar.write(f"sweep: {out} FAILED (exit {proc.returncode}, see {out.name}.log)")
+                bar.postfix(f"last {out.parent.name}/{out.name} {time.perf_counter() - start:.0f}s"
+                            + (f", {len(failed)} failed" if failed else ""))
                 bar.update(1)
     finally:
         bar.close()

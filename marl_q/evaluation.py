@@ -18,44 +18,23 @@ ETA on stderr), the end-of-run ones included.
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
+from marl_q.progress import Progress
+
 EVAL_FILE = "eval.csv"
 FIELDS = ("t", "env_steps", "updates", "episodes", "eval_return", "eval_std", "eval_min", "eval_max")
 
 
-class EvalProgress:
-    """A tqdm bar over evaluation episodes (nothing when disabled)."""
-
-    def __init__(self, total: int, enabled: bool, desc: str = "eval") -> None:
-        self.bar = None
-        if enabled and total > 0:
-            from marl_q.progress import progress_bar
-
-            self.bar = progress_bar(total=total, unit="ep", desc=desc, file=sys.stderr, dynamic_ncols=True, leave=False,
-                            mininterval=0.5)
-
-    def update(self, n: int = 1) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-    def __enter__(self) -> "EvalProgress":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+def eval_progress(total: int, enabled: bool, desc: str = "eval") -> Progress:
+    """The bar over an evaluation's episodes (``marl_q.progress.Progress``; nothing when disabled)."""
+    return Progress(total, "ep", desc, enabled=enabled, leave=False, mininterval=0.5)
 
 
-def eval_progress(total: int, enabled: bool, desc: str = "eval") -> EvalProgress:
-    return EvalProgress(total, enabled, desc)
+EvalProgress = Progress  # what an evaluation loop is handed (agents/routing.py's type hints)
 
 
 def eval_row(t: float, env_steps: int, updates: int, returns: list[float]) -> dict[str, Any]:
@@ -66,7 +45,9 @@ def eval_row(t: float, env_steps: int, updates: int, returns: list[float]) -> di
 
 
 class EvalWriter:
-    """Appends rows to RUN/eval.csv (header once)."""
+    """Appends rows to RUN/eval.csv (header once) through the run's CSV writer
+    (``marl_q.rundir.MetricsWriter``, without a wall sidecar), opened for each row and closed after it:
+    an evaluation is rare, and nothing stays open between them."""
 
     def __init__(self, path: Optional[Path]) -> None:
         self.path = path
@@ -76,20 +57,20 @@ class EvalWriter:
         self.rows.append(row)
         if self.path is None:
             return
-        new = not self.path.exists()
+        from marl_q.rundir import MetricsWriter
+
         try:
-            with self.path.open("a", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=FIELDS)
-                if new:
-                    w.writeheader()
-                w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+            size = self.path.stat().st_size if self.path.exists() else 0  # a resumed run's, cut to its checkpoint
+            writer = MetricsWriter(self.path, list(FIELDS), base=list(FIELDS), resume_at=(size,) if size else None,
+                                   flush_every=1, sidecar=False)
         except OSError as exc:  # no space, directory gone: the run ends naming the file
             from marl_q.errors import RunWriteError
 
             raise RunWriteError(self.path, exc) from None
-        from marl_q.rundir import tap_rows
-
-        tap_rows(self.path, [[row.get(k, "") for k in FIELDS]])
+        try:
+            writer.write(row)  # written and flushed here (a failure: RunWriteError naming the file)
+        finally:
+            writer.abandon()  # closes it; nothing is pending
 
 
 def cut_eval_csv(path: Path, env_steps: int) -> None:

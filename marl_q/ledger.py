@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import csv
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Optional
+from typing import Optional
 
 from marl_q.messages import HELLO, SERVER, Message
 
@@ -19,19 +18,14 @@ class Ledger:
 
     def __init__(self, path: Optional[Path] = None, flush_every: int = 4096,
                  resume: Optional[dict] = None) -> None:
-        """Rows go to ``path`` (comm.csv); the wall clock of each row goes to a sidecar
-        ``comm_wall.csv``, kept apart so that comm.csv of a sim run is byte-identical across runs.
+        """Rows go to ``path`` (comm.csv) through the run's CSV writer (``marl_q.rundir.MetricsWriter``);
+        the wall clock of each row goes to a sidecar ``comm_wall.csv``, kept apart so that comm.csv of a
+        sim run is byte-identical across runs.
 
         ``resume`` is a checkpoint's ``state()``: both files are cut back to its position and the
         counters continue from its totals."""
-        self._file: Optional[IO[str]] = None
-        self._wall_file: Optional[IO[str]] = None
-        self._writer = self._wall_writer = None
-        self._t0 = time.perf_counter() - (resume or {}).get("wall_s", 0.0)
-        self._rows: list[tuple] = []
-        self._walls: list[tuple] = []
-        self.flush_every = flush_every
-        self._flushed_at = 0.0
+        from marl_q.rundir import MetricsWriter
+
         self.count = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -41,30 +35,20 @@ class Ledger:
         self.faults: dict[str, int] = {}  # injected fault -> count (rows of kind "fault:<name>")
         if resume is not None:
             self._load_state(resume)
-        if path is not None:
-            wall_path = Path(path).with_name("comm_wall.csv")
-            if resume is None:
-                self._file = open(path, "w", newline="")
-                self._wall_file = open(wall_path, "w", newline="")
-            else:
-                from marl_q.rundir import reopen_at
+        self.file = MetricsWriter(path, COLUMNS, flush_every=flush_every, base=["id"], flush_s=FLUSH_S,
+                                  resume_at=tuple(resume["position"]) if resume is not None and path is not None else None,
+                                  wall_offset=(resume or {}).get("wall_s", 0.0))
 
-                self._file = reopen_at(path, resume["position"][0])
-                self._wall_file = reopen_at(wall_path, resume["position"][1])
-            self._writer = csv.writer(self._file)
-            self._wall_writer = csv.writer(self._wall_file)
-            if resume is None:
-                self._writer.writerow(COLUMNS)
-                self._wall_writer.writerow(["id", "wall_s"])
+    @property
+    def flush_every(self) -> int:
+        return self.file.flush_every
 
     def state(self) -> dict:
         """Counters and file positions (after a flush), JSON-able, for a checkpoint."""
-        self.flush()
-        position = (self._file.tell(), self._wall_file.tell()) if self._file is not None else (0, 0)
         return {"count": self.count, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
                 "rejected": self.rejected, "dropped_stale": self.dropped_stale,
                 "by_kind": {k: list(v) for k, v in self.by_kind.items()}, "faults": dict(self.faults),
-                "position": list(position), "wall_s": time.perf_counter() - self._t0}
+                "position": list(self.file.position()), "wall_s": self.file.wall_s()}
 
     def _load_state(self, state: dict) -> None:
         for key in ("count", "bytes_up", "bytes_down", "rejected", "dropped_stale"):
@@ -85,42 +69,35 @@ class Ledger:
         tally = self.by_kind.setdefault(msg.kind, [0, 0])
         tally[0] += 1
         tally[1] += nbytes
-        self._rows.append((self.count, f"{t:.6f}", msg.src, msg.dst, msg.kind, msg.seq, nbytes,
-                           msg.base_version, server_version, "" if staleness is None else staleness,
-                           int(accepted), reason))
-        self._append_wall()
+        self._append((self.count, f"{t:.6f}", msg.src, msg.dst, msg.kind, msg.seq, nbytes,
+                      msg.base_version, server_version, "" if staleness is None else staleness,
+                      int(accepted), reason))
 
     def record_fault(self, fault: str, t: float, src: str, dst: str, seq: int = 0, nbytes: int = 0,
                      detail: str = "") -> None:
         """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic."""
         self.faults[fault] = self.faults.get(fault, 0) + 1
-        self._rows.append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail))
-        self._append_wall()
+        self._append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail))
 
-    def _append_wall(self) -> None:
-        """The wall clock of the row just added; a flush every flush_every rows or FLUSH_S seconds (a slow
-        run's comm.csv, read while it runs, is never more than a few seconds behind)."""
-        wall = time.perf_counter() - self._t0
-        self._walls.append((self.count, f"{wall:.6f}"))
+    def _append(self, row: tuple) -> None:
+        """One row (and its wall clock in the sidecar); written every flush_every rows or FLUSH_S seconds."""
+        self.file.write_values(row)
         self.count += 1
-        if len(self._rows) >= self.flush_every or wall - self._flushed_at >= FLUSH_S:
-            self.flush()
+
+    @property
+    def pending(self) -> list[tuple]:
+        """The rows not written to comm.csv yet."""
+        return self.file.pending
 
     def flush(self) -> None:
-        self._flushed_at = time.perf_counter() - self._t0
-        if self._writer is not None and self._rows:
-            from marl_q.rundir import write_row_pair
-
-            write_row_pair(self._file, self._writer, self._rows, self._wall_file, self._wall_writer, self._walls)
-        self._rows.clear()
-        self._walls.clear()
+        self.file.flush()
 
     def close(self) -> None:
-        self.flush()
-        if self._file is not None:
-            self._file.close()
-            self._wall_file.close()
-            self._file = self._wall_file = None
+        self.file.close()
+
+    def abandon(self) -> None:
+        """Close without writing what is pending (``MetricsWriter.abandon``)."""
+        self.file.abandon()
 
     def totals(self) -> dict[str, int]:
         return {"messages": self.count - sum(self.faults.values()), "bytes_up": self.bytes_up,

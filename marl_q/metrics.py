@@ -89,3 +89,8 @@ class TrainLog:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+
+    def abandon(self) -> None:
+        """Close train.csv without writing what is pending (``MetricsWriter.abandon``)."""
+        if self.file is not None:
+            self.file.abandon()

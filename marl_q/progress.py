@@ -1,5 +1,6 @@
 """The one progress bar every marl-q loop shows (a run's budget on every backend, evaluation episodes,
-a sweep's runs): tqdm, with its rate and ETA measured from the first progress on.
+a sweep's runs): ``Progress`` (``RunProgress`` for a run's budget), tqdm underneath, with its rate and
+ETA measured from the first progress on.
 
 tqdm's own rate counts the time before the first update: a local or ray run spends its first seconds
 starting processes (and importing torch in each), so the first rate was a few steps over that wait and
@@ -12,6 +13,7 @@ the start. tqdm is imported on first use (``marlq`` starts fast).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 _BAR_CLASS: Optional[type] = None
@@ -73,3 +75,100 @@ def progress_bar(rate_from: str = "first", **kwargs: Any) -> Any:
     bar = _bar_class()(**kwargs)
     bar.rate_from = rate_from  # the first line (drawn by tqdm's __init__) has no progress yet: ? either way
     return bar
+
+
+class Progress:
+    """The one progress bar of marl-q's loops: a run's budget (``run_progress``; every backend),
+    evaluation episodes (``marl_q.evaluation.eval_progress``) and a sweep's runs (``marlq sweep``). On
+    stderr; with ``enabled=False`` or nothing to count it draws nothing and every call is a no-op."""
+
+    def __init__(self, total: Optional[float], unit: str, desc: str, *, enabled: bool = True, initial: float = 0,
+                 rate_from: str = "first", **tqdm_kwargs: Any) -> None:
+        """``tqdm_kwargs``: tqdm's own (``leave``, ``mininterval``, ``unit_scale``, ``bar_format``, ``file``)."""
+        import sys
+
+        self.bar = None
+        if enabled and total:
+            kwargs = {"file": sys.stderr, "dynamic_ncols": True, **tqdm_kwargs}
+            self.bar = progress_bar(rate_from=rate_from, total=total, unit=unit, desc=desc, initial=initial, **kwargs)
+
+    def update(self, n: float = 1) -> None:
+        """``n`` more done."""
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def set(self, n: float, refresh: bool = True, **postfix: Any) -> None:
+        """``n`` done in all (a count read from elsewhere, as the ray driver's from the server actor)."""
+        if self.bar is not None:
+            self.bar.n = n
+            self.bar.set_postfix(**postfix, refresh=refresh)
+
+    def postfix(self, text: Optional[str] = None, refresh: bool = False, **values: Any) -> None:
+        """The text after the bar: ``text`` as given, or ``key=value`` pairs."""
+        if self.bar is not None:
+            if text is not None:
+                self.bar.set_postfix_str(text, refresh=refresh)
+            else:
+                self.bar.set_postfix(**values, refresh=refresh)
+
+    def write(self, line: str) -> None:
+        """A line above the bar (the bar is redrawn under it)."""
+        if self.bar is not None:
+            self.bar.write(line, file=self.bar.fp)
+        else:
+            import sys
+
+            print(line, file=sys.stderr)
+
+    def clear(self) -> None:
+        """Wipe the bar's line (before a message is printed; the next update draws it again)."""
+        if self.bar is not None:
+            self.bar.clear()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class RunProgress(Progress):
+    """A run's budget (env steps, else episodes), titled '<algorithm> on <scenario>' (``suffix`` after
+    it), with the recent mean return, the latest evaluation's and the server version after the bar: what
+    the runtime shows on the sim and local backends, and the ray driver from the server actor's counts."""
+
+    def __init__(self, cfg: Any, env_steps: int = 0, episodes: int = 0, suffix: str = "", **tqdm_kwargs: Any) -> None:
+        from marl_q.config import scenario_label
+
+        self.by_steps = cfg.run.total_env_steps is not None
+        total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
+        what = scenario_label(cfg.scenario.name, getattr(cfg.scenario.params, "env", None))
+        super().__init__(total, "step" if self.by_steps else "ep", f"{cfg.algorithm.name} on {what}{suffix}",
+                         initial=env_steps if self.by_steps else episodes, unit_scale=True, **tqdm_kwargs)
+        self._recent: list[float] = []
+        self._next_postfix = 0.0
+        self.eval_return: Optional[float] = None  # the latest eval.csv row's mean, shown beside the return
+
+    def advance(self, env_steps: int, episodes: list[dict[str, Any]], version: int) -> None:
+        """``env_steps`` more steps and these finished episodes (rows with their ``return``); the recent
+        mean return and the server ``version`` are redrawn once a second."""
+        self.update(env_steps if self.by_steps else len(episodes))
+        for ep in episodes:
+            if "return" in ep:
+                self._recent.append(float(ep["return"]))
+        now = time.perf_counter()
+        if now >= self._next_postfix:
+            self._next_postfix = now + 1.0
+            self._recent = self._recent[-100:]
+            ret = f"{sum(self._recent) / len(self._recent):.1f}" if self._recent else "-"
+            extra = {} if self.eval_return is None else {"eval": f"{self.eval_return:.1f}"}
+            self.postfix(ret=ret, **extra, v=version)
+
+    def show(self, env_steps: int, episodes: int, version: int) -> None:
+        """The counts so far (the ray driver's, read from the server actor once a second)."""
+        self.set(env_steps if self.by_steps else episodes, v=version)

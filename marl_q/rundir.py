@@ -35,15 +35,17 @@ RUN_FILES = ("config.yaml", "metrics.csv", "comm.csv", "summary.json")
 CKPT_META = "__meta__"
 
 
-def write_row_pair(file: IO[str], writer: Any, rows: list, wall_file: IO[str], wall_writer: Any, walls: list) -> None:
-    """Append rows to a run file and its wall-clock sidecar (metrics.csv / comm.csv and their
-    *_wall.csv) and flush both; a failed write (no space, directory gone) raises RunWriteError
+def write_row_pair(file: IO[str], writer: Any, rows: list, wall_file: Optional[IO[str]], wall_writer: Any,
+                   walls: list) -> None:
+    """Append rows to a run file and its wall-clock sidecar, if it has one (metrics.csv / comm.csv and
+    their *_wall.csv) and flush both; a failed write (no space, directory gone) raises RunWriteError
     naming the file, which ends the run with one line. The rows then go to the run's tracker, if any."""
     try:
         writer.writerows(rows)
-        wall_writer.writerows(walls)
         file.flush()
-        wall_file.flush()
+        if wall_file is not None:
+            wall_writer.writerows(walls)
+            wall_file.flush()
     except OSError as exc:
         raise RunWriteError(file.name, exc) from None
     tap_rows(file.name, rows)
@@ -71,18 +73,20 @@ def set_tap(run_dir: Path, tap: Optional[Any]) -> None:
 
 
 class MetricsWriter:
-    """Streams one row per finished episode to metrics.csv with a fixed column order (and the rows of
-    quantum.csv and train.csv, which share its format)."""
+    """The one writer of a run's CSV files: metrics.csv, comm.csv (``marl_q.ledger``), quantum.csv,
+    train.csv (through ``LazyMetricsFile``) and eval.csv, each streamed with a fixed column order and,
+    but for eval.csv, a wall-clock sidecar ``<name>_wall.csv``."""
 
     BASE = ["t", "worker", "env_steps", "episode"]
 
     def __init__(self, path: Optional[Path], fields: list[str], flush_every: int = 256,
-                 resume_at: Optional[tuple[int, int]] = None, wall_offset: float = 0.0,
-                 wall_fields: tuple[str, ...] = (), base: Optional[list[str]] = None) -> None:
+                 resume_at: Optional[tuple[int, ...]] = None, wall_offset: float = 0.0,
+                 wall_fields: tuple[str, ...] = (), base: Optional[list[str]] = None,
+                 flush_s: Optional[float] = None, sidecar: bool = True) -> None:
         """Rows go to ``path``; each row's wall clock goes to a sidecar ``metrics_wall.csv``
         (episode, wall_s), so that metrics.csv of a sim run is byte-identical across runs. Columns in
         ``wall_fields`` are wall-clock measurements too (an agent's compute seconds, say): they go to
-        the sidecar, after wall_s, and never into metrics.csv.
+        the sidecar, after wall_s, and never into metrics.csv. ``sidecar=False``: no sidecar.
 
         ``resume_at`` = (bytes of metrics.csv, bytes of metrics_wall.csv) at a checkpoint: both files
         are cut back to that point and writing goes on from there (what `marlq resume` needs).
@@ -92,42 +96,54 @@ class MetricsWriter:
         with its episodes.
 
         ``base``: the first columns (default BASE), the last of which numbers the rows and keys the
-        sidecar (metrics.csv's episode; train.csv's update)."""
+        sidecar (metrics.csv's episode; train.csv's update; comm.csv's id). Rows are written every
+        ``flush_every`` rows, and with ``flush_s`` also once that many wall seconds have passed since
+        the last write (a slow run's file, read while it runs, stays a few seconds behind at most)."""
         self.base = list(base or self.BASE)
         self.key = self.base[-1]
         self.wall_fields = [f for f in wall_fields if f not in self.base]
         self.columns = self.base + [f for f in fields if f not in self.base and f not in self.wall_fields]
+        self._key_index = self.columns.index(self.key)
         self._t0 = time.perf_counter() - wall_offset
         self._walls: list[tuple] = []
-        self._pending: list[list[Any]] = []
+        self._pending: list[Any] = []
         self.flush_every = flush_every
+        self.flush_s = flush_s
+        self._flushed_at = 0.0
         self._rows: list[dict[str, Any]] = []  # without a file only
         self._path = Path(path) if path is not None else None
         self._file: Optional[IO[str]] = None
         self._wall_file: Optional[IO[str]] = None
-        self._writer = None
+        self._writer = self._wall_writer = None
         if path is None:
             return
         wall_path = Path(path).with_name(Path(path).stem + "_wall.csv")  # metrics.csv -> metrics_wall.csv
         if resume_at is None:
             self._file = open(path, "w", newline="")
-            self._wall_file = open(wall_path, "w", newline="")
+            self._wall_file = open(wall_path, "w", newline="") if sidecar else None
         else:
             self._file = reopen_at(path, resume_at[0])
-            self._wall_file = reopen_at(wall_path, resume_at[1])
+            self._wall_file = reopen_at(wall_path, resume_at[1]) if sidecar else None
         self._writer = csv.writer(self._file)
-        self._wall_writer = csv.writer(self._wall_file)
+        self._wall_writer = csv.writer(self._wall_file) if sidecar else None
         if resume_at is None:
             self._writer.writerow(self.columns)
-            self._wall_writer.writerow([self.key, "wall_s"] + self.wall_fields)
+            if sidecar:
+                self._wall_writer.writerow([self.key, "wall_s"] + self.wall_fields)
 
-    def position(self) -> tuple[int, int]:
-        """Flush, then (bytes of metrics.csv, bytes of metrics_wall.csv): a checkpoint's resume point."""
+    def position(self) -> tuple[int, ...]:
+        """Flush, then (bytes of metrics.csv, bytes of metrics_wall.csv): a checkpoint's resume point
+        (one number without a sidecar)."""
         self.flush()
         if self._file is None:
             return (0, 0)
-        self._wall_file.flush()
+        if self._wall_file is None:
+            return (self._file.tell(),)
         return (self._file.tell(), self._wall_file.tell())
+
+    def wall_s(self) -> float:
+        """Wall seconds of this file's clock (since the run started, its earlier lives included)."""
+        return time.perf_counter() - self._t0
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -137,16 +153,34 @@ class MetricsWriter:
         self.flush()
         return read_metric_rows(self._path, self._file.tell())
 
+    @property
+    def pending(self) -> list[Any]:
+        """The rows not written yet (each its values in column order)."""
+        return list(self._pending)
+
     def write(self, row: dict[str, Any]) -> None:
+        """One row: its values by column name (missing ones left empty; numbers in their shortest text)."""
         if self._file is None:
             self._rows.append(row)
         self._pending.append([_fmt(row.get(c, "")) for c in self.columns])
-        self._walls.append((row.get(self.key, ""), f"{time.perf_counter() - self._t0:.6f}",
-                            *(_fmt(row.get(c, "")) for c in self.wall_fields)))
-        if len(self._pending) >= self.flush_every:
+        wall = time.perf_counter() - self._t0
+        self._walls.append((row.get(self.key, ""), f"{wall:.6f}", *(_fmt(row.get(c, "")) for c in self.wall_fields)))
+        self._maybe_flush(wall)
+
+    def write_values(self, values: tuple) -> None:
+        """One row given as its values in column order, already as they are to be written (text or
+        ints; the ledger's rows, one per message, skip the dict)."""
+        self._pending.append(values)
+        wall = time.perf_counter() - self._t0
+        self._walls.append((values[self._key_index], f"{wall:.6f}"))
+        self._maybe_flush(wall)
+
+    def _maybe_flush(self, wall: float) -> None:
+        if len(self._pending) >= self.flush_every or (self.flush_s is not None and wall - self._flushed_at >= self.flush_s):
             self.flush()
 
     def flush(self) -> None:
+        self._flushed_at = time.perf_counter() - self._t0
         if self._writer and self._pending:
             write_row_pair(self._file, self._writer, self._pending, self._wall_file, self._wall_writer, self._walls)
         self._pending.clear()
@@ -156,20 +190,39 @@ class MetricsWriter:
         self.flush()
         if self._file:
             self._file.close()
-            self._wall_file.close()
+            if self._wall_file is not None:
+                self._wall_file.close()
             self._file = self._wall_file = None
+            self._writer = self._wall_writer = None
+
+    def abandon(self) -> None:
+        """Close without writing what is pending (a run file could not be written: each close may fail
+        the same way, and the last good checkpoint is what a resume starts from)."""
+        self._pending.clear()
+        self._walls.clear()
+        for fh in (self._file, self._wall_file):
+            try:
+                if fh is not None:
+                    fh.close()
+            except OSError:
+                pass
+        self._file = self._wall_file = None
+        self._writer = self._wall_writer = None
 
 
 class LazyMetricsFile:
     """A MetricsWriter made at its first row (a run that writes none has no file), continuing from a
-    checkpoint's byte ``position``: the shape quantum.csv and train.csv share."""
+    checkpoint's byte ``position``: the shape quantum.csv, train.csv and eval.csv share."""
 
     def __init__(self, path: Path, fields: list[str], position: Optional[list[int]] = None, **kwargs: Any) -> None:
         self.path, self.fields, self.kwargs = path, fields, kwargs
         self._position = position
         self.writer: Optional[MetricsWriter] = None
+        self._abandoned = False
 
     def write(self, row: dict[str, Any]) -> None:
+        if self._abandoned:
+            return
         if self.writer is None:
             resume_at = tuple(self._position) if self._position else None
             self.writer = MetricsWriter(self.path, self.fields, resume_at=resume_at, **self.kwargs)
@@ -185,6 +238,12 @@ class LazyMetricsFile:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+    def abandon(self) -> None:
+        """``MetricsWriter.abandon``; no file is made after it."""
+        self._abandoned = True
+        if self.writer is not None:
+            self.writer.abandon()
 
 
 def _fmt(value: Any) -> Any:

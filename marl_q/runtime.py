@@ -17,10 +17,11 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from marl_q.config import ExperimentConfig, scenario_label
+from marl_q.config import ExperimentConfig
 from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger
 from marl_q.metrics import TrainLog
+from marl_q.progress import RunProgress
 from marl_q.protocol import Work, worker_names
 from marl_q.quantum import QuantumLedger
 from marl_q.registry import ALGORITHMS
@@ -97,7 +98,8 @@ class Runtime:
         self.evals = EvalWriter(out / EVAL_FILE if out else None)
         every = cfg.run.eval_every
         self._next_eval = (self.env_steps // every + 1) * every if every else None
-        self._progress = _Progress(cfg, self.env_steps, self.episodes) if cfg.run.progress else None
+        self._progress = (RunProgress(cfg, self.env_steps, self.episodes, mininterval=1.0)
+                          if cfg.run.progress else None)
         self.finished = False  # finish() wrote the summary (an interrupt handler must not write it again)
 
     def _restore(self, resume: ResumePoint) -> None:
@@ -130,7 +132,7 @@ class Runtime:
         if self.tracker is not None:
             self.tracker.service(self.service.updates(), self.service.summary, self.env_steps)
         if self._progress is not None:
-            self._progress.update(self, work)
+            self._progress.advance(work.env_steps, work.episodes, self.server.version)
         if self._next_eval is not None and self.env_steps >= self._next_eval:
             self.evaluate(t)
 
@@ -309,18 +311,10 @@ class Runtime:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
-        for writer in [w for w in (self.metrics, self.ledger, self.quantum.writer, self.train.writer) if w is not None]:
-            for attr in ("_pending", "_walls", "_rows"):
-                if isinstance(getattr(writer, attr, None), list):
-                    getattr(writer, attr).clear()
-            for fh in (getattr(writer, "_file", None), getattr(writer, "_wall_file", None)):
-                try:
-                    if fh is not None:
-                        fh.close()
-                except OSError:
-                    pass
-            writer._file = writer._wall_file = None
-            writer._writer = None
+        # every run file is a rundir.MetricsWriter (quantum.csv's and train.csv's made at their first row)
+        for run_file in (self.metrics, self.ledger.file, self.quantum.file, self.train.file):
+            if run_file is not None:
+                run_file.abandon()
         self.close_tracker()
         self.out = None  # nothing more is written for this run
 
@@ -363,40 +357,6 @@ def one_line(detail: str) -> str:
     if len(lines) <= 1:
         return lines[0] if lines else ""
     return f"{lines[0]} ... {lines[-1]}"
-
-
-class _Progress:
-    """A tqdm bar over the run's budget (env steps, else episodes) with rate, ETA and recent return."""
-
-    def __init__(self, cfg: ExperimentConfig, env_steps: int = 0, episodes: int = 0) -> None:
-        from marl_q.progress import progress_bar
-
-        self.by_steps = cfg.run.total_env_steps is not None
-        total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
-        unit = "step" if self.by_steps else "ep"
-        what = scenario_label(cfg.scenario.name, getattr(cfg.scenario.params, "env", None))
-        self.bar = progress_bar(total=total, unit=unit, unit_scale=True, dynamic_ncols=True, mininterval=1.0,
-                        desc=f"{cfg.algorithm.name} on {what}", file=sys.stderr,
-                        initial=env_steps if self.by_steps else episodes)
-        self._recent: list[float] = []
-        self._next_postfix = 0.0
-        self.eval_return: Optional[float] = None  # the latest eval.csv row's mean, shown beside the return
-
-    def update(self, rt: Runtime, work: Work) -> None:
-        self.bar.update(work.env_steps if self.by_steps else len(work.episodes))
-        for ep in work.episodes:
-            if "return" in ep:
-                self._recent.append(float(ep["return"]))
-        now = time.perf_counter()
-        if now >= self._next_postfix:  # the recent mean return and server version, once a second
-            self._next_postfix = now + 1.0
-            self._recent = self._recent[-100:]
-            ret = f"{sum(self._recent) / len(self._recent):.1f}" if self._recent else "-"
-            extra = {} if self.eval_return is None else {"eval": f"{self.eval_return:.1f}"}
-            self.bar.set_postfix(ret=ret, **extra, v=rt.server.version, refresh=False)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def _global_rngs() -> dict[str, Any]:

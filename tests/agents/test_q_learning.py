@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import pickle
 from pathlib import Path
 
@@ -263,3 +264,15 @@ def test_a_buffer_over_the_snapshot_limit_is_left_out_of_the_snapshot_and_said_o
     resumed = resume_experiment(tmp_path / "part")
     assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is False
     assert resumed["transitions_inserted"] > part["transitions_inserted"]  # the buffer came back from the .npz
+
+
+def test_replay_memory_bench_reports_the_hand_counted_bytes_of_spread_qmix(capsys):
+    from marl_q.registry import BENCHES
+
+    assert BENCHES.get("replay_memory").obj(["--config", str(SCEN / "spread_qmix.yaml"), "--transitions", "1000",
+                                             "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # obs and next_obs 2 x 3 x 18 float32, action 3 int64, reward, discount float32, terminated bool,
+    # avail and next_avail 2 x 3 x 5 bool, state and next_state 2 x 54 float32
+    assert out["bytes_per_transition"] == 2 * 3 * 18 * 4 + 3 * 8 + 4 + 4 + 1 + 2 * 3 * 5 + 2 * 54 * 4 == 927
+    assert out["nbytes"] == 927 * 1000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import marl_q
-from marl_q.progress import _bar_class, progress_bar
+from marl_q.progress import RunProgress, _bar_class, progress_bar
 
 
 class Clock:
@@ -74,12 +74,48 @@ def test_every_bar_in_marl_q_is_the_measured_one():
                    if re.search(r"^\s*(from tqdm|import tqdm)", p.read_text(), re.M))
     assert users == ["progress.py"]
     callers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "progress_bar(" in p.read_text())
-    assert callers == ["backends/ray_backend.py", "cli.py", "evaluation.py", "progress.py", "runtime.py"]
-    from marl_q.evaluation import EvalProgress
+    assert callers == ["progress.py"]  # every bar is a Progress (a run's budget: RunProgress)
+    bars = sorted(f"{p.relative_to(root)}:{m}" for p in root.rglob("*.py")
+                  for m in re.findall(r"^class (\w*(?:Progress|Bar)\w*)", p.read_text(), re.M))
+    assert bars == ["progress.py:Progress", "progress.py:RunProgress"]
+    from marl_q.evaluation import eval_progress
 
-    ev = EvalProgress(total=3, enabled=True)
-    assert isinstance(ev.bar, _bar_class())
-    ev.close()
+    with eval_progress(total=3, enabled=True) as ev:
+        assert isinstance(ev.bar, _bar_class())
+    assert ev.bar is None
+    off = eval_progress(total=3, enabled=False)
+    assert off.bar is None
+    off.update(1)  # nothing drawn, nothing raised
+    off.close()
+
+
+def test_a_runs_bar_counts_steps_and_shows_the_recent_return_and_the_version(clock, monkeypatch):
+    """RunProgress: what the runtime advances by each Work and the ray driver sets from the server's counts."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("marl_q.progress.time.perf_counter", clock)  # the once-a-second redraw of the postfix
+
+    cfg = SimpleNamespace(run=SimpleNamespace(total_env_steps=1000, total_episodes=None),
+                          scenario=SimpleNamespace(name="cartpole", params=SimpleNamespace()),
+                          algorithm=SimpleNamespace(name="a3c"))
+    fp = io.StringIO()
+    bar = RunProgress(cfg, env_steps=100, suffix=" (ray)", file=fp, mininterval=0)
+    assert bar.bar.desc == "a3c on cartpole (ray)" and bar.bar.n == 100
+    bar.advance(50, [{"return": 10.0}, {"length": 3}, {"return": 20.0}], version=7)
+    assert bar.bar.n == 150
+    assert "ret=15.0" in str(bar.bar) and "v=7" in str(bar.bar)
+    bar.eval_return = 42.0
+    clock.now += 2.0
+    bar.advance(10, [], version=8)
+    assert "eval=42.0" in str(bar.bar) and "v=8" in str(bar.bar)
+    bar.show(env_steps=600, episodes=9, version=9)  # counts read from elsewhere
+    assert bar.bar.n == 600 and "v=9" in str(bar.bar)
+    bar.close()
+    by_episodes = RunProgress(SimpleNamespace(**{**vars(cfg), "run": SimpleNamespace(total_env_steps=None,
+                                                                                    total_episodes=20)}), file=fp)
+    by_episodes.advance(500, [{"return": 1.0}, {"return": 2.0}], version=1)
+    assert by_episodes.bar.n == 2 and by_episodes.bar.total == 20
+    by_episodes.close()
 
 
 def test_a_pool_of_runs_begun_together_measures_from_the_start(clock):

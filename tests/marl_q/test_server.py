@@ -175,7 +175,7 @@ def test_a_duplicated_hello_is_answered_once_and_a_new_life_anew():
     # the same incarnation's hello again (handed over twice): no second set of parameters, which a
     # worker blocked on its push would take for the answer and push again, and the seq filter stays
     assert server.receive(hello, 0.0) == []
-    assert server.ledger._rows[-1][-1] == "duplicate: hello of incarnation 1-abc from w0 already seen"
+    assert server.ledger.pending[-1][-1] == "duplicate: hello of incarnation 1-abc from w0 already seen"
     assert server.ledger.rejected == 1
     assert server.receive(grad, 0.0) == []  # still refused as seen
     grad.base_version = server.version
