@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from marl_q.driver import Duplicator, KillSchedule
 from marl_q.errors import RAY_MISSING, ConfigError, import_extra
 from marl_q.messages import Message, stamp_life
+from marl_q.progress import RunProgress
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
 
@@ -467,7 +468,7 @@ class Driver:
         self.life = {n: 0 for n in self.names}
         self.restarts = {n: 0 for n in self.names}
         self.killed: dict[str, float] = {}  # worker -> scheduled time of the kill that ended its current life
-        self.bar = _Bar(self.cfg) if self.cfg.run.progress else None
+        self.bar = RunProgress(self.cfg, suffix=" (ray)") if self.cfg.run.progress else None
         self.next_bar = 0.0
         self.done_ref = self.server.wait_done.remote()
         self.started_ref = self.server.wait_started.remote()
@@ -585,24 +586,3 @@ def _say(kind: str, name: str, detail: str) -> None:
     from marl_q.runtime import one_line
 
     print(f"marlq: {kind} {name}: {one_line(detail)}", file=sys.stderr, flush=True)
-
-
-class _Bar:
-    """The driver's progress bar, refreshed from the server actor once a second."""
-
-    def __init__(self, cfg: ExperimentConfig) -> None:
-        from marl_q.config import scenario_label
-        from marl_q.progress import progress_bar
-
-        self.by_steps = cfg.run.total_env_steps is not None
-        total = cfg.run.total_env_steps if self.by_steps else cfg.run.total_episodes
-        what = scenario_label(cfg.scenario.name, getattr(cfg.scenario.params, "env", None))
-        self.bar = progress_bar(total=total, unit="step" if self.by_steps else "ep", unit_scale=True,
-                                dynamic_ncols=True, desc=f"{cfg.algorithm.name} on {what} (ray)", file=sys.stderr)
-
-    def show(self, env_steps: int, episodes: int, version: int) -> None:
-        self.bar.n = env_steps if self.by_steps else episodes
-        self.bar.set_postfix(v=version, refresh=True)
-
-    def close(self) -> None:
-        self.bar.close()
