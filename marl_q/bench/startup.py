@@ -9,6 +9,11 @@ exits 2), ``marlq list``, and ``marlq run CONFIG`` up to its first env step. The
 config's scenario whose environment's first ``step`` prints the top-level packages imported so far
 (one JSON line) and ends the process; tests read that line to check what a run imports before it
 steps. Timings are printed, never asserted.
+
+``--against DIR`` times another checkout of marl-q too (a git worktree of an earlier commit, say), each
+command line run in turn from this one and from DIR (``PYTHONPATH``), alternating which goes first, so
+both see the same load; the table then gives both medians and their ratio. ``--only`` picks command
+lines by their label (``--only list``: the ones whose label contains "list").
 """
 from __future__ import annotations
 
@@ -35,6 +40,9 @@ def startup_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--config", default=DEFAULT_CONFIG, help="scenario file to start (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=5, help="processes per command line (default 5)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    p.add_argument("--against", metavar="DIR", help="another checkout of marl-q, timed interleaved with this one")
+    p.add_argument("--only", action="append", default=[], metavar="TEXT",
+                   help="only the command lines whose label contains TEXT (repeatable)")
     args = p.parse_args(argv)
     from marl_q.errors import ConfigError
 
@@ -42,34 +50,61 @@ def startup_main(argv: Optional[Sequence[str]] = None) -> int:
         raise ConfigError(f"--repeats: must be at least 1, got {args.repeats}")
     if not Path(args.config).is_file():
         raise ConfigError(f"--config: {args.config}: no such config file")
+    if args.against is not None and not (Path(args.against) / "marl_q" / "cli.py").is_file():
+        raise ConfigError(f"--against: {args.against}: not a checkout of marl-q (no marl_q/cli.py)")
+    config = str(Path(args.config).resolve())  # the processes run in a temporary folder
+    here = str(Path(__file__).resolve().parents[2])
+    sides = {"this": here} if args.against is None else {"this": here, "against": str(Path(args.against).resolve())}
     cli = [sys.executable, "-m", "marl_q.cli"]
     cases = [("python -c pass", [sys.executable, "-c", "pass"], 0),
              ("marlq --help", cli + ["--help"], 0),
-             ("marlq run (config mistake)", cli + ["run", args.config, "--set", "run.nope=1"], 2),
+             ("marlq run (config mistake)", cli + ["run", config, "--set", "run.nope=1"], 2),
              ("marlq list", cli + ["list"], 0),
              ("marlq run (to first env step)", None, 0)]
+    if args.only:
+        cases = [c for c in cases if any(text in c[0] for text in args.only)]
+        if not cases:
+            raise ConfigError(f"--only: no command line's label contains {' or '.join(map(repr, args.only))}")
     rows = []
     for label, cmd, code in cases:
-        times, cpu = [], []
-        for _ in range(args.repeats):
-            with tempfile.TemporaryDirectory(prefix="marlq-startup-") as tmp:
-                line = cmd or [sys.executable, "-m", "marl_q.bench.startup", args.config,
-                               "--out", str(Path(tmp) / "run")]
-                used = _children_cpu_s()
-                t0 = time.perf_counter()
-                done = subprocess.run(line, capture_output=True, text=True)
-                times.append(time.perf_counter() - t0)
-                cpu.append(_children_cpu_s() - used)
-            if done.returncode != code:
-                print(f"marlq bench startup: {' '.join(line)} exited {done.returncode} (expected {code}):\n"
-                      f"{done.stderr.strip()}", file=sys.stderr)
-                return 1
-        rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times),
-                     "max_s": max(times), "cpu_median_s": statistics.median(cpu), "repeats": len(times)})
+        times: dict[str, list[float]] = {side: [] for side in sides}
+        cpu: dict[str, list[float]] = {side: [] for side in sides}
+        for i in range(args.repeats):
+            for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                    [sides[side], *filter(None, [os.environ.get("PYTHONPATH")])]))
+                with tempfile.TemporaryDirectory(prefix="marlq-startup-") as tmp:
+                    line = cmd or [sys.executable, "-m", "marl_q.bench.startup", config,
+                                   "--out", str(Path(tmp) / "run")]
+                    used = _children_cpu_s()
+                    t0 = time.perf_counter()
+                    done = subprocess.run(line, capture_output=True, text=True, env=env, cwd=tmp)
+                    times[side].append(time.perf_counter() - t0)
+                    cpu[side].append(_children_cpu_s() - used)
+                if done.returncode != code:
+                    print(f"marlq bench startup: {' '.join(line)} ({sides[side]}) exited {done.returncode} "
+                          f"(expected {code}):\n{done.stderr.strip()}", file=sys.stderr)
+                    return 1
+        row = {"command": label, "median_s": statistics.median(times["this"]), "min_s": min(times["this"]),
+               "max_s": max(times["this"]), "cpu_median_s": statistics.median(cpu["this"]), "repeats": args.repeats}
+        if "against" in sides:
+            row.update(against_median_s=statistics.median(times["against"]), against_min_s=min(times["against"]),
+                       against_max_s=max(times["against"]), against_cpu_median_s=statistics.median(cpu["against"]),
+                       ratio=statistics.median(times["this"]) / statistics.median(times["against"]))
+        rows.append(row)
     if args.json:
         print(json.dumps(rows))
         return 0
     print(f"CLI start-up, {args.repeats} fresh processes each (wall seconds, start to exit; CPU: user + system)")
+    if "against" in sides:
+        print(f"this: {sides['this']}; against: {sides['against']} (interleaved; ratio = this / against, medians)")
+        print(f"{'command':<32} {'median':>8} {'min':>8} {'max':>8} {'CPU med':>8} | {'against':>8} {'min':>8} "
+              f"{'max':>8} {'CPU med':>8} | {'ratio':>6}")
+        for r in rows:
+            print(f"{r['command']:<32} {r['median_s']:>8.3f} {r['min_s']:>8.3f} {r['max_s']:>8.3f} "
+                  f"{r['cpu_median_s']:>8.3f} | {r['against_median_s']:>8.3f} {r['against_min_s']:>8.3f} "
+                  f"{r['against_max_s']:>8.3f} {r['against_cpu_median_s']:>8.3f} | {r['ratio']:>6.2f}")
+        return 0
     print(f"{'command':<32} {'median':>8} {'min':>8} {'max':>8} {'CPU med':>8}")
     for r in rows:
         print(f"{r['command']:<32} {r['median_s']:>8.3f} {r['min_s']:>8.3f} {r['max_s']:>8.3f} "

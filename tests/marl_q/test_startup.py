@@ -118,3 +118,24 @@ def test_startup_bench_default_config_is_the_shipped_file_from_any_folder():
     from marl_q.bench.startup import DEFAULT_CONFIG
 
     assert Path(DEFAULT_CONFIG).is_absolute() and Path(DEFAULT_CONFIG).is_file()
+
+
+def test_bench_startup_times_another_checkout_interleaved_and_picks_command_lines(capsys):
+    """--against DIR: both sides' medians and their ratio for each command line --only picked."""
+    assert startup_main(["--repeats", "2", "--json", "--only", "help", "--only", "list", "--against", str(ROOT)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["command"] for r in rows] == ["marlq --help", "marlq list"]
+    for r in rows:
+        assert r["repeats"] == 2 and r["ratio"] == r["median_s"] / r["against_median_s"]
+        assert r["against_min_s"] <= r["against_median_s"] <= r["against_max_s"]
+
+
+def test_bench_startup_names_a_wrong_against_or_only(tmp_path):
+    import pytest
+
+    from marl_q.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--against: .*not a checkout of marl-q"):
+        startup_main(["--against", str(tmp_path)])
+    with pytest.raises(ConfigError, match="--only: no command line's label contains 'nope'"):
+        startup_main(["--only", "nope"])
