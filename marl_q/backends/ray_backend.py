@@ -17,9 +17,14 @@ applies each worker's calls in call order (an async actor may start them out of 
 calls from an incarnation that was replaced (a `fault:orphaned` ledger row).
 
 A worker actor that dies (RayActorError), or whose step raises, is restarted from the server's
-current parameters up to backend.max_restarts times, each a fault in the summary like local.
-`backend.kill` kills worker actors with ``ray.kill`` at scheduled wall times (a `fault:kill` row);
-`backend.faults.duplicate` hands messages to the server twice (a `fault:duplicate` row).
+current parameters as the one driver's RestartPolicy says (backend.max_restarts, as on local), each
+a fault in the summary. `backend.kill` kills worker actors with ``ray.kill`` at scheduled wall times
+(a `fault:kill` row); `backend.faults.duplicate` hands messages to the server twice (a
+`fault:duplicate` row).
+
+Both loops are the one driver (marl_q/driver.py): the server actor hands each call's hello and work
+to its Driver as events (its mailboxes are the transport), and the driver process runs a Driver over
+`RayTransport`, whose events are the worker actors' lifecycle (every worker started, one ended).
 
 Ray is imported only when this backend runs, so `import marl_q` works without it.
 """
@@ -37,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from marl_q.driver import Duplicator, KillSchedule
+from marl_q.driver import Arrived, Driver, Event, Failed, Started, Stepped, Tick
 from marl_q.errors import RAY_MISSING, ConfigError, import_extra
 from marl_q.messages import Message, stamp_life
 from marl_q.progress import RunProgress
@@ -202,8 +207,11 @@ class ServerHost:
     """The Runtime inside a Ray actor (async: a blocked worker's mail poll must not block the server).
 
     Methods without an ``await`` run whole, one at a time, on the actor's event loop, so the Runtime
-    is never entered concurrently.
+    is never entered concurrently. It is the transport of its own Driver, which takes each call's
+    hello and work as events; ``send`` puts the server's answers in the workers' mailboxes.
     """
+
+    safe_points = False
 
     def __init__(self, cfg_dict: dict, out: Optional[str], runtime_cls: type, resume: Any = None) -> None:
         import asyncio
@@ -217,7 +225,7 @@ class ServerHost:
         kwargs = {"resume": resume} if resume is not None else {}
         self.rt = runtime_cls(cfg, Path(out) if out else None, **kwargs)
         self.t0 = time.perf_counter()
-        self.duplicator = Duplicator(self.rt)
+        self.driver = Driver(self.rt, self, duplicate=True)
         names = self.rt.worker_names
         self.life = {n: 0 for n in names}  # incarnation the server currently serves
         self.expected = {n: 0 for n in names}  # next call number of that incarnation
@@ -274,7 +282,7 @@ class ServerHost:
     def _apply(self, name: str, kind: str, body: Any) -> None:
         t = self.now()
         if kind == "work":
-            self.rt.record_work(name, body, t)
+            self.driver.handle(Stepped(name, body, t))
             msgs = body.messages
         else:
             msgs = body
@@ -282,12 +290,12 @@ class ServerHost:
             if len(self.greeted) == len(self.rt.worker_names):
                 self.started.set()
         for msg in msgs:
-            for _ in range(self.duplicator.copies(msg, t)):
-                replies = self.rt.deliver(msg, t)
-                self.rt.after_delivery(t)
-                for reply in replies:
-                    self.mail[reply.dst].append(reply)
-                    self.has_mail[reply.dst].set()
+            self.driver.handle(Arrived(msg, t))
+
+    def send(self, reply: Message, t: float) -> None:
+        """An answer of the server, to its worker's mailbox."""
+        self.mail[reply.dst].append(reply)
+        self.has_mail[reply.dst].set()
 
     async def wait_mail(self, name: str, life: int, timeout_s: float) -> tuple[bool, list[Message]]:
         """A blocked worker's long poll: its mail as soon as there is any, or nothing after ``timeout_s``."""
@@ -302,15 +310,14 @@ class ServerHost:
             return True, []
         return self._take(name)
 
-    async def replaced(self, name: str, kind: str, detail: str) -> int:
-        """The driver restarts ``name``: serve its next incarnation only; record the fault."""
+    async def replaced(self, name: str) -> int:
+        """The driver restarts ``name``: serve its next incarnation only."""
         self.life[name] += 1
         self.expected[name] = 0
         self.held[name].clear()
         self.mail[name] = []
         self.has_mail[name].set()  # a poll of the dead incarnation returns
         self.has_mail[name].clear()
-        self.rt.record_fault(kind, name, detail, self.now())
         return self.life[name]
 
     async def fault(self, kind: str, name: str, detail: str, ledger_row: Optional[str] = None) -> None:
@@ -421,78 +428,52 @@ class WorkerHost:
 
 
 # ----------------------------------------------------------------------------- the driver
-def _retire_driver_files(rt: Runtime) -> Optional[Path]:
-    """The server actor's Runtime owns the run directory from here on: close the driver's handles
-    first, and leave the driver's Runtime nothing to write (an interrupt handler calling its finish
-    must not overwrite the actor's summary). Returns the run directory."""
-    out = rt.out
-    rt.ledger.close()
-    rt.metrics.close()
-    bar = getattr(rt, "_progress", None)
-    if bar is not None:
-        bar.close()
-        rt._progress = None
-    rt.out = None
-    return out
-
-
 def _drive(ray: Any, rt: Runtime) -> dict:
-    return Driver(ray, rt).run()
+    return RayTransport(ray, rt).run()
 
 
-class Driver:
-    """The driver of a ray run: starts the server actor and the worker actors, then watches them.
+class RayTransport:
+    """The driver process of a ray run: starts the server actor and the worker actors, then runs the one
+    driver over their lifecycle.
 
-    Each turn of its loop waits for the first of: the run is done, every worker has said hello (the
-    kill schedule's zero), a worker actor's run() ended (told to stop, died or raised: restarted, or
-    the run ends with "worker_failed"). Then it runs the kills that are due and refreshes the bar.
+    Each turn of its loop waits for the first of: the run is done, every worker has said hello (a
+    Started event: the kill schedule's zero), a worker actor's run() ended (told to stop; or died or
+    raised: a Failed event, which the driver's restart policy turns into a restart or the run's end
+    with "worker_failed"). Then a Tick (the driver runs the kills that are due) and the bar.
     """
+
+    safe_points = False
 
     def __init__(self, ray: Any, rt: Runtime) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.ray, self.rt, self.cfg = ray, rt, rt.cfg
+        self.ray, self.cfg = ray, rt.cfg
         self.names = rt.worker_names
         rc = self.cfg.backend.ray
         self.actor_cfg = copy.deepcopy(self.cfg.to_dict())
         self.actor_cfg["run"]["progress"] = False  # the driver draws the bar; an actor's stderr goes to Ray's logs
-        out = _retire_driver_files(rt)
+        resume = rt.resume
+        out = rt.retire()  # the server actor's Runtime owns the run directory from here on
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         self.server = (ray.remote(ServerHost)
                        .options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
-                       .remote(self.actor_cfg, str(out) if out else None, type(rt), getattr(rt, "resume", None)))
+                       .remote(self.actor_cfg, str(out) if out else None, type(rt), resume))
         self.worker_cls = ray.remote(WorkerHost).options(num_cpus=rc.num_cpus_per_worker,
                                                          resources=dict(rc.resources), max_restarts=0)
         self.handles: dict[str, Any] = {}
         self.runs: dict[Any, str] = {}  # run() ref -> worker
         self.life = {n: 0 for n in self.names}
-        self.restarts = {n: 0 for n in self.names}
         self.killed: dict[str, float] = {}  # worker -> scheduled time of the kill that ended its current life
         self.bar = RunProgress(self.cfg, suffix=" (ray)") if self.cfg.run.progress else None
         self.next_bar = 0.0
         self.done_ref = self.server.wait_done.remote()
         self.started_ref = self.server.wait_started.remote()
-        self.kills = KillSchedule(rt.cfg, rt.worker_names).pending
-        self.t_run: Optional[float] = None  # when every worker had said hello: the kill schedule's zero
-        self.status = "completed"
+        self.driver = Driver(None, self, cfg=self.cfg, names=self.names)  # the messages: the server actor's driver
 
     def run(self) -> dict:
-        ray = self.ray
         try:
-            for i in range(len(self.names)):
-                self.spawn(i)
-            while self.status == "completed":
-                ready = self.wait()
-                if self.done_ref in ready:
-                    ray.get(self.done_ref)  # raises what broke the server, if anything did
-                    break
-                if self.started_ref is not None and self.started_ref in ready:
-                    ready.remove(self.started_ref)
-                    self.started_ref, self.t_run = None, time.perf_counter()
-                self.restart_ended(ready)
-                self.run_due_kills()
-                self.show_progress()
-            summary = ray.get(self.server.finish.remote(self.status))
+            status = self.driver.run()
+            summary = self.ray.get(self.server.finish.remote(status))
         except BaseException as exc:
             self.flush(exc)
             raise
@@ -500,18 +481,31 @@ class Driver:
             self.close()
         return summary
 
-    # ------------------------------------------------------------------------- one turn of the loop
-    def wait(self) -> list[Any]:
-        """What is ready of: the run done, every worker started, the workers' run() calls; waits at most
-        until the next kill or poll."""
-        wait_s = POLL_S
-        if self.kills and self.t_run is not None:
-            wait_s = max(0.0, min(POLL_S, self.t_run + self.kills[0][0] - time.perf_counter()))
+    # ------------------------------------------------------------------------- the events
+    def events(self, driver: Driver) -> Iterator[Event]:
+        ray = self.ray
+        for i in range(len(self.names)):
+            self.spawn(i)
+        while not driver.done():
+            ready = self.wait(driver.wait_s(time.perf_counter(), POLL_S))
+            if self.done_ref in ready:
+                ray.get(self.done_ref)  # raises what broke the server, if anything did
+                return
+            if self.started_ref is not None and self.started_ref in ready:
+                ready.remove(self.started_ref)
+                self.started_ref = None
+                yield Started(time.perf_counter())
+            yield from self.ended(ready, driver)
+            yield Tick(time.perf_counter())
+            self.show_progress()
+
+    def wait(self, wait_s: float) -> list[Any]:
+        """What is ready of: the run done, every worker started, the workers' run() calls."""
         waiting = [self.done_ref, *self.runs] + ([self.started_ref] if self.started_ref is not None else [])
         ready, _ = self.ray.wait(waiting, num_returns=1, timeout=wait_s)
         return ready
 
-    def restart_ended(self, ready: list[Any]) -> None:
+    def ended(self, ready: list[Any], driver: Driver) -> Iterator[Event]:
         """Worker actors whose run() ended: told to stop (the run is ending), or died or raised."""
         from ray.exceptions import RayActorError, RayTaskError
 
@@ -525,44 +519,41 @@ class Driver:
                           else "actor died (process exited or its node was lost)")
             except RayTaskError as exc:
                 detail = f"raised an exception:\n{exc}"
-            if self.failed(name, detail):
-                self.status = "worker_failed"
-                break
-
-    def run_due_kills(self) -> None:
-        while self.kills and self.t_run is not None and self.t_run + self.kills[0][0] <= time.perf_counter() \
-                and self.status == "completed":
-            at_s, victim = self.kills.pop(0)
-            self.ray.get(self.server.fault.remote(
-                "", victim, f"ray.kill of its actor, scheduled at {at_s} s after the start", "kill"))
-            self.killed[victim] = at_s
-            self.ray.kill(self.handles[victim], no_restart=True)  # its run() ref fails next: restarted above
+            env_steps = self.ray.get(self.server.stats.remote())[0]  # the restart policy's measure of progress
+            yield Failed(name, detail, steps=env_steps)
+            if driver.done():
+                return
 
     def show_progress(self) -> None:
         if self.bar is not None and time.perf_counter() >= self.next_bar:
             self.next_bar = time.perf_counter() + 1.0
             self.bar.show(*self.ray.get(self.server.stats.remote()))
 
+    # ------------------------------------------------------------------------- what the driver calls
+    def record_fault(self, kind: str, name: str, detail: str) -> None:
+        self.ray.get(self.server.fault.remote(kind, name, detail))
+        _say(kind, name, detail)
+
+    def kill(self, name: str, at_s: float) -> None:
+        """``ray.kill`` of a worker actor as scheduled; its run() ref fails next (a Failed event)."""
+        self.ray.get(self.server.fault.remote(
+            "", name, f"ray.kill of its actor, scheduled at {at_s} s after the start", "kill"))
+        self.killed[name] = at_s
+        self.ray.kill(self.handles[name], no_restart=True)
+        return None
+
+    def restart(self, name: str) -> None:
+        """End the failed actor (a no-op if dead; a worker whose step raised is ended), have the server
+        serve the next incarnation only, and start it."""
+        self.ray.kill(self.handles[name], no_restart=True)
+        self.life[name] = self.ray.get(self.server.replaced.remote(name))
+        self.spawn(self.names.index(name))
+
     # ------------------------------------------------------------------------- the worker actors
     def spawn(self, i: int) -> None:
         name = self.names[i]
         self.handles[name] = self.worker_cls.remote(self.actor_cfg, i, self.life[name], self.server)
         self.runs[self.handles[name].run.remote()] = name
-
-    def failed(self, name: str, detail: str) -> bool:
-        """Restart a dead worker; True if the run must end."""
-        ray = self.ray
-        ray.kill(self.handles[name], no_restart=True)  # no-op if dead; a worker whose step raised is ended
-        if self.restarts[name] >= self.cfg.backend.max_restarts:
-            ray.get(self.server.fault.remote("worker_failed", name, f"{detail}; no restarts left"))
-            _say("worker_failed", name, f"{detail}; no restarts left")
-            return True
-        self.restarts[name] += 1
-        detail = f"{detail}; restart {self.restarts[name]}"
-        self.life[name] = ray.get(self.server.replaced.remote(name, "worker_restarted", detail))
-        _say("worker_restarted", name, detail)
-        self.spawn(self.names.index(name))
-        return False
 
     # ------------------------------------------------------------------------- the end
     def flush(self, exc: BaseException) -> None:
@@ -586,3 +577,4 @@ def _say(kind: str, name: str, detail: str) -> None:
     from marl_q.runtime import one_line
 
     print(f"marlq: {kind} {name}: {one_line(detail)}", file=sys.stderr, flush=True)
+
