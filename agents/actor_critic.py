@@ -28,6 +28,7 @@ from agents.distributions import Categorical, Distribution, LogStd, distribution
 from agents.losses import actor_critic_loss, categorical, diagnostics, explained_variance, ratio_stats
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
+from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.value_norm import ValueNorm
 from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
@@ -263,16 +264,14 @@ class ActorCriticWorker(Worker):
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
         self.name = worker_name(index)
+        self.index = index
         self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
-        spec = SCENARIOS.get(cfg.scenario.name).obj
-        self.check_scenario(spec)
-        self.env = spec.make(cfg.scenario.params, seed=self.seed)
-        self.actor, self.critic = build_models(cfg, self.env.single_observation_space, self.env.single_action_space)
+        self.build_env()
+        self.actor, self.critic, self.dist = self.make_models()
         # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
         self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
-        self.dist = distribution_for(self.env.single_action_space)
         self.flat = FlatParameters(self.actor, self.critic)
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
         self.version = -1
@@ -311,8 +310,33 @@ class ActorCriticWorker(Worker):
             self.resources = resumed_heads({"actor": self.actor, "critic": self.critic})
         if "dist" not in state:  # before continuous actions: every actor-critic policy was a softmax
             self.dist = Categorical(int(self.env.single_action_space.n))
+        if "book" not in state and "ep_return" in state:  # before agents.rollout: the loop's state sat on the worker
+            self.adopt_rollout_state(state)
 
-    # -- the two hooks a worker for another kind of environment overrides (with rollout) ----------
+    def adopt_rollout_state(self, state: dict) -> None:
+        """Move an old snapshot's rollout state (its fields on the worker) into the vector and the book
+        (a subclass whose loop kept other fields moves its own)."""
+        if "prev_done" not in state:
+            return
+        self.vec = GymVector.__new__(GymVector)
+        self.vec.env, self.vec.num_envs = self.env, self.env.num_envs
+        self.vec.obs, self.vec.prev_done = state["obs"], state["prev_done"]
+        self.book = EpisodeBook.resumed(state["ep_return"], state["ep_length"])
+        for key in ("obs", "prev_done", "ep_return", "ep_length", "n_envs"):
+            self.__dict__.pop(key, None)
+
+    # -- the hooks a worker for another kind of environment overrides (with rollout) ----------
+    def build_env(self) -> None:
+        """The scenario's environment (``self.env``), refused by ``check_scenario`` if it does not fit."""
+        spec = SCENARIOS.get(self.cfg.scenario.name).obj
+        self.check_scenario(spec)
+        self.env = spec.make(self.cfg.scenario.params, seed=self.seed)
+
+    def make_models(self) -> tuple[nn.Module, nn.Module, Distribution]:
+        """The actor, the critic and the action distribution (the same initial parameters on every worker)."""
+        actor, critic = build_models(self.cfg, self.env.single_observation_space, self.env.single_action_space)
+        return actor, critic, distribution_for(self.env.single_action_space)
+
     def check_scenario(self, spec: Any) -> None:
         """Refuse a scenario this worker cannot drive (a ConfigError naming it)."""
         if spec.kind != "gym_vector":
@@ -320,13 +344,9 @@ class ActorCriticWorker(Worker):
                               f"single-agent vector environment (kind {spec.kind!r})")
 
     def reset_env(self) -> None:
-        """Start the environment and the per-episode bookkeeping."""
-        self.n_envs = self.env.num_envs
-        obs, _ = self.env.reset(seed=self.seed)
-        self.obs = np.asarray(obs, dtype=np.float32)
-        self.prev_done = np.zeros(self.n_envs, dtype=bool)
-        self.ep_return = np.zeros(self.n_envs)
-        self.ep_length = np.zeros(self.n_envs, dtype=np.int64)
+        """Start the environment (``self.vec``, agents.rollout) and the per-episode bookkeeping."""
+        self.vec = GymVector(self.env, self.seed)
+        self.book = EpisodeBook(self.vec.num_envs)
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, HELLO)]
@@ -361,45 +381,38 @@ class ActorCriticWorker(Worker):
                 return self.dist.sample(self.actor(torch.from_numpy(obs)).numpy(), self.rng)
         return sample_actions(self.actor, obs, self.rng)
 
+    def _act_in_rollout(self, obs: np.ndarray) -> np.ndarray:
+        """The rollout's action: through the numpy twin or with the forward's graph kept for the
+        one-step update, else a plain sample."""
+        if self._np_heads is not None:
+            logits, cache = self._np_heads[0].forward(obs.astype(np.float64))
+            self._rollout_np = (logits, cache)
+            return gumbel_max(logits, self.rng)
+        if self._reuse_act_forward:
+            act, self._rollout_logits = sample_actions_with_logits(self.actor, obs, self.rng)
+            return act
+        return self._act(obs)
+
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
-        """n_steps of every env. Steps that only reset an env (next-step autoreset) are masked out."""
-        T, N = self.ac.n_steps, self.n_envs
-        obs = np.zeros((T + 1, N) + self.obs.shape[1:], dtype=np.float32)
-        actions = np.zeros((T, N) + self.dist.action_shape(), dtype=self.dist.action_dtype())
-        rewards = np.zeros((T, N), dtype=np.float64)
-        terminated = np.zeros((T, N), dtype=bool)
-        dones = np.zeros((T, N), dtype=bool)
-        valid = np.zeros((T, N), dtype=bool)
-        episodes: list[dict[str, Any]] = []
+        """n_steps of every env (agents.rollout). Steps that only reset an env (next-step autoreset)
+        are masked out."""
+        T, N = self.ac.n_steps, self.vec.num_envs
+        batch = {"obs": np.zeros((T + 1, N) + self.vec.obs.shape[1:], dtype=np.float32),
+                 "actions": np.zeros((T, N) + self.dist.action_shape(), dtype=self.dist.action_dtype()),
+                 "rewards": np.zeros((T, N), dtype=np.float64), "terminated": np.zeros((T, N), dtype=bool),
+                 "dones": np.zeros((T, N), dtype=bool), "valid": np.zeros((T, N), dtype=bool)}
         self._rollout_logits = None
         self._rollout_np = None
-        for t in range(T):
-            obs[t] = self.obs
-            if self._np_heads is not None:
-                logits, cache = self._np_heads[0].forward(self.obs.astype(np.float64))
-                act = gumbel_max(logits, self.rng)
-                self._rollout_np = (logits, cache)
-            elif self._reuse_act_forward:
-                act, self._rollout_logits = sample_actions_with_logits(self.actor, self.obs, self.rng)
-            else:
-                act = self._act(self.obs)
-            next_obs, rew, term, trunc, _ = self.env.step(self.dist.to_env(act))
-            actions[t], rewards[t], terminated[t] = act, rew, term
-            dones[t] = term | trunc
-            valid[t] = ~self.prev_done
-            self.ep_return += np.where(valid[t], rew, 0.0)
-            self.ep_length += valid[t]
-            for i in np.flatnonzero(dones[t] & valid[t]):
-                episodes.append({"return": float(self.ep_return[i]), "length": int(self.ep_length[i]),
-                                 "version": self.version})
-                self.ep_return[i] = 0.0
-                self.ep_length[i] = 0
-            self.prev_done = dones[t].copy()
-            self.obs = np.asarray(next_obs, dtype=np.float32)
-        obs[T] = self.obs
-        batch = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated,
-                 "dones": dones, "valid": valid}
-        return batch, episodes, int(valid.sum())
+
+        def store(t: int, obs: np.ndarray, act: np.ndarray, step: Step) -> None:
+            rew, term, done = step.data
+            batch["obs"][t], batch["actions"][t], batch["rewards"][t] = obs, act, rew
+            batch["terminated"][t], batch["dones"][t], batch["valid"][t] = term, done, step.valid
+
+        episodes, steps = rollout(self.vec, self.book, T, self._act_in_rollout, store,
+                                  row=lambda i: {"version": self.version}, to_env=self.dist.to_env)
+        batch["obs"][T] = self.vec.obs
+        return batch, episodes, steps
 
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
         """One update on the rollout (the numpy pass or the torch one); its diagnostics for train.csv."""
@@ -501,23 +514,16 @@ class ActorCritic(Algorithm):
         actor, _ = self.current_models()
         env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=seed)
         dist = distribution_for(env.single_action_space)
-        obs, _ = env.reset(seed=seed)
-        n = env.num_envs
-        ep_return, prev_done, returns = np.zeros(n), np.zeros(n, dtype=bool), []
-        with eval_progress(episodes, cfg.run.progress) as bar:
-            while len(returns) < episodes:
-                with torch.no_grad():
-                    act = dist.mode(actor(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy())
-                obs, rew, term, trunc, _ = env.step(dist.to_env(act))
-                valid = ~prev_done  # next-step autoreset: a step after an episode's end only resets
-                ep_return += np.where(valid, rew, 0.0)
-                prev_done = term | trunc
-                for i in np.flatnonzero(prev_done & valid):
-                    returns.append(float(ep_return[i]))
-                    ep_return[i] = 0.0
-                    bar.update()
-        env.close()
-        return returns[:episodes]
+
+        @torch.no_grad()
+        def mode(obs: np.ndarray) -> np.ndarray:
+            return dist.mode(actor(torch.from_numpy(obs)).numpy())
+
+        try:
+            with eval_progress(episodes, cfg.run.progress) as bar:
+                return evaluate(GymVector(env, seed), episodes, mode, to_env=dist.to_env, bar=bar)
+        finally:
+            env.close()
 
     def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
         """The shared actor at the checkpoint's parameters; every agent (environment) acts with it."""
