@@ -74,15 +74,25 @@ class EvalWriter:
 
 
 def cut_eval_csv(path: Path, env_steps: int) -> None:
-    """Keep the rows at or before ``env_steps`` (a resume from a checkpoint taken there)."""
+    """Keep the rows at or before ``env_steps`` (a resume from a checkpoint taken there): the file is cut
+    at its first later row (rows are written in env_steps order), as the other run files are cut back to
+    their checkpoint's byte position; nothing is written again."""
     if not path.is_file():
         return
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["env_steps"]) <= env_steps]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    with path.open("rb") as f:
+        data = f.read()
+    offset, column = 0, None
+    for line in data.splitlines(keepends=True):
+        cells = next(csv.reader([line.decode()]), [])
+        if column is None:
+            if "env_steps" not in cells:
+                break  # no header (rows appended to a file the run never wrote): nothing of it is kept
+            column = cells.index("env_steps")
+        elif cells and int(cells[column]) > env_steps:
+            break
+        offset += len(line)
+    with path.open("r+b") as f:
+        f.truncate(offset)
 
 
 def read_eval_csv(path: Path) -> list[dict[str, float]]:

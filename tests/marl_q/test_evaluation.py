@@ -99,3 +99,26 @@ def test_evaluation_shows_progress(tmp_path: Path, capsys):
     run_experiment(build_config(raw), tmp_path / "run")
     err = capsys.readouterr().err
     assert "eval" in err and "ep" in err
+
+
+def test_cutting_eval_csv_keeps_the_bytes_before_the_first_later_row(tmp_path: Path):
+    """A resume cuts eval.csv back as it cuts the other run files: the rows at or before the checkpoint's
+    env steps are kept byte for byte, and the next row written continues after them."""
+    from marl_q.evaluation import EvalWriter, cut_eval_csv
+
+    path = tmp_path / "eval.csv"
+    writer = EvalWriter(path)
+    for steps in (100, 200, 300):
+        writer.write(eval_row(0.5 * steps, steps, steps // 100, [1.0, 2.5]))
+    text = path.read_bytes()
+    lines = text.splitlines(keepends=True)
+    assert lines[0] == (",".join(FIELDS) + "\r\n").encode() and len(lines) == 4
+    assert lines[1] == b"50.0,100,1,2,1.75,1.0606601717798212,1.0,2.5\r\n"
+    cut_eval_csv(path, 200)
+    assert path.read_bytes() == b"".join(lines[:3])
+    EvalWriter(path).write(eval_row(125.0, 250, 2, [3.0]))
+    assert [r["env_steps"] for r in read_eval_csv(path)] == [100, 200, 250]
+    cut_eval_csv(path, 50)
+    assert path.read_bytes() == lines[0]  # the header only
+    cut_eval_csv(tmp_path / "none.csv", 10)  # no file: nothing to cut
+    assert not (tmp_path / "none.csv").exists()
