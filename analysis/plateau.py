@@ -3,12 +3,12 @@ the number of qubits, for a global and a local observable and two circuit depths
 
     marlq plateau --ansatz strongly_entangling --qubits 2-14 --depths n,2 --samples 200 --out plateau.png
 
-The circuit is the project's own (``circuits.engine``): one encoding block of an input x drawn
+The circuit is the project's own (``circuits``): one encoding block of an input x drawn
 uniformly from [-pi, pi)^n, then L ansatz layers with weights drawn uniformly from [0, 2 pi). The
 cost is f = <O> with O = Z_0 x ... x Z_(n-1) (global) or Z_0 (local). For every initialisation the
-gradient of f in every weight comes from the adjoint method on the engine's gate-path pieces (its
-encoded state and CNOT/CZ permutations, the ansatz's own matrices), batched over the
-initialisations (each has its own weights); complex64 (the tests check complex128 against PennyLane). Reported: Var[d f / d theta_k] over the
+gradient of f in every weight comes from the adjoint method of the circuits' public gradient API
+(``circuits.gradients.expectation_gradients``: the statevector executor, each initialisation with
+its own weights, complex128; the tests check it against PennyLane). Reported: Var[d f / d theta_k] over the
 initialisations, averaged over all weights k (``pooled``; a weight outside the observable's light
 cone contributes its zero variance), and for the single weight theta_(floor(L/2), 0, 0) (the first
 weight of the middle layer). log Var = a - r n is fitted by least squares over n; r is the decay
@@ -34,11 +34,9 @@ import numpy as np
 import torch
 
 from circuits import gates
-from circuits.blocks import ANSATZE, ENCODINGS, CircuitConfigError, LayerOptions
-from circuits.engine import COMPLEX_TO_REAL, apply_signed_permutation, half_angle_vectors, real_product_state
+from circuits.blocks import ANSATZE, ENCODINGS, CircuitConfigError
+from circuits.gradients import expectation_gradients
 from circuits.spec import VQCConfig
-
-DEFAULT_OPTIONS = (VQCConfig.rotation, VQCConfig.entangler)  # the spec's defaults for families that read them
 
 COSTS = ("global", "local")
 CHUNK_AMPLITUDES = 2**22  # initialisations per pass: at most this many amplitudes per state
@@ -51,78 +49,19 @@ def observable_diagonal(kind: str, n_qubits: int) -> np.ndarray:
     return np.prod(z, axis=1) if kind == "global" else z[:, 0]
 
 
-def apply_wire(psi: torch.Tensor, matrix: torch.Tensor, wire: int, n_qubits: int) -> torch.Tensor:
-    """Per-initialisation 2 x 2 matrices (B, 2, 2) on wire ``wire`` of states (B, 2^n)."""
-    view = psi.reshape(psi.shape[0], 2**wire, 2, 2 ** (n_qubits - wire - 1))
-    zero, one = view[:, :, 0], view[:, :, 1]
-    m = matrix[:, :, :, None, None]  # (B, 2, 2, 1, 1): elementwise, no batched 2 x 2 GEMM (slow at this size)
-    return torch.stack([m[:, 0, 0] * zero + m[:, 0, 1] * one, m[:, 1, 0] * zero + m[:, 1, 1] * one], dim=2).reshape(psi.shape)
-
-
-def wire_environment(lam: torch.Tensor, psi: torch.Tensor, wire: int, n_qubits: int) -> torch.Tensor:
-    """E[b, i, j] = sum over the other wires of conj(lam[.. i ..]) psi[.. j ..]: (B, 2, 2)."""
-    shape = (psi.shape[0], 2**wire, 2, 2 ** (n_qubits - wire - 1))
-    lam_conj, state = lam.reshape(shape).conj(), psi.reshape(shape)
-    return torch.stack([torch.stack([(lam_conj[:, :, i] * state[:, :, j]).sum(dim=(1, 2)) for j in range(2)], dim=-1)
-                        for i in range(2)], dim=-2)
-
-
 def cost_gradients(ansatz: str, encoding: str, weights: torch.Tensor, inputs: torch.Tensor, observable: str,
                    dtype: torch.dtype = torch.complex128) -> tuple[torch.Tensor, torch.Tensor]:
     """f = <O> and d f / d weights for a batch of initialisations, each with its own weights, by the
-    adjoint method (Jones and Gacon 2020): the final state and lam = O psi are walked back through the
-    circuit gate by gate, and d f / d w = 2 Re sum_ij E_ij dM_ij / dw for each wire matrix M(w) with its
-    environment E (``wire_environment``); memory stays a few states whatever the depth.
+    adjoint method (Jones and Gacon 2020) of the circuits' public gradient API
+    (``circuits.gradients.expectation_gradients``, complex128 whatever ``dtype``).
 
     weights (B, L, n, k), inputs (B, n) -> (f (B,), gradient (B, L, n, k)).
     """
-    batch, layers, n_qubits, _ = weights.shape
-    block = ANSATZE[ansatz]
-    options = LayerOptions(*DEFAULT_OPTIONS)
-    real = COMPLEX_TO_REAL[dtype]
-    w = weights.detach().to(real)
-    matrices = block.matrices(w, options, dtype)  # (B, L, n, 2, 2)
-    # each layer's CNOT/CZ gates as a signed permutation psi -> psi[inverse] * sign, and its inverse
-    perms = [gates.signed_permutation(block.pairs(n_qubits, layer, options), n_qubits) for layer in range(layers)]
-    inverse = [(torch.as_tensor(inv), torch.as_tensor(sign, dtype=real)) for inv, sign in perms]
-    forward = [(torch.as_tensor(np.argsort(inv)), torch.as_tensor(sign[np.argsort(inv)], dtype=real)) for inv, sign in perms]
-
-    def entangle(state: torch.Tensor, layer: int) -> torch.Tensor:
-        return apply_signed_permutation(state, *inverse[layer])
-
-    def unentangle(state: torch.Tensor, layer: int) -> torch.Tensor:
-        return apply_signed_permutation(state, *forward[layer])
-
-    def rotations(state: torch.Tensor, layer: int) -> torch.Tensor:
-        for wire in range(n_qubits):
-            state = apply_wire(state, matrices[:, layer, wire], wire, n_qubits)
-        return state
-
-    with torch.no_grad():
-        # the encoded product state (the engine's dense basis matrix is 4^n: not built here)
-        state_map = torch.as_tensor(gates.encoding_state_map(encoding, False), dtype=dtype)
-        psi = real_product_state(half_angle_vectors(inputs.to(real)).to(dtype) @ state_map.T)
-        for layer in range(layers):
-            psi = rotations(entangle(psi, layer), layer) if block.entangle_first else entangle(rotations(psi, layer), layer)
-        diagonal = torch.as_tensor(observable_diagonal(observable, n_qubits), dtype=real)
-        lam = psi * diagonal
-        f = (psi.conj() * lam).real.sum(-1)
-        env = torch.empty(batch, layers, n_qubits, 2, 2, dtype=dtype)
-        for layer in reversed(range(layers)):
-            if not block.entangle_first:
-                psi, lam = unentangle(psi, layer), unentangle(lam, layer)
-            for wire in reversed(range(n_qubits)):
-                dagger = matrices[:, layer, wire].conj().transpose(-1, -2)
-                psi = apply_wire(psi, dagger, wire, n_qubits)
-                env[:, layer, wire] = wire_environment(lam, psi, wire, n_qubits)
-                lam = apply_wire(lam, dagger, wire, n_qubits)
-            if block.entangle_first:
-                psi, lam = unentangle(psi, layer), unentangle(lam, layer)
-    # d f / d w = 2 Re sum_ij E_ij dM_ij/dw: autograd on the (B, L, n, 2, 2) matrices alone
-    w_grad = w.clone().requires_grad_(True)
-    m = block.matrices(w_grad, options, dtype)
-    (grad,) = torch.autograd.grad(2.0 * (env * m).real.sum(), w_grad)
-    return f, grad
+    _, layers, n_qubits, _ = weights.shape
+    cfg = VQCConfig(n_qubits=n_qubits, layers=layers, ansatz=ansatz, encoding=encoding)
+    f, grad = expectation_gradients(cfg, weights.detach().numpy(), inputs.detach().numpy(),
+                                    observable_diagonal(observable, n_qubits))
+    return torch.from_numpy(f), torch.from_numpy(grad)
 
 
 def initialisations(ansatz: str, n_qubits: int, layers: int, observable: str, samples: int,
@@ -164,7 +103,7 @@ def noisy_gradients(ansatz: str, encoding: str, weights: np.ndarray, inputs: np.
     cfg = VQCConfig(n_qubits=n_qubits, layers=layers, ansatz=ansatz, encoding=encoding,
                     noise=NoiseConfig(depolarizing=float(depolarizing)))
     circuit = DensityCircuit(cfg, dtype)
-    real = COMPLEX_TO_REAL[dtype]
+    real = torch.empty((), dtype=dtype).real.dtype
     diagonal = torch.as_tensor(observable_diagonal(observable, n_qubits), dtype=real)
     grads = np.empty(weights.shape)
     for i in range(samples):

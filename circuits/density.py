@@ -34,7 +34,7 @@ from torch import nn
 
 from circuits import gates
 from circuits.blocks import ANSATZE, ENCODINGS, LayerOptions
-from circuits.engine import COMPLEX_TO_REAL, real_product_state
+from circuits.engine import COMPLEX_TO_REAL
 from circuits.spec import NoiseConfig, VQCConfig
 
 IDENTITY = np.eye(2, dtype=np.complex128)
@@ -205,7 +205,7 @@ class DensityCircuit(nn.Module):
 
     def encoded(self, angles: torch.Tensor) -> torch.Tensor:
         """rho after the first encoding block: a product of single-qubit Pauli vectors (B, 4^n)."""
-        return real_product_state(self.encoding_transfers(angles) @ self.start)
+        return gates.kron_vectors(self.encoding_transfers(angles) @ self.start)
 
     def reencode(self, rho: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
         """A later encoding block (``reupload``) on every wire."""

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from circuits import gates
-from circuits.engine import COMPLEX_TO_REAL, apply_signed_permutation, half_angle_vectors, kron_matrices, real_product_state
+from circuits.engine import COMPLEX_TO_REAL, apply_signed_permutation, kron_matrices
 from circuits.blocks import ANSATZE, ENCODINGS, CircuitConfigError, LayerOptions
 from circuits.gates import ENTANGLING_GATES, ROTATION_AXES
 from circuits.spec import EncodingName, ObservableName, readout_count
@@ -166,7 +166,7 @@ class DiffQAS(nn.Module):
             self.gradient_calls += 1
         active = self.active()
         dense = self.dense_matrices(active) if grad else self._cached_dense(active)
-        product = real_product_state(half_angle_vectors(features))  # (B, 2^n), shared by all candidates
+        product = gates.product_state(features)  # (B, 2^n), shared by all candidates
         readouts = (product @ dense).square() @ self.readout_stacked  # (k, B, m)
         mixed = torch.einsum("k,kbm->bm", self.structure[active], readouts)
         out = self.post(mixed)

@@ -1,19 +1,22 @@
-"""The native batched torch simulator compiled from a VQC spec.
+"""``CompiledCircuit``: a VQC spec's fixed structure as a torch module, and two executors on it.
 
-Three paths compute the same function (tested against each other and against PennyLane); the
-third, the adjoint state-vector path, is in ``circuits.adjoint`` (``CompiledCircuit.forward_adjoint``):
+The executors (named as ``circuits.planner`` names them; docs/circuits.md, "Executors and the planner"):
 
-- dense: when data enters only before the trainable part, the encoded state is a product of
+- ``dense``: when data enters only before the trainable part, the encoded state is a product of
   single-qubit states F (cos(t_i/2), sin(t_i/2)); with F folded in, the whole circuit is one
   2^n x 2^n complex matrix D(theta) acting on the real product vector r(x). Forward is
   r @ [Re D | Im D], squared, then one matmul with the readout matrix. D depends on the weights
-  only, so rollouts (no grad) reuse it until the weights change. When a gradient is needed, the
-  prefix and suffix products of the layer matrices are kept with it (a rotation's derivative is
-  half the rotation with its angle shifted by pi), and the backward pass contracts them with the
-  output gradient (``DenseAdjoint``) instead of running autograd through every gate.
-- gates: a (..., 2^n) complex state updated block by block: the single-qubit matrices of up to
-  4 neighbouring wires as one Kronecker block (one GEMM), then each layer's CNOT/CZ ring as a
-  signed permutation of basis states; used with data re-uploading and for large n.
+  only, so rollouts (no grad) reuse it until the weights change. Its weight gradient is either
+  autograd through the matrix or, on the CPU, the analytic contraction of the layers' prefix and
+  suffix products with the output gradient (``DenseGradient``: a rotation's derivative is half the
+  rotation with its angle shifted by pi).
+- ``torch_autograd``: a (..., 2^n) complex state updated block by block with torch ops (the
+  single-qubit matrices of up to 4 neighbouring wires as one Kronecker block, one GEMM; each
+  layer's CNOT/CZ gates as a signed permutation), differentiated by autograd; data re-uploading and
+  CUDA.
+
+The ``statevector`` executor (numpy blocks and compiled kernels) is ``circuits.statevector`` and
+``circuits.kernels``, reading the numpy ``Program`` of the same circuit (``CompiledCircuit.program``).
 """
 from __future__ import annotations
 
@@ -23,13 +26,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from circuits import adjoint, gates
-from circuits.adjoint import kron_matrices  # noqa: F401 (re-exported: diffqas and the tests import it from here)
+from circuits import gates, kernels, statevector
 from circuits.blocks import ANSATZE, LayerOptions
+from circuits.program import Program, kron_matrices, numpy_dtype, program_of, single_thread_blas
 from circuits.spec import VQCConfig
 
 COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-ROTATION_BLOCK = 4  # wires whose single-qubit matrices the gate path merges into one 16 x 16 block
+ROTATION_BLOCK = 4  # wires whose single-qubit matrices torch_autograd merges into one 16 x 16 block
 
 
 def apply_block(psi: torch.Tensor, matrix: torch.Tensor, first: int, width: int, n_qubits: int) -> torch.Tensor:
@@ -53,22 +56,9 @@ def apply_signed_permutation(psi: torch.Tensor, inverse: torch.Tensor, sign: tor
     return out if sign is None else out * sign
 
 
-def real_product_state(vectors: torch.Tensor) -> torch.Tensor:
-    """Kronecker product over qubits of per-qubit 2-vectors: (..., n, 2) -> (..., 2^n), wire 0 first."""
-    state = vectors[..., 0, :]
-    for wire in range(1, vectors.shape[-2]):
-        state = (state.unsqueeze(-1) * vectors[..., wire, None, :]).flatten(-2)
-    return state
-
-
-def half_angle_vectors(angles: torch.Tensor) -> torch.Tensor:
-    """(..., n) angles -> (..., n, 2) real vectors (cos(t/2), sin(t/2))."""
-    half = angles * 0.5
-    return torch.stack([torch.cos(half), torch.sin(half)], dim=-1)
-
-
-class DenseAdjoint:
-    """What the weight gradient of r @ [Re D | Im D] needs, from ``CompiledCircuit.dense_adjoint``.
+class DenseGradient:
+    """What the dense executor's analytic weight gradient of r @ [Re D | Im D] needs, from
+    ``CompiledCircuit.dense_with_gradient``.
 
     For an output gradient g = [g_re | g_im] (B, 2^(n+1)), the gradient in weight (l, i, k) is
     Re sum_b v_l^T dK_l u_l with u_l = r prefix_l and v_l = suffix_l conj(g_re + i g_im). Since
@@ -99,16 +89,19 @@ class DenseAdjoint:
         return grad_w.astype(self.real_dtype)
 
 
-class DenseAmplitudes(torch.autograd.Function):
-    """r @ dense with the weight gradient from a ``DenseAdjoint`` (one node in the graph).
+DenseAdjoint = DenseGradient  # the name sim snapshots pickled (a VQC's cached dense matrix holds one)
 
-    forward(r (B, 2^n), weights (L, n, k), dense (2^n, 2^(n+1)), adjoint) -> (B, 2^(n+1)).
+
+class DenseAmplitudes(torch.autograd.Function):
+    """r @ dense with the weight gradient from a ``DenseGradient`` (one node in the graph).
+
+    forward(r (B, 2^n), weights (L, n, k), dense (2^n, 2^(n+1)), gradient) -> (B, 2^(n+1)).
     """
 
     @staticmethod
-    def forward(ctx, r: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor, adjoint: DenseAdjoint) -> torch.Tensor:
+    def forward(ctx, r: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor, gradient: DenseGradient) -> torch.Tensor:
         ctx.save_for_backward(r, dense)
-        ctx.adjoint = adjoint
+        ctx.gradient = gradient
         return r @ dense
 
     @staticmethod
@@ -117,7 +110,7 @@ class DenseAmplitudes(torch.autograd.Function):
         grad_r = grad @ dense.T if ctx.needs_input_grad[0] else None
         grad_weights = None
         if ctx.needs_input_grad[1]:
-            grad_weights = torch.from_numpy(ctx.adjoint.weight_grad(r.detach().numpy().astype(np.float64),
+            grad_weights = torch.from_numpy(ctx.gradient.weight_grad(r.detach().numpy().astype(np.float64),
                                                                     grad.detach().numpy().astype(np.float64)))
         return grad_r, grad_weights, None, None
 
@@ -160,24 +153,17 @@ class CompiledCircuit(nn.Module):
         for _ in range(cfg.n_qubits):
             kron = np.kron(kron, state_map)
         self.register_buffer("encoded_basis", torch.as_tensor(kron.T.copy(), dtype=complex_dtype), persistent=False)
-        # the adjoint path (circuits.adjoint): its Kronecker blocks, the forward permutations that undo
-        # each layer's gates, and F^(x)n as a phase per basis state when F is diagonal
-        self.adjoint_layout = adjoint.block_layout(cfg.n_qubits)
-        for layer in range(cfg.layers):
-            self.register_buffer(f"forward_{layer}", torch.argsort(getattr(self, f"inverse_{layer}")), persistent=False)
-        self.encoding_diagonal = bool(np.allclose(state_map, np.diag(np.diag(state_map))))
-        phase = np.ones(1, dtype=np.complex128)
-        for _ in range(cfg.n_qubits):
-            phase = np.kron(phase, np.diag(state_map))
-        self.register_buffer("encoding_phase", torch.as_tensor(phase, dtype=complex_dtype), persistent=False)
-        for b, (_, width) in enumerate(self.adjoint_layout):
-            encoder = kron_matrices(np.broadcast_to(state_map, (width, 2, 2)))
-            self.register_buffer(f"encoding_block_{b}", torch.as_tensor(encoder, dtype=complex_dtype), persistent=False)
+
+    @property
+    def program(self) -> Program:
+        """The numpy ``circuits.program.Program`` of this circuit, compiled on first use and kept."""
+        return program_of(self)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_adjoint_structure", None)  # numpy views of the buffers (circuits.adjoint.structure_of)
-        state.pop("_kernel_program", None)  # copies of them for the kernels (circuits.kernels.program_of)
+        state.pop("_program", None)  # compiled again from the buffers on first use
+        state.pop("_adjoint_structure", None)  # (what earlier versions kept instead)
+        state.pop("_kernel_program", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -192,9 +178,10 @@ class CompiledCircuit(nn.Module):
         sign = None if self.signs_trivial[layer] else getattr(self, f"sign_{layer}")
         return apply_signed_permutation(psi, getattr(self, f"inverse_{layer}"), sign)
 
-    def forward_adjoint(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Readouts (B, m) by the adjoint state-vector path (``circuits.adjoint``); no re-uploading."""
-        return adjoint.StatevectorAdjoint.apply(angles.to(self.real_dtype), weights, self)
+    def forward_statevector(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Readouts (B, m) by the statevector executor's numpy blocks (``circuits.statevector``), as a
+        torch node whose backward is the adjoint method; no re-uploading."""
+        return statevector.StatevectorNode.apply(angles.to(self.real_dtype), weights, program_of(self))
 
     def rotate(self, psi: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
         """Apply per-qubit matrices (..., n, 2, 2): Kronecker products of up to 4 wires at a time."""
@@ -213,8 +200,7 @@ class CompiledCircuit(nn.Module):
 
     def encoded_state(self, angles: torch.Tensor) -> torch.Tensor:
         """The product state after the first encoding block: angles (B, n) -> (B, 2^n) complex."""
-        vectors = half_angle_vectors(angles.to(self.real_dtype)).to(self.complex_dtype)
-        return real_product_state(vectors @ self.state_map.T)
+        return gates.product_state(angles.to(self.real_dtype), state_map=self.state_map)
 
     def dense_matrix(self, weights: torch.Tensor) -> torch.Tensor:
         """Real (2^n, 2^(n+1)) matrix [Re D | Im D] with r(x) @ D = final state (row) of the circuit.
@@ -231,21 +217,21 @@ class CompiledCircuit(nn.Module):
                 psi = self.entangle(psi @ kron_transposed[layer], layer)
         return torch.cat([psi.real, psi.imag], dim=-1)
 
-    def dense_adjoint(self, weights: torch.Tensor) -> tuple[torch.Tensor, "DenseAdjoint"]:
+    def dense_with_gradient(self, weights: torch.Tensor) -> tuple[torch.Tensor, DenseGradient]:
         """[Re D | Im D] as ``dense_matrix`` computes it (up to float rounding), with what the
-        weight gradient needs (``DenseAdjoint.weight_grad``); built in numpy complex128, where the
+        weight gradient needs (``DenseGradient.weight_grad``); built in numpy complex128, where the
         per-call cost on these small matrices is a fraction of torch's.
 
         With layer maps psi -> E_l(psi) @ K_l^T (or E_l(psi @ K_l^T)), D = B M_0 ... M_{L-1}, so the
         derivative in a weight of layer l is prefix_l dK_l^T suffix_l, where dK_l is the Kronecker
         product with that weight's wire's factor replaced by its derivative, 0.5 R(angle + pi) for
         every rotation used here. Contracted with the output gradient, only vectors meet these
-        matrices (``DenseAdjoint``): no Jacobian is formed.
+        matrices (``DenseGradient``): no Jacobian is formed.
         """
-        adjoint.single_thread_blas()
+        single_thread_blas()
         w = weights.detach().cpu().numpy().astype(np.float64)
         layers, n, k = w.shape
-        rotations, generators = adjoint.rotations_and_generators(self, w)  # R and R^dagger dR per weight
+        rotations, generators = kernels.rotations_and_generators(program_of(self), w)  # R and R^dagger dR per weight
         kron = rotations[:, 0]
         for wire in range(1, n):
             size = kron.shape[-1] * 2
@@ -275,10 +261,10 @@ class CompiledCircuit(nn.Module):
             suffix = kron_transposed[layer] @ suffix
             if self.entangle_first:
                 suffix = np.take(suffix, forwards[layer], axis=0) * row_signs[layer]
-        real = self._np_constant("real", lambda: adjoint.numpy_dtype(self.real_dtype))
+        real = self._np_constant("real", lambda: numpy_dtype(self.real_dtype))
         dense_real = torch.from_numpy(np.concatenate([dense.real, dense.imag], axis=-1).astype(real))
-        dense_adjoint = DenseAdjoint(prefixes, suffix_kron, generators, self._np_constant("wire_first", self._wire_first_orders), real)
-        return dense_real, dense_adjoint
+        gradient = DenseGradient(prefixes, suffix_kron, generators, self._np_constant("wire_first", self._wire_first_orders), real)
+        return dense_real, gradient
 
     def _np_constant(self, key: object, make: Callable[[], object]) -> Any:
         """Structure-only numpy arrays of the analytic path, made on first use and kept."""
@@ -308,25 +294,24 @@ class CompiledCircuit(nn.Module):
 
     def product_state(self, angles: torch.Tensor) -> torch.Tensor:
         """The real product vector r(x) (B, 2^n) with r_k = prod_i cos(t_i/2 - bit_i(k) pi/2)."""
-        # One fused expression on the CPU (its (B, n, 2^n) intermediate stays small). Not on CUDA:
-        # prod's backward checks for zeros with a host sync, which a CUDA graph cannot capture.
-        if self.n_qubits <= 8 and angles.device.type == "cpu":
-            return torch.cos(angles.unsqueeze(-1) * 0.5 - self.bit_shifts).prod(-2)
-        return real_product_state(half_angle_vectors(angles))
+        # fused on the CPU (its (B, n, 2^n) intermediate stays small); not on CUDA (gates.product_state)
+        fused = self.n_qubits <= 8 and angles.device.type == "cpu"
+        return gates.product_state(angles, bit_shifts=self._buffers["bit_shifts"] if fused else None)
 
     def forward_dense(self, angles: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) from angles (B, n) and a dense matrix from ``dense_matrix``."""
         amplitudes = self.product_state(angles.to(self.real_dtype)) @ dense
         return amplitudes.square() @ self.readout_stacked
 
-    def forward_dense_adjoint(self, angles: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor,
-                              adjoint: DenseAdjoint) -> torch.Tensor:
-        """``forward_dense`` whose gradient in ``weights`` comes from ``adjoint`` (one node in the graph)."""
-        amplitudes = DenseAmplitudes.apply(self.product_state(angles.to(self.real_dtype)), weights, dense, adjoint)
+    def forward_dense_analytic(self, angles: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor,
+                               gradient: DenseGradient) -> torch.Tensor:
+        """``forward_dense`` whose gradient in ``weights`` comes from ``gradient`` (one node in the graph)."""
+        amplitudes = DenseAmplitudes.apply(self.product_state(angles.to(self.real_dtype)), weights, dense, gradient)
         return amplitudes.square() @ self.readout_stacked
 
     def forward_gates(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Readouts (B, m) gate by gate; angles (B, n) or, with reupload, (B, layers, n) per block."""
+        """Readouts (B, m) by the torch_autograd executor, gate by gate; angles (B, n) or, with reupload,
+        (B, layers, n) per block."""
         return torch.view_as_real(self.final_state(angles, weights)).square().sum(-1) @ self.readout
 
     def final_state(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,11 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+import numpy as np
+
+from circuits import kernels, statevector
 from circuits.density import DensityCircuit, flip_readout
+from circuits.program import Program
 from circuits.shots import ShotSampler
 from circuits.spec import VQCConfig
 
@@ -76,9 +80,10 @@ class Hardware(nn.Module):
 
     def probabilities(self, vqc: Any, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Exact outcome probabilities (B, 2^n), readout error included, differentiable by autograd."""
-        if self.density is not None:
+        executor = vqc.plan(angles.shape[0], False).executor
+        if executor == "density":
             probs = self.density.probabilities(angles, weights)
-        elif vqc.use_dense:
+        elif executor == "dense":
             circuit = vqc.circuit
             dense = vqc.dense_matrix() if weights is vqc.weights else circuit.dense_matrix(weights)
             amplitudes = circuit.product_state(angles.to(circuit.real_dtype)) @ dense
@@ -177,3 +182,31 @@ class RuleReadouts(torch.autograd.Function):
             grad_angles, grad_weights = rule(ctx.vqc, angles.detach(), weights.detach(), grad,
                                              ctx.needs_input_grad[2], ctx.needs_input_grad[3])
         return None, None, grad_angles, grad_weights
+
+
+def expectation_gradients(cfg: VQCConfig, weights: np.ndarray, angles: np.ndarray,
+                          diagonal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f = <O> and d f / d weights for rows that each have their own weights, by the statevector
+    executor's adjoint method (its compiled kernels, or its numpy blocks where numba is not here),
+    complex128: the public gradient API of exact circuits outside a head (``marlq plateau``).
+
+    cfg: the circuit (its observable is replaced by O); weights (B, L, n, k); encoding angles (B, n);
+    diagonal: O's diagonal in the computational basis (2^n,). Returns (f (B,), gradient (B, L, n, k)).
+    """
+    program = Program.from_spec(cfg, np.complex128, readout=np.asarray(diagonal, dtype=np.float64)[:, None])
+    weights = np.asarray(weights, dtype=np.float64)
+    angles = np.asarray(angles, dtype=np.float64)
+    values, grads = np.empty(len(weights)), np.empty(weights.shape)
+    one = np.ones((1, 1))
+    for b in range(len(weights)):
+        if kernels.available():
+            rot, gen = kernels.rotations(program, weights[b], True)
+            readouts, states = kernels.forward(program, angles[b : b + 1], rot, True)
+            grads[b] = kernels.weight_grad(program, states, one, rot, gen)
+        else:
+            blocks = statevector.BlockMatrices(program, weights[b], True)
+            psi = statevector.final_state(program, angles[b : b + 1], blocks)[0]
+            readouts = statevector.readouts_of(psi, program)
+            grads[b] = statevector.backward_sweep(program, psi, one, blocks, True)[1]
+        values[b] = readouts[0, 0]
+    return values, grads

@@ -1,36 +1,35 @@
-"""Compiled state-vector kernels for a few rows: acting, and the one-step A2C update.
+"""The statevector executor's compiled kernels, for a few rows: acting, and the one-step A2C update.
 
-At one to a few rows the numpy paths (the dense matrix up to 4 qubits, ``circuits.adjoint``'s block
-sweeps from 5) spend most of a call in numpy's per-call cost: ~15 calls to act, ~200 for a forward
-and backward, at about a microsecond each, where one XLA call of a jitted peer does the whole
-circuit. Here a row's whole circuit is one loop nest compiled by numba (``circuits.numba_kernels``):
-the product state, each layer's signed permutation and per-wire 2 x 2 matrices, the readouts; and
-the adjoint method's backward sweep with the weights' gradient. The numpy twins
-(``agents.numpy_heads``) take it for up to ``max_rows(n)`` rows; past that numpy's GEMMs, which
-work on many rows at once, win (measured by ``marlq bench quantum --peers``, docs/circuits.md).
+At one to a few rows the numpy executors (the dense matrix up to 4 qubits, ``circuits.statevector``'s
+block sweeps from 5) spend most of a call in numpy's per-call overhead (tens of calls to act, a few
+hundred for a forward and backward), where one XLA call of a jitted peer does the whole circuit.
+Here a row's whole circuit is one loop nest compiled by numba (``circuits.numba_kernels``): the
+product state, each layer's signed permutation and per-wire 2 x 2 matrices, the readouts; and the
+adjoint method's backward sweep with the weights' gradient. The planner (``circuits.planner``) gives
+them up to ``max_rows(n)`` rows; past that numpy's GEMMs, which work on many rows at once, win
+(measured by ``marlq bench quantum --peers``, docs/circuits.md).
+
+This module also builds every analytic gradient's wire matrices and generators
+(``rotations_and_generators``), compiled where the ansatz names its Pauli axes.
 
 The kernels compute in complex128, in a fixed order: reruns give the same bits. Where numba cannot
-be imported (``available()``), or ``MARLQ_KERNELS=0`` is set, the twins keep the numpy paths; both
-are tested against each other and against PennyLane.
+be imported (``available()``), or ``MARLQ_KERNELS=0`` is set, the planner never picks them; both
+executor variants are tested against each other and against PennyLane.
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from circuits.adjoint import kept_on_circuit
 from circuits.blocks import ANSATZE
+from circuits.program import Program
 
-if TYPE_CHECKING:
-    from circuits.engine import CompiledCircuit
-
-_AXES = {"rx": 0, "ry": 1, "rz": 2}
 _NUMBA: Any = None  # the kernels module once imported; False where it cannot be
-# the most rows a kernel call takes, by qubit count: about where the numpy paths' forward or backward
-# became faster (2 layers, CPU time; the table in docs/circuits.md, "compiled kernels"). From 12 qubits numpy's
-# 4-wire block GEMMs win even at one row: the kernels apply one wire at a time
+# the most rows a kernel call takes, by qubit count: about where the numpy block executor's forward or
+# backward became faster (2 layers, CPU time, on one 2-core machine: docs/circuits.md, "The planner").
+# From 12 qubits numpy's 4-wire block GEMMs win even at one row: the kernels apply one wire at a time
 MAX_ROWS = {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 32, 7: 16, 8: 8, 9: 4, 10: 3, 11: 1}
 
 
@@ -61,45 +60,17 @@ def max_rows(n_qubits: int) -> int:
     return MAX_ROWS.get(n_qubits, 0) if available() else 0
 
 
-class Program:
-    """A circuit's fixed arrays as the kernels take them (float64, complex128, int64, one row per
-    layer); ``program_of`` keeps one per circuit."""
-
-    def __init__(self, circuit: "CompiledCircuit") -> None:
-        layers, size = circuit.layers, 2**circuit.n_qubits
-        self.inverse = np.zeros((layers, size), dtype=np.int64)
-        self.forward = np.zeros((layers, size), dtype=np.int64)
-        self.sign = np.ones((layers, size))
-        for layer in range(layers):
-            self.inverse[layer] = getattr(circuit, f"inverse_{layer}").numpy()
-            self.forward[layer] = getattr(circuit, f"forward_{layer}").numpy()
-            self.sign[layer] = getattr(circuit, f"sign_{layer}").numpy()
-        self.readout = np.ascontiguousarray(circuit.readout.numpy().T, dtype=np.float64)  # (m, 2^n)
-        self.state_map = circuit.state_map.numpy().astype(np.complex128)
-        self.entangle_first = bool(circuit.entangle_first)
-        ansatz = ANSATZE[circuit.ansatz]
-        axes = None if ansatz.pauli_axes is None else ansatz.pauli_axes(circuit.options)
-        self.axes = None if axes is None else np.array([_AXES[a] for a in axes], dtype=np.int64)
-
-
-def program_of(circuit: "CompiledCircuit") -> Program:
-    """The circuit's ``Program``, kept on it like ``adjoint.structure_of`` (``adjoint.kept_on_circuit``)."""
-    return kept_on_circuit(circuit, "_kernel_program", Program)
-
-
 _NO_GENERATORS = np.zeros((0, 0, 0, 2, 2), dtype=np.complex128)
 _NO_STATES = np.zeros((0, 0), dtype=np.complex128)
+_SHIFTS: dict[int, np.ndarray] = {}
 
 
-def pauli_rotations(circuit: "CompiledCircuit", weights: np.ndarray,
+def pauli_rotations(program: Program, weights: np.ndarray,
                     generators: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """Each wire's matrix (L, n, 2, 2) at weights (L, n, k) float64, and with ``generators`` each weight's
     R^dagger dR/dw (L, n, k, 2, 2) (else an empty array), complex128, in one compiled call; None where
     the kernels are not available or the ansatz does not name its Pauli axes."""
-    if not available():
-        return None
-    program = program_of(circuit)
-    if program.axes is None:
+    if program.axes is None or not available():
         return None
     rot = np.empty(weights.shape[:2] + (2, 2), dtype=np.complex128)
     gen = np.empty(weights.shape + (2, 2), dtype=np.complex128) if generators else _NO_GENERATORS
@@ -107,38 +78,53 @@ def pauli_rotations(circuit: "CompiledCircuit", weights: np.ndarray,
     return rot, gen
 
 
-def rotations(circuit: "CompiledCircuit", weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``pauli_rotations``, or for an ansatz that does not name its axes ``matrices_np`` and the shift rule
-    (``adjoint.shift_rule_rotations``)."""
-    from circuits import adjoint
+def shift_rule_rotations(program: Program, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``rotations_and_generators`` from the ansatz's ``matrices_np`` alone: at the weights and at each
+    weight shifted by pi (dR/dw = R(w + pi) / 2 for a Pauli-rotation angle)."""
+    k = weights.shape[-1]
+    if k not in _SHIFTS:  # the weights, then each shifted by pi
+        _SHIFTS[k] = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
+    matrices = ANSATZE[program.ansatz].matrices_np(weights[:, :, None, :] + _SHIFTS[k], program.options)
+    rotations = matrices[:, :, 0]  # (L, n, 1 + k, 2, 2): at the weights, then each shifted
+    return rotations, 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])
 
-    built = pauli_rotations(circuit, weights, generators)
+
+def rotations_and_generators(program: Program, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each wire's matrix R (L, n, 2, 2) at weights (L, n, k), and for each weight g = R^dagger dR/dw
+    (L, n, k, 2, 2); numpy complex128. Every analytic weight gradient uses it (the dense executor's, the
+    block and kernel state-vector executors'): one compiled call for an ansatz that names its Pauli axes,
+    else ``shift_rule_rotations``."""
+    built = pauli_rotations(program, weights, True)
+    return shift_rule_rotations(program, weights) if built is None else built
+
+
+def rotations(program: Program, weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``rotations_and_generators`` with ``generators``; without, the wires' matrices alone (and an empty array)."""
+    if generators:
+        return rotations_and_generators(program, weights)
+    built = pauli_rotations(program, weights, False)
     if built is not None:
         return built
-    if generators:
-        return adjoint.shift_rule_rotations(circuit, weights)
-    return ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options), _NO_GENERATORS
+    return ANSATZE[program.ansatz].matrices_np(weights, program.options), _NO_GENERATORS
 
 
-def forward(circuit: "CompiledCircuit", angles: np.ndarray, rot: np.ndarray,
+def forward(program: Program, angles: np.ndarray, rot: np.ndarray,
             keep_states: bool) -> tuple[np.ndarray, np.ndarray]:
     """Readouts (B, m) float64 of encoding angles (B, n) at the wires' matrices ``rot``, and the final
     states (B, 2^n) complex128 for ``weight_grad`` (with ``keep_states``; else an empty array)."""
-    program = program_of(circuit)
     angles = np.ascontiguousarray(angles, dtype=np.float64)
     rows = angles.shape[0]
-    readouts = np.empty((rows, program.readout.shape[0]))
-    states = np.empty((rows, program.readout.shape[1]), dtype=np.complex128) if keep_states else _NO_STATES
+    readouts = np.empty((rows, program.readout_rows.shape[0]))
+    states = np.empty((rows, program.readout_rows.shape[1]), dtype=np.complex128) if keep_states else _NO_STATES
     _compiled().forward(angles, program.state_map, rot, program.inverse, program.sign, program.entangle_first,
-                   program.readout, states, readouts)
+                        program.readout_rows, states, readouts)
     return readouts, states
 
 
-def weight_grad(circuit: "CompiledCircuit", states: np.ndarray, grad_readouts: np.ndarray, rot: np.ndarray,
+def weight_grad(program: Program, states: np.ndarray, grad_readouts: np.ndarray, rot: np.ndarray,
                 gen: np.ndarray) -> np.ndarray:
     """d loss / d weights (L, n, k) float64 from ``forward``'s final states and d loss / d readouts (B, m)."""
-    program = program_of(circuit)
     out = np.empty(gen.shape[:3])
     _compiled().backward(states, np.ascontiguousarray(grad_readouts, dtype=np.float64), rot, gen, program.forward,
-                    program.sign, program.entangle_first, program.readout, out)
+                         program.sign, program.entangle_first, program.readout_rows, out)
     return out

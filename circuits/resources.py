@@ -1,7 +1,7 @@
 """Quantum-resource counters: the circuit executions, shots and jobs a VQC head would cost on a QPU.
 
 A ``CircuitCounter`` is a forward hook on one ``VQC`` (``attach``); the numpy one-step path
-(``agents.numpy_heads.NumpyVQC``), which bypasses the module, reports to the same counter
+(``circuits.twins.NumpyVQC``), which bypasses the module, reports to the same counter
 (``counter_of``). The conventions (docs/hardware.md):
 
 - **act** (forward) circuits: every row a forward evaluates is one circuit execution, whatever the

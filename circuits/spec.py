@@ -14,6 +14,7 @@ import numpy as np
 
 from circuits import blocks
 from circuits.blocks import ANSATZE, ENCODINGS, OBSERVABLES, CircuitConfigError, lookup
+from circuits.planner import ADDED, ENGINES
 from circuits.gates import ENTANGLING_GATES, HADAMARD, PAULI_X, PAULI_Y, PAULI_Z, ROTATION_AXES  # noqa: F401 (re-exported)
 
 blocks.load_all()  # every module of circuits/ansatze, circuits/encodings, circuits/observables
@@ -91,7 +92,7 @@ class VQCConfig:
     output: OutputName = "raw"
     preprocess: Literal["none", "linear"] = "none"
     backend: Literal["torch", "pennylane"] = "torch"
-    engine: Literal["auto", "dense", "gates"] = "auto"
+    engine: Literal[ENGINES] = "auto"  # type: ignore[valid-type]  # the executors (circuits.planner)
     dense_max_qubits: int = 10
     device: Literal["cpu", "cuda"] = "cpu"
     pennylane_device: str = "default.qubit"
@@ -120,7 +121,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "entangler": ENTANGLING_GATES,
     "preprocess": ("none", "linear"),
     "backend": ("torch", "pennylane"),
-    "engine": ("auto", "dense", "gates"),
+    "engine": ENGINES,
     "device": ("cpu", "cuda"),
     "dtype": ("complex64", "complex128"),
     "dense_grad": ("analytic", "autograd"),
@@ -190,6 +191,10 @@ def validate_hardware(cfg: VQCConfig) -> None:
             raise CircuitConfigError(
                 f"noise: backend pennylane simulates gate channels on pennylane_device 'default.mixed' only, "
                 f"got {cfg.pennylane_device!r}")
+    if cfg.engine in ADDED and (cfg.reupload or cfg.shots is not None or cfg.noise is not None
+                                or cfg.grad != "analytic" or cfg.backend != "torch" or cfg.device != "cpu"):
+        raise CircuitConfigError(f"engine: {cfg.engine!r} runs exact circuits without re-uploading on the CPU "
+                                 "(no reupload, shots, noise, gradient rule, backend pennylane or device cuda)")
     if cfg.grad == "parameter_shift" and not lookup(ANSATZE, "ansatz", cfg.ansatz).shift_rule:
         raise CircuitConfigError(
             f"grad: ansatz {cfg.ansatz!r} has a gate without a two-term parameter-shift rule; "

@@ -1,9 +1,10 @@
-"""The adjoint state-vector path of the native engine: one forward sweep, one backward sweep, no graph.
+"""The ``statevector`` executor's numpy blocks: one forward sweep, one backward sweep (the adjoint method), no graph.
 
 A circuit without re-uploading is: an encoded product state psi_0 = F^{(x)n} r(x) (r real, F the
 encoding's fixed 2x2, ``gates.encoding_state_map``), then per layer a signed permutation E_l
 (the CNOT/CZ gates) and a Kronecker product K_l of per-wire 2x2 matrices, read out as
-probabilities |psi_L|^2. ``StatevectorAdjoint`` runs that on a (B, 2^n) complex state:
+probabilities |psi_L|^2. ``StatevectorNode`` runs that on a (2^n, B) complex state (batch last), reading the
+circuit's ``circuits.program.Program``:
 
 - forward: K_l is applied as a few Kronecker *blocks* of up to ``BLOCK_WIDTH`` neighbouring wires
   (one 2^w x 2^w matrix each, one GEMM on the state viewed as (B 2^first, 2^w, 2^rest)); E_l is
@@ -20,59 +21,20 @@ probabilities |psi_L|^2. ``StatevectorAdjoint`` runs that on a (B, 2^n) complex 
 Everything runs in numpy on the CPU tensors' memory: the block matrices and their derivatives (a few
 16 x 16 matrices, complex128, cast to the state's dtype) are built on each call from the weights,
 and the sweeps are numpy GEMMs and gathers, so a training step pays neither autograd bookkeeping nor
-torch's per-op dispatch (several microseconds per op, the whole cost at small batches).
+torch's per-op dispatch. For a few rows the same executor runs its compiled kernels instead
+(``circuits.kernels``); ``circuits.planner`` chooses.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from circuits import gates
 from circuits.blocks import ANSATZE
-
-if TYPE_CHECKING:
-    from circuits.engine import CompiledCircuit
-
-BLOCK_WIDTH = 4  # wires per Kronecker block: a 16 x 16 GEMM per block
-_BLAS_SINGLE_THREAD = False
-
-
-def single_thread_blas() -> None:
-    """Numpy's BLAS to one thread, once per process, on the first call of a numpy engine path. Its
-    GEMMs here (16 x 16 blocks against a few thousand columns) gain nothing from threads, and
-    OpenBLAS's spinning workers cost 6x the CPU time of one thread on a busy 2-core machine (1.29 vs
-    0.21 ms for a block at B = 600); a process pinned to one CPU (``marlq bench quantum --peers``)
-    lost up to 80x. torch's own pool is left alone (``torch.set_num_threads``)."""
-    global _BLAS_SINGLE_THREAD
-    if not _BLAS_SINGLE_THREAD:
-        _BLAS_SINGLE_THREAD = True
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=1, user_api="blas")
-
-
-def block_layout(n_qubits: int, width: int = BLOCK_WIDTH) -> list[tuple[int, int]]:
-    """(first wire, width) of each block: ceil(n / width) blocks of near-equal width, wire 0 first."""
-    count = -(-n_qubits // width)
-    base, extra = divmod(n_qubits, count)
-    layout, first = [], 0
-    for b in range(count):
-        w = base + (1 if b < extra else 0)
-        layout.append((first, w))
-        first += w
-    return layout
-
-
-def kron_matrices(matrices: Any) -> Any:
-    """Kronecker product over wires of per-wire matrices: (..., n, 2, 2) -> (..., 2^n, 2^n), wire 0 first;
-    torch tensors or numpy arrays (``circuits.engine`` re-exports it)."""
-    out = matrices[..., 0, :, :]
-    for wire in range(1, matrices.shape[-3]):
-        size = out.shape[-1] * 2
-        out = (out[..., :, None, :, None] * matrices[..., wire, None, :, None, :]).reshape(*out.shape[:-2], size, size)
-    return out
-
+from circuits.kernels import rotations_and_generators
+from circuits.program import Program, block_layout, kron_matrices, single_thread_blas  # noqa: F401 (block_layout: the tests')
 
 GATHERED_APPLY_MAX_REST = 8  # apply_block: from 2 to this many columns per block row, one gathered GEMM
 
@@ -116,43 +78,6 @@ def block_gradient(lam: np.ndarray, psi: np.ndarray, first: int, width: int) -> 
     return (lam @ psi.conj().swapaxes(-1, -2)).sum(0)
 
 
-_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {}
-
-
-def numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    """The numpy dtype of a torch dtype (complex64 -> complex64, ...)."""
-    if dtype not in _NUMPY_DTYPES:
-        _NUMPY_DTYPES[dtype] = torch.empty((), dtype=dtype).numpy().dtype
-    return _NUMPY_DTYPES[dtype]
-
-
-_SHIFTS: dict[int, np.ndarray] = {}
-
-
-def rotations_and_generators(circuit: "CompiledCircuit", weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each wire's matrix R (L, n, 2, 2) at weights (L, n, k), and for each weight g = R^dagger dR/dw
-    (L, n, k, 2, 2), with dR/dw = R(w + pi) / 2 for a Pauli-rotation angle; numpy complex128. Both
-    analytic gradients use it: the dense path's (``CompiledCircuit.dense_adjoint``) and the adjoint
-    path's (``BlockMatrices``). For an ansatz that names its Pauli axes, one compiled call
-    (``kernels.pauli_rotations``: 5 us against 30-60 us here, a tenth of a 12-qubit training step at one
-    row); else the ansatz's ``matrices_np`` at the weights and at each weight shifted by pi."""
-    from circuits import kernels
-
-    built = kernels.pauli_rotations(circuit, weights, True)
-    return shift_rule_rotations(circuit, weights) if built is None else built
-
-
-def shift_rule_rotations(circuit: "CompiledCircuit", weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``rotations_and_generators`` from the ansatz's ``matrices_np`` alone: at the weights and at each
-    weight shifted by pi."""
-    k = weights.shape[-1]
-    if k not in _SHIFTS:  # the weights, then each shifted by pi
-        _SHIFTS[k] = np.concatenate([np.zeros((1, k)), np.pi * np.eye(k)])
-    matrices = ANSATZE[circuit.ansatz].matrices_np(weights[:, :, None, :] + _SHIFTS[k], circuit.options)
-    rotations = matrices[:, :, 0]  # (L, n, 1 + k, 2, 2): at the weights, then each shifted
-    return rotations, 0.5 * (np.conj(np.swapaxes(rotations, -1, -2))[:, :, None] @ matrices[:, :, 1:])
-
-
 def width_groups(layout: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """(first wire, width, count) of each run of neighbouring blocks of one width (``block_layout`` gives
     at most two: the wider blocks first)."""
@@ -170,18 +95,18 @@ class BlockMatrices:
     one width are built and differentiated together (``width_groups``): at one row the per-block numpy
     calls were most of a training step's cost."""
 
-    def __init__(self, circuit: "CompiledCircuit", weights: np.ndarray, with_derivatives: bool) -> None:
+    def __init__(self, program: Program, weights: np.ndarray, with_derivatives: bool) -> None:
         layers = weights.shape[0]
         if with_derivatives:
-            rotations, self.generators = rotations_and_generators(circuit, weights)
+            rotations, self.generators = rotations_and_generators(program, weights)
         else:
-            rotations = ANSATZE[circuit.ansatz].matrices_np(weights, circuit.options)  # (L, n, 2, 2)
-        dtype = numpy_dtype(circuit.complex_dtype)
-        self.layout = circuit.adjoint_layout
+            rotations = ANSATZE[program.ansatz].matrices_np(weights, program.options)  # (L, n, 2, 2)
+        dtype = program.complex_dtype
+        self.layout = program.layout
         self.shape = weights.shape
         # the first layer's rotation of each wire times the encoding's 2 x 2 (final_state, rotations first)
-        self.first_wires = (None if circuit.entangle_first or not layers
-                            else (rotations[0] @ circuit.state_map.numpy()).astype(dtype))
+        self.first_wires = (None if program.entangle_first or not layers
+                            else (rotations[0] @ program.state_map).astype(dtype))
         self.groups = width_groups(self.layout)
         self.exact: list[np.ndarray] = []  # per group: (L, count, 2^w, 2^w) complex128
         self.blocks: list[np.ndarray] = []  # per block: (L, 2^w, 2^w) in the state's dtype
@@ -214,20 +139,24 @@ class BlockMatrices:
         return out
 
 
-PerWeights = tuple  # (a clone of the weights, {key: what was built from them})
+class WeightsCache(NamedTuple):
+    """What was built from one value of a head's weights (``built_for_weights``)."""
+
+    weights: torch.Tensor  # a clone of the weights it was built for
+    built: dict[str, Any]  # key -> what was built from them
 
 
-def built_for_weights(cache: PerWeights | None, weights: torch.Tensor, key: str,
-                      make: Any) -> tuple[PerWeights, Any]:
+def built_for_weights(cache: WeightsCache | None, weights: torch.Tensor, key: str,
+                      make: Any) -> tuple[WeightsCache, Any]:
     """make(weights as float64 numpy) for ``weights``, kept in ``cache`` until they change (compared by
     value: a worker's weights change in place, through its flat buffer); returns the cache to keep and
-    the value. What acting without a gradient reuses between weight changes: the adjoint blocks
-    (``VQC``'s no-grad forward, the numpy acting twin) and the kernels' matrices (the twin)."""
-    if cache is None or not torch.equal(cache[0], weights):
-        cache = (weights.clone(), {})
-    built = cache[1]
+    the value. What acting without a gradient reuses between weight changes: the blocks (``VQC``'s
+    no-grad forward, the acting twin) and the kernels' matrices (the twin)."""
+    if cache is None or not torch.equal(cache.weights, weights):
+        cache = WeightsCache(weights.clone(), {})
+    built = cache.built
     if key not in built:
-        built[key] = make(cache[0].numpy().astype(np.float64))
+        built[key] = make(cache.weights.numpy().astype(np.float64))
     return cache, built[key]
 
 
@@ -250,107 +179,39 @@ def partial_trace_selector(width: int) -> np.ndarray:
     return _SELECTORS[width]
 
 
-def kept_on_circuit(circuit: "CompiledCircuit", attribute: str, make: Any) -> Any:
-    """make(circuit), kept on the circuit under ``attribute`` (the circuit leaves it out of its pickles)
-    and made again when the buffers it was made from were replaced: a head may replace its readout after
-    construction (``output: born``), and ``.to()`` replaces every buffer. The numpy paths' views of a
-    circuit (``structure_of``) and the kernels' copies (``kernels.program_of``)."""
-    buffers = circuit._buffers  # (nn.Module's attribute lookup of a buffer costs a microsecond: a call's cost)
-    kept = circuit.__dict__.get(attribute)
-    if kept is None or kept[0] is not buffers["readout"] or kept[1] is not buffers.get("inverse_0"):
-        kept = (buffers["readout"], buffers.get("inverse_0"), make(circuit))
-        circuit.__dict__[attribute] = kept
-    return kept[2]
-
-
-class Structure:
-    """A circuit's fixed arrays as numpy views of its buffers (no copies); ``structure_of`` keeps one per
-    circuit."""
-
-    def __init__(self, circuit: "CompiledCircuit") -> None:
-        self.inverse = [getattr(circuit, f"inverse_{layer}").numpy() for layer in range(circuit.layers)]
-        self.forward = [getattr(circuit, f"forward_{layer}").numpy() for layer in range(circuit.layers)]
-        self.sign = [None if circuit.signs_trivial[layer] else getattr(circuit, f"sign_{layer}").numpy()[:, None]
-                     for layer in range(circuit.layers)]
-        self.readout = circuit.readout.numpy()
-        self.phase = circuit.encoding_phase.numpy()[:, None] if circuit.encoding_diagonal else None
-        self.encoders = [getattr(circuit, f"encoding_block_{b}").numpy() for b in range(len(circuit.adjoint_layout))]
-
-
-def structure_of(circuit: "CompiledCircuit") -> Structure:
-    """The circuit's ``Structure`` (``kept_on_circuit``). Making one costs as much as a 12-qubit act's
-    sweep of one row."""
-    return kept_on_circuit(circuit, "_adjoint_structure", Structure)
-
-
-def entangle(psi: np.ndarray, structure: Structure, layer: int) -> np.ndarray:
+def entangle(psi: np.ndarray, program: Program, layer: int) -> np.ndarray:
     """Layer ``layer``'s signed permutation on states (..., 2^n, B)."""
-    psi = np.take(psi, structure.inverse[layer], axis=-2)
-    sign = structure.sign[layer]
+    psi = np.take(psi, program.inverse[layer], axis=-2)
+    sign = program.sign_columns[layer]
     return psi if sign is None else psi * sign
 
 
-def unentangle(psi: np.ndarray, structure: Structure, layer: int) -> np.ndarray:
+def unentangle(psi: np.ndarray, program: Program, layer: int) -> np.ndarray:
     """Undo ``entangle`` (a signed permutation: its inverse is its transpose)."""
-    sign = structure.sign[layer]
+    sign = program.sign_columns[layer]
     if sign is not None:
         psi = psi * sign
-    return np.take(psi, structure.forward[layer], axis=-2)
+    return np.take(psi, program.forward[layer], axis=-2)
 
 
-def encode(r: np.ndarray, structure: Structure, layout: list[tuple[int, int]], dtype: np.dtype) -> np.ndarray:
+def encode(r: np.ndarray, program: Program) -> np.ndarray:
     """psi_0 = F^(x)n r for the real product vectors r (2^n, B): a phase per basis state when F is
     diagonal (angle_x, angle_y without Hadamard), else F's Kronecker blocks."""
-    if structure.phase is not None:
-        return r * structure.phase
-    psi = r.astype(dtype)
-    for (first, width), encoder in zip(layout, structure.encoders):
+    if program.phase is not None:
+        return r * program.phase
+    psi = r.astype(program.complex_dtype)
+    for (first, width), encoder in zip(program.layout, program.encoders):
         psi = apply_block(psi, encoder, first, width)
     return psi
 
 
-def encode_backward(grad: np.ndarray, structure: Structure, layout: list[tuple[int, int]]) -> np.ndarray:
+def encode_backward(grad: np.ndarray, program: Program) -> np.ndarray:
     """d loss / d r from d loss / d psi_0 (torch's convention): Re of F^(x)n's adjoint applied."""
-    if structure.phase is not None:
-        return (grad * structure.phase.conj()).real
-    for (first, width), encoder in zip(layout, structure.encoders):
+    if program.phase is not None:
+        return (grad * program.phase.conj()).real
+    for (first, width), encoder in zip(program.layout, program.encoders):
         grad = apply_block(grad, encoder.conj().T, first, width)
     return grad.real
-
-
-def encoding_vectors(angles: np.ndarray) -> np.ndarray:
-    """Per-wire (cos(t/2), sin(t/2)) for angles (B, n): (n, 2, B)."""
-    half = 0.5 * angles.T  # (n, B)
-    return np.stack([np.cos(half), np.sin(half)], axis=1)
-
-
-def product_rows(angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The real product vectors r (2^n, B), wire 0 first, of per-wire (cos(t/2), sin(t/2)) for angles
-    (B, n); with those per-wire vectors (n, 2, B) for the backward."""
-    vectors = encoding_vectors(angles)
-    return kron_rows(vectors), vectors
-
-
-def kron_rows(vectors: np.ndarray) -> np.ndarray:
-    """Kronecker products of per-wire vectors (k, 2, B) -> (2^k, B), wire 0 first: neighbouring wires
-    paired in one product, then the pairs multiplied as a balanced tree (wire by wire, the large
-    products were built k - 1 times, and at a few rows each step's call was the cost: 1.6x faster at 8
-    qubits and 3 rows, 2.2x at 12 qubits and one row, 1.8x at 8 qubits and 600 rows)."""
-    batch, half = vectors.shape[-1], len(vectors) // 2
-    pairs = (vectors[0 : 2 * half : 2, :, None] * vectors[1 : 2 * half : 2, None]).reshape(half, 4, batch)
-    return _kron_tree(list(pairs) + ([vectors[-1]] if len(vectors) % 2 else []), batch)
-
-
-def _kron_tree(factors: list[np.ndarray], batch: int) -> np.ndarray:
-    """The Kronecker product of factors (d_i, B) in order, as a balanced tree."""
-    if len(factors) <= 2:
-        out = factors[0]
-        for factor in factors[1:]:
-            out = (out[:, None] * factor[None]).reshape(-1, batch)
-        return out
-    middle = len(factors) // 2
-    first, rest = _kron_tree(factors[:middle], batch), _kron_tree(factors[middle:], batch)
-    return (first[:, None] * rest[None]).reshape(-1, batch)
 
 
 def product_rows_backward(grad: np.ndarray, vectors: np.ndarray) -> np.ndarray:
@@ -378,75 +239,69 @@ def product_rows_backward(grad: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return out
 
 
-def evolve(circuit: "CompiledCircuit", psi: np.ndarray, blocks: BlockMatrices, structure: Structure,
-           start: int = 0) -> np.ndarray:
+def evolve(program: Program, psi: np.ndarray, blocks: BlockMatrices, start: int = 0) -> np.ndarray:
     """The state after every layer from ``start`` on, from psi (2^n, B)."""
-    for layer in range(start, circuit.layers):
-        if circuit.entangle_first:
-            psi = entangle(psi, structure, layer)
+    for layer in range(start, program.layers):
+        if program.entangle_first:
+            psi = entangle(psi, program, layer)
         for (first, width), matrix in zip(blocks.layout, blocks.blocks):
             psi = apply_block(psi, matrix[layer], first, width)
-        if not circuit.entangle_first:
-            psi = entangle(psi, structure, layer)
+        if not program.entangle_first:
+            psi = entangle(psi, program, layer)
     return psi
 
 
-def final_state(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMatrices,
-                structure: Structure) -> tuple[np.ndarray, np.ndarray]:
+def final_state(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> tuple[np.ndarray, np.ndarray]:
     """The final state (2^n, B) for encoding angles (B, n), and the per-wire encoding vectors (n, 2, B).
 
     When the first layer's rotations come before its gates, they meet a product state: each wire's
     vector is rotated (R_0 F, 2 x 2) before the one Kronecker product, which saves the encoding and the
     first layer's block GEMMs (a third of an 8-qubit actor's act on 3 rows)."""
-    dtype = numpy_dtype(circuit.complex_dtype)
-    if circuit.entangle_first or circuit.layers == 0:
-        r, vectors = product_rows(angles)
-        return evolve(circuit, encode(r, structure, circuit.adjoint_layout, dtype), blocks, structure), vectors
-    vectors = encoding_vectors(angles)
-    psi = kron_rows(blocks.first_wires @ vectors.astype(dtype))
-    return evolve(circuit, entangle(psi, structure, 0), blocks, structure, start=1), vectors
+    vectors = gates.half_angle_vectors(angles, batch_last=True)  # (n, 2, B)
+    if program.entangle_first or program.layers == 0:
+        r = gates.kron_vectors(vectors, batch_last=True)  # gates.product_state(angles, batch_last=True)
+        return evolve(program, encode(r, program), blocks), vectors
+    psi = gates.kron_vectors(blocks.first_wires @ vectors.astype(program.complex_dtype), batch_last=True)
+    return evolve(program, entangle(psi, program, 0), blocks, start=1), vectors
 
 
-def readouts_of(psi: np.ndarray, structure: Structure) -> np.ndarray:
+def readouts_of(psi: np.ndarray, program: Program) -> np.ndarray:
     """Readouts (B, m) of final states psi (2^n, B)."""
-    return np.ascontiguousarray((structure.readout.T @ (psi.real**2 + psi.imag**2)).T)
+    return np.ascontiguousarray((program.readout.T @ (psi.real**2 + psi.imag**2)).T)
 
 
-def readouts_np(circuit: "CompiledCircuit", angles: np.ndarray, blocks: BlockMatrices) -> np.ndarray:
+def readouts_np(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> np.ndarray:
     """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient)."""
     single_thread_blas()
-    structure = structure_of(circuit)
-    return readouts_of(final_state(circuit, angles, blocks, structure)[0], structure)
+    return readouts_of(final_state(program, angles, blocks)[0], program)
 
 
-class StatevectorAdjoint(torch.autograd.Function):
+class StatevectorNode(torch.autograd.Function):
     """readouts (B, m) from the encoding angles (B, n) and weights (L, n, k); see the module docstring.
     The product state, the sweeps and the angles' gradient run in numpy on the CPU tensors' memory."""
 
     @staticmethod
-    def forward(ctx, angles: torch.Tensor, weights: torch.Tensor, circuit: "CompiledCircuit") -> torch.Tensor:
+    def forward(ctx, angles: torch.Tensor, weights: torch.Tensor, program: Program) -> torch.Tensor:
         single_thread_blas()
-        blocks = BlockMatrices(circuit, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
-        structure = structure_of(circuit)
-        psi, ctx.vectors = final_state(circuit, angles.detach().numpy(), blocks, structure)
-        ctx.psi, ctx.blocks, ctx.structure, ctx.circuit = psi, blocks, structure, circuit
-        return torch.from_numpy(readouts_of(psi, structure))
+        blocks = BlockMatrices(program, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
+        psi, ctx.vectors = final_state(program, angles.detach().numpy(), blocks)
+        ctx.psi, ctx.blocks, ctx.program = psi, blocks, program
+        return torch.from_numpy(readouts_of(psi, program))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        psi, circuit = ctx.psi, ctx.circuit
-        lam, grad_w = backward_sweep(circuit, psi, grad.detach().numpy(), ctx.blocks, ctx.structure,
-                                     ctx.needs_input_grad[1])
+        psi, program = ctx.psi, ctx.program
+        lam, grad_w = backward_sweep(program, psi, grad.detach().numpy(), ctx.blocks, ctx.needs_input_grad[1])
         real = psi.real.dtype
         grad_angles = None
         if ctx.needs_input_grad[0]:
-            grad_r = encode_backward(lam, ctx.structure, circuit.adjoint_layout)
+            grad_r = encode_backward(lam, program)
             grad_angles = torch.from_numpy(product_rows_backward(grad_r, ctx.vectors).astype(real))
         return grad_angles, None if grad_w is None else torch.from_numpy(grad_w.astype(real)), None
 
 
-def backward_sweep(circuit: "CompiledCircuit", psi: np.ndarray, grad_readouts: np.ndarray, blocks: BlockMatrices,
-                   structure: Structure, weights: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray, blocks: BlockMatrices,
+                   weights: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """The adjoint method's backward pass from the final states psi (2^n, B) and d loss / d readouts (B, m):
     d loss / d psi_0 (2^n, B, torch's convention), and with ``weights`` d loss / d weights (L, n, k)
     (``blocks`` then carries the derivatives)."""
@@ -454,17 +309,17 @@ def backward_sweep(circuit: "CompiledCircuit", psi: np.ndarray, grad_readouts: n
     # lambda = d loss / d conj(psi) in torch's convention: 2 (R g) psi
     both = np.empty((2,) + psi.shape, dtype=psi.dtype)
     both[0] = psi
-    np.multiply(psi, 2.0 * (structure.readout @ grad_readouts.T), out=both[1])
-    grads: list[list[np.ndarray]] = [[None] * circuit.layers for _ in blocks.layout]  # type: ignore[list-item]
-    for layer in reversed(range(circuit.layers)):
-        if not circuit.entangle_first:
-            both = unentangle(both, structure, layer)
+    np.multiply(psi, 2.0 * (program.readout @ grad_readouts.T), out=both[1])
+    grads: list[list[np.ndarray]] = [[None] * program.layers for _ in blocks.layout]  # type: ignore[list-item]
+    for layer in reversed(range(program.layers)):
+        if not program.entangle_first:
+            both = unentangle(both, program, layer)
         for b in reversed(range(len(blocks.layout))):
             first, width = blocks.layout[b]
             adjoint_out = both[1]
             both = apply_block(both, blocks.adjoints[b][layer], first, width)
             if weights:  # G = lambda_out psi_in^dagger
                 grads[b][layer] = block_gradient(adjoint_out, both[0], first, width)
-        if circuit.entangle_first:
-            both = unentangle(both, structure, layer)
+        if program.entangle_first:
+            both = unentangle(both, program, layer)
     return both[1], blocks.weight_gradient([np.stack(g) for g in grads]) if weights else None

@@ -1,11 +1,13 @@
 """``VQC``: a variational quantum circuit as a torch module (B, in_dim) -> (B, out_dim).
 
 The classical pieces (optional pre-layer, feature scaling, output layer) are ordinary torch; the
-circuit runs on the native engine (``backend: torch``) or through a PennyLane QNode
-(``backend: pennylane``). ``to_qnode`` hands back the same function evaluated by PennyLane.
+circuit runs on the executor the planner names for each call shape (``circuits.planner``: dense,
+statevector, torch_autograd, density, pennylane, or one added in its own file). ``to_qnode`` hands
+back the same function evaluated by PennyLane.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Callable
 
@@ -13,32 +15,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from circuits import adjoint
+from circuits import statevector
 from circuits.blocks import ANSATZE
 from circuits.density import DensityCircuit
-from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseAdjoint
+from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseGradient
 from circuits.gradients import Hardware, count, needs_hardware, new_counts
+from circuits.planner import ADDED, ANALYTIC_MAX_BATCH, STATEVECTOR_MIN_QUBITS, Facts, Plan, Planner, analytic_fits, dense_applies
 from circuits.policies import born_log_probs, born_partition, observable_grouping
 from circuits.reference import build_qnode, check_device, qnode_function, qnode_diff_method, readouts_from_qnode
 from circuits.shots import child_seed
 from circuits.spec import CircuitConfigError, VQCConfig, feature_count, make_config, readout_count, validate_config
 
 COMPLEX_DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
-ANALYTIC_MAX_QUBITS = 8  # analytic dense gradient up to 8 qubits (n + 2 complex 256 x 256 matrices per layer)
-# ... and up to this many rows: its numpy contraction pays off at RL batch sizes (measured 2.3x
-# faster than autograd at batch 1-64 at n = 4), while autograd's torch kernels win on large batches
-ANALYTIC_MAX_BATCH = 64
-# Training-time path choice (``engine: auto``) from n = ADJOINT_MIN_QUBITS on: the adjoint state-vector
-# path (circuits/adjoint.py), except on the dense path's own ground of large batches of few qubits,
-# where one big GEMM with the cached matrix beats the blocks (measured with `marlq bench quantum
-# --peers`, docs/circuits.md). Up to 4 qubits the paths of the shipped scenarios stay as they were, so
-# their runs (and goldens) keep every bit.
-ADJOINT_MIN_QUBITS = 5
-DENSE_MIN_BATCH = 2048  # n <= 8: from this batch on, differentiate through the dense matrix
-# Calls without a gradient from ADJOINT_MIN_QUBITS on take the cached dense matrix only where it is
-# built for reuse (it is valid, or this is the second call at the same weights: a rollout), else the
-# state-vector forward, which needs no 2^n x 2^n rebuild (2.6 ms at n = 8 against 0.2 ms for a call
-# of a few rows); see ``VQC.path``.
+ADJOINT_MIN_QUBITS = STATEVECTOR_MIN_QUBITS  # (the bench's name for it)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -64,7 +53,10 @@ class VQC(nn.Module):
         self.in_dim = in_dim
         self.out_dim = out_dim
         self.n_features = feature_count(cfg, in_dim)
-        self.use_dense = self._choose_dense(cfg)
+        if cfg.engine == "dense" and cfg.reupload:
+            raise CircuitConfigError("engine: 'dense' needs all data to enter before the trainable part; reupload: true needs engine statevector or auto")
+        self.use_dense = dense_applies(Facts(cfg.n_qubits, engine=cfg.engine, reupload=cfg.reupload,
+                                             dense_max_qubits=cfg.dense_max_qubits))
         device = resolve_device(cfg.device)
         complex_dtype = COMPLEX_DTYPES[cfg.dtype]
         real_dtype = COMPLEX_TO_REAL[complex_dtype]
@@ -96,21 +88,22 @@ class VQC(nn.Module):
             groups = torch.zeros(self.n_readouts, out_dim, dtype=real_dtype)
             groups[torch.arange(self.n_readouts), torch.arange(self.n_readouts) % out_dim] = 1.0
             self.register_buffer("sum_groups", groups, persistent=False)
-        # (weights, dense, adjoint or None) at the weights they were built for
-        self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None = None
-        # the weights of the last call without a gradient that took the state-vector forward (see path)
+        # (weights, dense, DenseGradient or None) at the weights they were built for
+        self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseGradient | None] | None = None
+        # the weights of the last call without a gradient that took the statevector executor (see plan)
         self._act_weights: torch.Tensor | None = None
-        # (those weights, {"blocks": their adjoint.BlockMatrices}) for it (adjoint.built_for_weights)
-        self._act_blocks: tuple[Any, ...] | None = None
-        self.analytic_grad = self.use_dense and self._analytic_fits(cfg, device)
+        # (those weights, {"blocks": their statevector.BlockMatrices}) for it (statevector.built_for_weights)
+        self._act_blocks: statevector.WeightsCache | None = None
+        self.analytic_grad = analytic_fits(Facts(cfg.n_qubits, cfg.backend, device.type, cfg.engine, cfg.reupload,
+                                                 cfg.dense_max_qubits, cfg.dense_grad == "analytic"))
         # set by mark_acting_only: a copy that is never differentiated builds the dense matrix alone on a
-        # weight change, not also what the analytic gradient needs (about 5x the cost at n = 8)
+        # weight change, not also what the analytic gradient needs (several times the cost at n = 8)
         self.acting_only = False
         self._qnode_function: Callable[[torch.Tensor], torch.Tensor] | None = None
         if cfg.backend == "pennylane":
             check_device(cfg.pennylane_device)
         # shots, noise, hardware gradients (circuits/gradients.py); the analytic dense gradient (and the
-        # numpy twin of agents/numpy_heads.py that relies on it) is then off
+        # numpy twins of circuits/twins.py) is then off
         self.resource_counts = new_counts()
         self.hardware = None
         self._sampling_seed = child_seed(cfg.seed if cfg.seed is not None else torch.initial_seed())
@@ -118,19 +111,6 @@ class VQC(nn.Module):
             self.hardware = Hardware(cfg, complex_dtype, self._sampling_seed)
             self.analytic_grad = False
         self.to(device=device)
-
-    def _choose_dense(self, cfg: VQCConfig) -> bool:
-        if cfg.engine == "dense":
-            if cfg.reupload:
-                raise CircuitConfigError("engine: 'dense' needs all data to enter before the trainable part; reupload: true needs engine gates or auto")
-            return True
-        return cfg.engine == "auto" and not cfg.reupload and cfg.n_qubits <= cfg.dense_max_qubits
-
-    @staticmethod
-    def _analytic_fits(cfg: VQCConfig, device: torch.device) -> bool:
-        """Whether the dense path takes its weight gradient from ``DenseAdjoint``: asked for, on the CPU
-        (numpy builds the matrices), and at most ANALYTIC_MAX_QUBITS (it keeps n + 2 matrices per layer)."""
-        return cfg.dense_grad == "analytic" and device.type == "cpu" and cfg.backend == "torch" and cfg.n_qubits <= ANALYTIC_MAX_QUBITS
 
     def _bound_factors(self, cfg: VQCConfig) -> torch.Tensor:
         """pi / bound per feature for scaling: bound (NaN marks an unbounded feature: 2 atan(x))."""
@@ -174,8 +154,8 @@ class VQC(nn.Module):
         if torch.is_grad_enabled() and self.weights.requires_grad:
             return self.circuit.dense_matrix(self.weights)
         if (self.analytic_grad and not getattr(self, "acting_only", False)
-                and self.path(ANALYTIC_MAX_BATCH, True) == "dense_analytic"):
-            return self.dense_adjoint()[0]
+                and self.plan(ANALYTIC_MAX_BATCH, True).backward == "analytic"):
+            return self.dense_with_gradient()[0]
         cache = self._cached()
         if cache is not None:
             return cache[1]
@@ -184,7 +164,7 @@ class VQC(nn.Module):
         self._dense_cache = (weights, dense, None)
         return dense
 
-    def dense_adjoint(self) -> tuple[torch.Tensor, DenseAdjoint]:
+    def dense_with_gradient(self) -> tuple[torch.Tensor, DenseGradient]:
         """The dense matrix and what its weight gradient needs, cached like ``dense_matrix``. With the
         analytic gradient, no-grad calls build both: an A2C step acts and then differentiates at the
         same weights, and one build serves both (the no-grad and grad forwards then agree exactly)."""
@@ -192,11 +172,11 @@ class VQC(nn.Module):
         if cache is not None and cache[2] is not None:
             return cache[1], cache[2]
         weights = self.weights.detach().clone()
-        dense, analytic = self.circuit.dense_adjoint(weights)
+        dense, analytic = self.circuit.dense_with_gradient(weights)
         self._dense_cache = (weights, dense, analytic)
         return dense, analytic
 
-    def _cached(self) -> tuple[torch.Tensor, torch.Tensor, DenseAdjoint | None] | None:
+    def _cached(self) -> tuple[torch.Tensor, torch.Tensor, DenseGradient | None] | None:
         cache = self._dense_cache
         if cache is not None and cache[0].device == self.weights.device and torch.equal(cache[0], self.weights):
             return cache
@@ -206,36 +186,50 @@ class VQC(nn.Module):
         """Circuit readouts (B, m) before the output layer."""
         angles = self.angles(x)
         count(self, "act", angles.shape[0], self.cfg.shots)
-        if self.hardware is not None:
+        grad = torch.is_grad_enabled() and self.weights.requires_grad
+        plan = self.plan(angles.shape[0], grad)
+        if self.hardware is not None:  # shots, noise or a gradient rule: ``plan`` names the executor it runs
             return self.hardware.readouts(self, angles)
-        if self.cfg.backend == "pennylane":
+        if plan.executor == "pennylane":
             if self._qnode_function is None:
                 self._qnode_function = self.to_qnode(self.cfg.pennylane_device, qnode_diff_method(self.cfg), **self._qnode_seed())
                 self._restore_qnode_rng()
             return readouts_from_qnode(self._qnode_function.qnode, angles, self.weights, self.born_readout()).to(angles.dtype)  # type: ignore[attr-defined]
-        path = self.path(angles.shape[0], torch.is_grad_enabled() and self.weights.requires_grad)
-        if path == "dense_analytic":
-            dense, analytic = self.dense_adjoint()
-            return self.circuit.forward_dense_adjoint(angles, self.weights, dense, analytic)
-        if path == "dense":
+        if plan.executor == "dense":
+            if plan.backward == "analytic":
+                dense, gradient = self.dense_with_gradient()
+                return self.circuit.forward_dense_analytic(angles, self.weights, dense, gradient)
             return self.circuit.forward_dense(angles, self.dense_matrix())
-        if path == "adjoint":
+        if plan.executor in ADDED:
+            return self._run_added(plan.executor, angles)
+        if plan.executor == "statevector":
             if not torch.is_grad_enabled():
                 return self._act_statevector(angles)
             if not self.weights.requires_grad:
                 self._act_weights = self.weights.detach().clone()
-            return self.circuit.forward_adjoint(angles, self.weights)
+            return self.circuit.forward_statevector(angles, self.weights)
         return self.circuit.forward_gates(angles, self.weights)
 
+    def _run_added(self, executor: str, angles: torch.Tensor) -> torch.Tensor:
+        """Readouts by an executor added in its own file (``circuits.planner.ADDED``): its forward on the
+        head's program. None has a backward yet: a call that needs a gradient is refused."""
+        if torch.is_grad_enabled() and (self.weights.requires_grad or angles.requires_grad):
+            raise CircuitConfigError(f"engine: {executor!r} has no backward (forward only); use engine auto for "
+                                     f"training, or call it under torch.no_grad()")
+        forward = importlib.import_module(ADDED[executor]).forward
+        readouts = forward(self.circuit.program, angles.detach().cpu().numpy(), self.weights.detach().cpu().numpy())
+        return torch.from_numpy(readouts).to(device=angles.device, dtype=angles.dtype)
+
     def _act_statevector(self, angles: torch.Tensor) -> torch.Tensor:
-        """Readouts of a call without any gradient on the adjoint path: the numpy state-vector forward
-        (``circuits.adjoint.readouts_np``, the same arithmetic as the autograd node's forward) with the
-        layers' blocks cached per weights; an actor acts many times between weight changes, and at one
-        row the blocks and torch's autograd node cost as much as the sweep (12 qubits)."""
-        self._act_blocks, blocks = adjoint.built_for_weights(
-            self._act_blocks, self.weights.detach(), "blocks", lambda w: adjoint.BlockMatrices(self.circuit, w, False))
-        self._act_weights = self._act_blocks[0]
-        return torch.from_numpy(adjoint.readouts_np(self.circuit, angles.detach().numpy(), blocks))
+        """Readouts of a call without any gradient on the statevector executor: its numpy forward
+        (``circuits.statevector.readouts_np``, the same arithmetic as the autograd node's forward) with
+        the layers' blocks cached per weights; an actor acts many times between weight changes, and at
+        one row the blocks and torch's autograd node cost as much as the sweep (12 qubits)."""
+        program = self.circuit.program
+        self._act_blocks, blocks = statevector.built_for_weights(
+            self._act_blocks, self.weights.detach(), "blocks", lambda w: statevector.BlockMatrices(program, w, False))
+        self._act_weights = self._act_blocks.weights
+        return torch.from_numpy(statevector.readouts_np(program, angles.detach().numpy(), blocks))
 
     def _qnode_seed(self) -> dict[str, int]:
         """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's
@@ -259,27 +253,34 @@ class VQC(nn.Module):
         if saved is not None and rng is not None:
             rng.bit_generator.state = saved
 
+    def facts(self) -> Facts:
+        """What the planner knows of this head (``circuits.planner.Facts``)."""
+        cfg, hardware = self.cfg, self._modules.get("hardware")
+        return Facts(cfg.n_qubits, cfg.backend, self._parameters["weights"].device.type, cfg.engine, cfg.reupload,
+                     cfg.dense_max_qubits, self.analytic_grad, hardware is not None,
+                     getattr(hardware, "density", None) is not None)
+
+    def plan(self, rows: int, grad: bool) -> Plan:
+        """The executor a call on ``rows`` rows runs, with (``grad``) or without a weight gradient: the
+        planner's answer (``circuits.planner.plan``, kept per call shape), given whether the dense matrix
+        is built for reuse at these weights (it is cached, or this is the second call without a gradient
+        at the same weights: a rollout), which it asks only where the answer depends on it."""
+        planner = self.__dict__.get("_planner")
+        device = self._parameters["weights"].device.type
+        if planner is None or planner.facts.device != device:
+            planner = self.__dict__["_planner"] = Planner(self.facts())
+        return planner(rows, grad, self._dense_ready)
+
+    def _dense_ready(self) -> bool:
+        return self._cached() is not None or (self._act_weights is not None and torch.equal(self._act_weights, self.weights))
+
     def path(self, batch: int, grad: bool) -> str:
-        """Which engine path a call on ``batch`` rows takes, with (``grad``) or without a weight gradient:
-        dense (the cached matrix; ``dense_analytic`` with its analytic weight gradient), adjoint (the
-        state vector, differentiated by the adjoint method) or gates (the state vector under autograd,
-        for data re-uploading). Without a gradient from ``ADJOINT_MIN_QUBITS`` on it also depends on whether
-        the dense matrix is built for reuse. See docs/circuits.md, "How the path is chosen"."""
-        cfg = self.cfg
-        if self.use_dense:
-            if not grad:
-                if (cfg.engine == "dense" or cfg.n_qubits < ADJOINT_MIN_QUBITS or self.weights.device.type != "cpu"
-                        or cfg.backend != "torch"):
-                    return "dense"
-                reused = self._cached() is not None or (
-                    self._act_weights is not None and torch.equal(self._act_weights, self.weights))
-                return "dense" if reused else "adjoint"
-            if cfg.engine == "dense" or cfg.n_qubits < ADJOINT_MIN_QUBITS or self.weights.device.type != "cpu":
-                return "dense_analytic" if self.analytic_grad and batch <= ANALYTIC_MAX_BATCH else "dense"
-            return "dense" if cfg.n_qubits <= 8 and batch >= DENSE_MIN_BATCH else "adjoint"
-        if cfg.reupload or self.weights.device.type != "cpu":
-            return "gates"
-        return "adjoint"
+        """``plan`` in the bench's words: dense_analytic, dense, adjoint (the statevector executor), gates
+        (torch_autograd), pennylane, density."""
+        plan = self.plan(batch, grad)
+        if plan.executor == "dense":
+            return "dense_analytic" if plan.backward == "analytic" else "dense"
+        return {"statevector": "adjoint", "torch_autograd": "gates"}.get(plan.executor, plan.executor)
 
     def head_output(self, readouts: torch.Tensor) -> torch.Tensor:
         """Map readouts (B, m) to outputs (B, out_dim) as the ``output`` key says."""
@@ -319,6 +320,7 @@ class VQC(nn.Module):
             state["_qnode_rng_state"] = rng.bit_generator.state
         state["_qnode_function"] = None
         state["_act_blocks"] = None  # numpy caches, rebuilt on the next call
+        state.pop("_planner", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -349,7 +351,7 @@ class VQC(nn.Module):
 
     def extra_repr(self) -> str:
         cfg = self.cfg
-        path = "dense" if self.use_dense else "gates"
+        path = self.plan(1, True).executor
         return f"in={self.in_dim}, out={self.out_dim}, n_qubits={cfg.n_qubits}, layers={cfg.layers}, {cfg.encoding}, {cfg.ansatz}, {cfg.observable}, {cfg.output}, backend={cfg.backend}/{path}"
 
 

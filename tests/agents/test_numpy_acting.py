@@ -27,7 +27,7 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling, p
     # the blocks alone); past the kernels' rows, up to 4 qubits through the dense matrix, from 5 the
     # state vector
     assert isinstance(twin, NumpyVQCActing) and module.acting_only
-    assert twin.statevector == (n >= 5)
+    assert twin.plan(1000).variant == ("blocks" if n >= 5 else "cached")
     assert (twin._dense is None) == (n >= 5 or path == "kernels")
     with torch.no_grad():  # a weight change is seen
         module.weights.add_(0.3)
@@ -55,16 +55,16 @@ def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix()
     twin = numpy_acting_head(module)
     x = np.random.default_rng(1).normal(size=(3, 21))
     old = dict(twin.__dict__)
-    for key in ("statevector", "_per_weights", "adjoint", "kernels"):
+    for key in ("use_blocks", "_per_weights", "use_kernels"):
         old.pop(key)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
     legacy.__setstate__(old)
     with torch.no_grad():
         want = module(torch.from_numpy(x).float()).double().numpy()
-    assert legacy.statevector is False
+    assert legacy.use_blocks is False
     np.testing.assert_allclose(legacy.forward(x)[0], want, atol=1e-5)
     again = pickle.loads(pickle.dumps(twin))
-    assert again.statevector is True and again.kernels is True
+    assert again.use_blocks is True and again.use_kernels is True
     np.testing.assert_allclose(again.forward(x)[0], want, atol=1e-5)
 
 
@@ -80,15 +80,16 @@ def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them(monkeypa
     twin = numpy_acting_head(module)
     x = np.random.default_rng(2).normal(size=(3, 6))
     want = twin.forward(x)[0]
-    weights, built = twin._per_weights
+    weights, built = twin._per_weights.weights, twin._per_weights.built
     blocks = built["blocks"]
     del blocks.first_wires, blocks.groups  # what a block object of the earlier version lacks
     old_state = dict(twin.__dict__)  # as an earlier version pickled it: with its blocks
-    for key in ("_per_weights", "kernels"):
+    for key in ("_per_weights", "use_kernels"):
         del old_state[key]
+    old_state["statevector"] = old_state.pop("use_blocks")
     old_state["_blocks"] = (weights, blocks)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
     legacy.__setstate__(old_state)
-    assert not hasattr(legacy, "_blocks") and legacy.kernels is False
+    assert not hasattr(legacy, "_blocks") and legacy.use_kernels is False
     np.testing.assert_array_equal(legacy.forward(x)[0], want)
     assert pickle.loads(pickle.dumps(twin))._per_weights is None

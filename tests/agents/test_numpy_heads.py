@@ -84,7 +84,7 @@ def test_vqc_twin_on_the_adjoint_path_equals_gate_engine_autograd(n, scaling, ou
     ref = VQC(features, 2, engine="gates", **spec)
     ref.load_state_dict(module.state_dict())
     head = numpy_head(module)
-    assert isinstance(head, NumpyVQC) and head.adjoint and module.path(1, True) == "adjoint"
+    assert isinstance(head, NumpyVQC) and head.plan(1000).variant == "blocks" and module.path(1, True) == "adjoint"
     x, g = rng.normal(size=(3, features)), rng.normal(size=(3, 2))
     ref_out, ref_grads = _autograd_grads(ref, x, g)
     out, grads = _numpy_grads(module, x, g)
@@ -98,14 +98,14 @@ def test_twin_pickled_before_the_adjoint_form_keeps_the_dense_path():
     module = VQC(6, 2, n_qubits=6, layers=1, seed=0)
     head = numpy_head(module)
     state = dict(head.__dict__)
-    del state["adjoint"], state["kernels"]  # what a snapshot from before the adjoint twin holds
+    del state["use_blocks"], state["use_kernels"]  # what a snapshot from before the adjoint twin holds
     old = NumpyVQC.__new__(NumpyVQC)
     old.__setstate__(state)
     x = np.random.default_rng(0).normal(size=(2, 6))
     for p in module.parameters():
         p.grad = torch.zeros_like(p)
     out_old, cache = old.forward(x)
-    assert not old.adjoint and len(cache[2]) == 3 and cache[2][0].shape == (2, 64)  # (r, amplitudes, DenseAdjoint)
+    assert not old.use_blocks and len(cache.saved) == 3 and cache.saved[0].shape == (2, 64)  # (r, amplitudes, DenseGradient)
     np.testing.assert_allclose(out_old, head.forward(x)[0], atol=1e-5)
 
 

@@ -1,4 +1,4 @@
-"""The dense path's analytic weight gradient (CompiledCircuit.dense_adjoint / DenseAdjoint) against
+"""The dense path's analytic weight gradient (CompiledCircuit.dense_with_gradient / DenseGradient) against
 autograd through every gate (dense_grad: autograd) and against PennyLane (to_qnode, default.qubit).
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_dense_matrix_and_weight_gradient_match_autograd(structure, n, layers):
     reference.load_state_dict(analytic.state_dict())
     assert analytic.analytic_grad and not reference.analytic_grad
     # the matrix itself, built in numpy, against the torch build
-    dense, _ = analytic.circuit.dense_adjoint(analytic.weights)
+    dense, _ = analytic.circuit.dense_with_gradient(analytic.weights)
     torch.testing.assert_close(dense, analytic.circuit.dense_matrix(analytic.weights.detach()), atol=1e-12, rtol=0)
     x = torch.randn(4, n, dtype=torch.float64) * 2
     got, want = analytic(x), reference(x)
@@ -72,8 +72,8 @@ def test_act_then_update_builds_once_and_rebuilds_after_the_weights_change():
     module = VQC(4, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0", output="relu_linear")
     x = torch.randn(1, 4)
     calls = []
-    build = module.circuit.dense_adjoint
-    module.circuit.dense_adjoint = lambda w: calls.append(1) or build(w)
+    build = module.circuit.dense_with_gradient
+    module.circuit.dense_with_gradient = lambda w: calls.append(1) or build(w)
     with torch.no_grad():
         acted = module(x)  # a rollout step builds the matrix and its adjoint
     out = module(x)  # the update's forward at the same weights reuses both
@@ -97,12 +97,12 @@ def test_analytic_path_only_where_it_applies():
 
 
 def test_adjoint_contraction_equals_the_explicit_jacobian():
-    # the contraction in DenseAdjoint.weight_grad against d dense / d w by central differences
+    # the contraction in DenseGradient.weight_grad against d dense / d w by central differences
     cfg = make_config(n_qubits=3, layers=2, ansatz="strongly_entangling", dtype="complex128")
     circuit = CompiledCircuit(cfg, torch.complex128)
     rng = np.random.default_rng(0)
     weights = torch.from_numpy(rng.uniform(-np.pi, np.pi, (2, 3, 3)))
-    _, adjoint = circuit.dense_adjoint(weights)
+    _, adjoint = circuit.dense_with_gradient(weights)
     r, g = rng.normal(size=(2, 8)), rng.normal(size=(2, 16))
     got = adjoint.weight_grad(r, g)
     want = np.zeros(weights.numel())
@@ -122,8 +122,8 @@ def test_large_batches_take_autograd_and_agree():
     torch.manual_seed(5)
     module = VQC(4, 2, n_qubits=4, layers=2, ansatz="rzryrz_ring", observable="p0", output="relu_linear")
     calls = []
-    build = module.circuit.dense_adjoint
-    module.circuit.dense_adjoint = lambda w: calls.append(1) or build(w)
+    build = module.circuit.dense_with_gradient
+    module.circuit.dense_with_gradient = lambda w: calls.append(1) or build(w)
     x = torch.randn(ANALYTIC_MAX_BATCH + 1, 4)
     big = torch.autograd.grad(module(x).sum(), module.weights)[0]
     assert calls == []  # the large batch never built the analytic pieces
@@ -142,8 +142,8 @@ def test_an_acting_only_copy_skips_the_gradient_build_and_acts_the_same(monkeypa
     assert mark_acting_only(torch.nn.Sequential(acting)) == 1 and full.analytic_grad
     x = torch.randn(5, 6)
     with torch.no_grad():
-        expected = full(x)  # builds the matrix through dense_adjoint
-        monkeypatch.setattr(acting.circuit, "dense_adjoint", lambda w: pytest.fail("acting copy built the adjoint"))
+        expected = full(x)  # builds the matrix through dense_with_gradient
+        monkeypatch.setattr(acting.circuit, "dense_with_gradient", lambda w: pytest.fail("acting copy built the adjoint"))
         got = acting(x)
     assert torch.allclose(got, expected, atol=1e-5)
     # the unmarked module still serves its no-grad call from the adjoint build (an A2C step reuses it)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from circuits import gates
-from circuits.engine import CompiledCircuit, apply_block, kron_matrices, real_product_state
+from circuits.engine import CompiledCircuit, apply_block, kron_matrices
 from circuits.spec import ENCODINGS, make_config
 
 torch.set_num_threads(1)
@@ -124,13 +124,13 @@ def test_kron_matrices_matches_numpy_kron():
         np.testing.assert_allclose(kron_matrices(matrices)[b].numpy(), expected, atol=1e-12)
 
 
-def test_real_product_state_is_the_kronecker_product():
+def test_kron_vectors_is_the_kronecker_product():
     vectors = torch.tensor(RNG.normal(size=(3, 4, 2)))
     for b in range(3):
         expected = vectors[b, 0].numpy()
         for q in range(1, 4):
             expected = np.kron(expected, vectors[b, q].numpy())
-        np.testing.assert_allclose(real_product_state(vectors)[b].numpy(), expected, atol=1e-12)
+        np.testing.assert_allclose(gates.kron_vectors(vectors)[b].numpy(), expected, atol=1e-12)
 
 
 def test_readout_matrix_hand_computed_two_qubits():
@@ -142,10 +142,10 @@ def test_readout_matrix_hand_computed_two_qubits():
 
 @pytest.mark.parametrize("n, batch", [(4, 1), (4, 3), (6, 1), (6, 2), (8, 1), (8, 40), (12, 1)])
 def test_numpy_block_kernels_match_kronecker_products(n, batch):
-    """circuits.adjoint's apply_block and block_gradient in every layout they switch between (one GEMM on
+    """circuits.statevector's apply_block and block_gradient in every layout they switch between (one GEMM on
     the first wires, the rows by matrix^T for one column, gathered or summed products for the gradient)
     against the block written out as a 2^n x 2^n Kronecker product."""
-    from circuits import adjoint
+    from circuits import statevector as adjoint
 
     psi = RNG.normal(size=(2**n, batch)) + 1j * RNG.normal(size=(2**n, batch))
     lam = RNG.normal(size=(2**n, batch)) + 1j * RNG.normal(size=(2**n, batch))
@@ -164,7 +164,7 @@ def test_numpy_block_kernels_match_kronecker_products(n, batch):
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
 def test_partial_trace_selector_gives_every_wires_partial_trace(width):
-    from circuits.adjoint import partial_trace_selector
+    from circuits.statevector import partial_trace_selector
 
     d = 2**width
     h = RNG.normal(size=(d, d)) + 1j * RNG.normal(size=(d, d))
@@ -175,9 +175,9 @@ def test_partial_trace_selector_gives_every_wires_partial_trace(width):
 
 
 def test_kron_rows_is_the_kronecker_product_of_every_wire_in_order():
-    """circuits.adjoint.kron_rows (pairs of wires, then a balanced tree) for every wire count it splits
+    """gates.kron_vectors(batch_last=True) (pairs of wires, then a balanced tree) for every wire count it splits
     differently, real and complex, against numpy's kron row by row."""
-    from circuits.adjoint import kron_rows
+    kron_rows = lambda vectors: gates.kron_vectors(vectors, batch_last=True)  # noqa: E731
 
     for n in range(1, 12):
         vectors = RNG.normal(size=(n, 2, 3)) + 1j * RNG.normal(size=(n, 2, 3)) * (n % 2)
@@ -187,3 +187,25 @@ def test_kron_rows_is_the_kronecker_product_of_every_wire_in_order():
             for wire in range(1, n):
                 expected = np.kron(expected, vectors[wire, :, b])
             np.testing.assert_allclose(got[:, b], expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 9])
+def test_the_product_state_builder_gives_the_same_state_in_every_form(n):
+    """gates.product_state, the one builder: fused (torch and numpy), Kronecker (torch and numpy, batch first
+    and last) and encoded by F, against the cosine formula r_k = prod_i cos(t_i/2 - bit_i(k) pi/2)."""
+    angles = RNG.uniform(-4, 4, size=(3, n))
+    bits = gates.basis_bits(n)
+    want = np.prod(np.cos(angles[:, None, :] / 2 - bits[None] * np.pi / 2), axis=-1)
+    shifts = bits.T * (np.pi / 2)
+    np.testing.assert_allclose(gates.product_state(angles, bit_shifts=shifts), want, atol=1e-12)
+    np.testing.assert_allclose(gates.product_state(torch.from_numpy(angles), bit_shifts=torch.from_numpy(shifts)).numpy(),
+                               want, atol=1e-12)
+    np.testing.assert_allclose(gates.product_state(angles), want, atol=1e-12)
+    np.testing.assert_allclose(gates.product_state(torch.from_numpy(angles)).numpy(), want, atol=1e-12)
+    np.testing.assert_allclose(gates.product_state(angles, batch_last=True).T, want, atol=1e-12)
+    state_map = gates.encoding_state_map("angle_y", True)
+    got = gates.product_state(angles, state_map=state_map)
+    full = np.ones((1, 1))
+    for _ in range(n):
+        full = np.kron(full, state_map)
+    np.testing.assert_allclose(got, want @ full.T, atol=1e-12)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from agents.numpy_heads import NumpyVQC, NumpyVQCActing
-from circuits import VQC, adjoint, kernels
+from circuits import VQC, kernels
+from circuits.program import Program, program_of
+from circuits.twins import NumpyVQC, NumpyVQCActing
 from circuits.spec import ANSATZE, ENCODINGS, OBSERVABLES
 
 # numba is a core dependency: where it cannot be imported these tests fail (test_numba_is_here says why);
@@ -35,13 +36,14 @@ def test_numba_is_here():
 def test_rotations_and_generators_equal_the_ansatz_matrices_and_the_shift_rule(ansatz, rotation):
     module = VQC(3, 2, n_qubits=3, layers=3, ansatz=ansatz, rotation=rotation, dtype="complex128")
     circuit = module.circuit
+    program = program_of(circuit)
     weights = np.random.default_rng(0).uniform(-4, 4, size=tuple(module.weights.shape))
-    rot, gen = kernels.rotations(circuit, weights, True)
-    want_rot, want_gen = adjoint.shift_rule_rotations(circuit, weights)
+    rot, gen = kernels.rotations(program, weights, True)
+    want_rot, want_gen = kernels.shift_rule_rotations(program, weights)
     np.testing.assert_allclose(rot, want_rot, atol=1e-13)
     np.testing.assert_allclose(gen, want_gen, atol=1e-13)
-    np.testing.assert_array_equal(kernels.rotations(circuit, weights, False)[0], rot)
-    np.testing.assert_array_equal(adjoint.rotations_and_generators(circuit, weights)[1], gen)  # both paths' builder
+    np.testing.assert_array_equal(kernels.rotations(program, weights, False)[0], rot)
+    np.testing.assert_array_equal(kernels.rotations_and_generators(program, weights)[1], gen)  # every executor's builder
     # and R^dagger dR/dw by central differences of the ansatz's numpy matrices
     matrices = ANSATZE[ansatz].matrices_np
     h = 1e-6
@@ -66,7 +68,7 @@ def _twin_against_pennylane(module: VQC, x: np.ndarray, acting: bool = False, no
     np.testing.assert_allclose(out, expected.detach().double().numpy(), atol=TOLERANCE, rtol=0)
     if acting:
         return
-    assert isinstance(cache[2][0], str)  # the kernel path's cache
+    assert cache.plan.variant == "kernels"  # the statevector executor's compiled kernels
     for p in params:
         p.grad = torch.zeros_like(p)
     twin.backward(cache, coefficients)
@@ -120,13 +122,13 @@ def test_an_ansatz_without_pauli_axes_takes_its_numpy_matrices(monkeypatch):
     module = VQC(4, 2, n_qubits=4, layers=2, ansatz="ry_cz", output="linear")
     x = np.random.default_rng(4).normal(size=(2, 4))
     monkeypatch.setitem(ANSATZE, "ry_cz", dataclasses.replace(ANSATZE["ry_cz"], pauli_axes=None))
-    assert kernels.Program(module.circuit).axes is None
+    assert Program.compile(module.circuit).axes is None
     _twin_against_pennylane(module, x)
 
 
 def test_kernels_are_deterministic_and_rows_are_independent():
     module = VQC(6, 2, n_qubits=6, layers=3, output="linear")
-    circuit = module.circuit
+    circuit = program_of(module.circuit)
     weights = np.random.default_rng(5).normal(size=tuple(module.weights.shape))
     rot, gen = kernels.rotations(circuit, weights, True)
     angles = np.random.default_rng(6).normal(size=(5, 6))
@@ -151,23 +153,23 @@ def test_without_numba_the_twins_keep_the_numpy_paths(monkeypatch):
     module = VQC(5, 2, n_qubits=5, layers=2, output="linear", scaling="atan")
     x = np.random.default_rng(9).normal(size=(3, 5))
     with_kernels, cache = NumpyVQC(module).forward(x)
-    assert isinstance(cache[2][0], str)
+    assert cache.plan.variant == "kernels"
     monkeypatch.setattr(kernels, "_NUMBA", None)
     monkeypatch.setenv("MARLQ_KERNELS", "0")
     assert not kernels.available() and kernels.max_rows(5) == 0
     with pytest.raises(RuntimeError, match="MARLQ_KERNELS"):
-        kernels.forward(module.circuit, x, np.zeros((2, 5, 2, 2), complex), False)
+        kernels.forward(program_of(module.circuit), x, np.zeros((2, 5, 2, 2), complex), False)
     without, cache = NumpyVQC(module).forward(x)
-    assert not isinstance(cache[2][0], str)
+    assert cache.plan.variant == "blocks"
     np.testing.assert_allclose(without, with_kernels, atol=1e-5)
 
 
 def test_a_program_follows_replaced_buffers():
     module = VQC(4, 2, n_qubits=4, layers=1)
-    program = kernels.program_of(module.circuit)
-    assert kernels.program_of(module.circuit) is program
+    program = program_of(module.circuit)
+    assert program_of(module.circuit) is program
     module.circuit.readout = module.circuit.readout.clone()  # what output: born does
-    assert kernels.program_of(module.circuit) is not program
+    assert program_of(module.circuit) is not program
     import pickle
 
-    assert "_kernel_program" not in pickle.loads(pickle.dumps(module.circuit)).__dict__  # copies: made again
+    assert "_program" not in pickle.loads(pickle.dumps(module.circuit)).__dict__  # compiled again on first use

@@ -95,18 +95,18 @@ def test_batch_of_one_matches_reference():
                                                                (12, 3, "linear", None), (12, 70, "none", None)])
 def test_parity_at_8_and_12_qubits_on_every_path_auto_takes(n, batch, preprocess, dense_from, monkeypatch):
     # n = 8: the adjoint state-vector path (small and RL-learner batches) and the dense matrix (large
-    # batches, from vqc.DENSE_MIN_BATCH rows: lowered here so that float32 sums over thousands of rows
+    # batches, from planner.DENSE_MIN_BATCH rows: lowered here so that float32 sums over thousands of rows
     # stay inside the absolute tolerance); n = 12: the adjoint path. preprocess: linear also checks the
     # input-encoding gradient.
-    import circuits.vqc
+    import circuits.planner
 
     if dense_from is not None:
-        monkeypatch.setattr(circuits.vqc, "DENSE_MIN_BATCH", dense_from)
+        monkeypatch.setattr(circuits.planner, "DENSE_MIN_BATCH", dense_from)
     torch.manual_seed(n + batch)
     in_dim = n + 2 if preprocess == "linear" else n
     module = VQC(in_dim, 2, n_qubits=n, layers=2, ansatz="rzryrz_ring", observable="p0", scaling="atan",
                  output="relu_linear", preprocess=preprocess, device=DEVICE)
-    expected_path = "dense" if (n <= 8 and batch >= circuits.vqc.DENSE_MIN_BATCH) else "adjoint"
+    expected_path = "dense" if (n <= 8 and batch >= circuits.planner.DENSE_MIN_BATCH) else "adjoint"
     if DEVICE == "cpu":
         assert module.path(batch, True) == expected_path
     assert_parity(module, torch.randn(batch, in_dim, device=DEVICE) * 2)

@@ -1,0 +1,146 @@
+"""The planner: which executor runs a circuit call. One pure function of its inputs, ``plan``.
+
+The executors (docs/circuits.md, "Executors and the planner"), each with its own forward and backward:
+
+| executor | forward | weight gradient (``Plan.backward``) |
+|---|---|---|
+| ``dense`` | r(x) @ the cached [Re D, Im D], squared, @ readout | ``analytic`` (``engine.DenseGradient``) or ``autograd`` |
+| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``); ``kernels``: numba loops (``circuits.kernels``) | the adjoint method of the same family |
+| ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``) | autograd |
+| ``density`` | Pauli-transfer density matrix (``circuits.density``) | autograd or the hardware rule |
+| ``pennylane`` | a QNode (``circuits.reference``) | PennyLane's diff method |
+| ``einsum`` | one ``numpy.einsum`` per gate (``circuits.einsum_executor``: the worked example) | none (forward only) |
+
+A call is planned from the head's ``Facts`` (fixed when the head is built: qubits, backend, device,
+engine key, re-uploading, shots / noise / gradient rule), the call's shape (rows, whether a weight
+gradient is wanted), the entry point (``torch``: ``VQC.forward``; ``numpy``: the twins of
+``circuits.twins``) and one cost input: whether the head's dense matrix is built for reuse at these
+weights (``dense_ready``: it is cached, or this is the second call without a gradient at the same
+weights). Callers keep a plan per call shape (``Planner``); nothing here reads mutable state.
+
+The thresholds were measured with ``marlq bench quantum --peers`` on one shared 2-core machine
+(docs/circuits.md); up to 4 qubits the plan is what every shipped scenario's head always ran, so
+their runs keep every bit (the goldens).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+STATEVECTOR_MIN_QUBITS = 5  # from here (CPU, exact, engine auto) training takes the statevector executor
+DENSE_MIN_BATCH = 2048  # ... except from this many rows up to 8 qubits: one GEMM with the dense matrix
+ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
+ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
+# Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
+# the spec's ``engine`` key that selects it -> the module whose forward(program, angles, weights) runs
+ADDED = {"einsum": "circuits.einsum_executor"}
+EXECUTORS = ("dense", "statevector", "torch_autograd", "density", "pennylane", *ADDED)
+ENGINES = ("auto", "dense", "statevector", "gates", *ADDED)  # the spec's engine choices (gates: statevector's old name)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the plan depends on that is fixed for a head (``circuits.vqc.VQC.facts``)."""
+
+    n_qubits: int
+    backend: str = "torch"  # torch | pennylane
+    device: str = "cpu"
+    engine: str = "auto"  # the spec's engine key (``ENGINES``)
+    reupload: bool = False
+    dense_max_qubits: int = 10
+    analytic: bool = True  # dense_grad: analytic, and no shots, noise or gradient rule
+    hardware: bool = False  # shots, noise or a gradient rule (circuits.gradients.Hardware)
+    noise: bool = False  # gate channels: only the density executor represents them
+
+
+@dataclass(frozen=True)
+class Plan:
+    executor: str  # one of EXECUTORS
+    backward: str  # analytic | autograd | adjoint | rule | none
+    variant: str = ""  # statevector: blocks | kernels; dense: cached
+
+
+def dense_applies(facts: Facts) -> bool:
+    """Whether the dense executor can run this circuit at all: all data before the trainable part."""
+    if facts.engine == "dense":
+        return True
+    return facts.engine == "auto" and not facts.reupload and facts.n_qubits <= facts.dense_max_qubits
+
+
+def analytic_fits(facts: Facts) -> bool:
+    """Whether the dense executor's weight gradient may be the analytic contraction (CPU, numpy builds it)."""
+    return (facts.analytic and not facts.hardware and facts.device == "cpu" and facts.backend == "torch"
+            and facts.n_qubits <= ANALYTIC_MAX_QUBITS and dense_applies(facts))
+
+
+def reuse_matters(facts: Facts, grad: bool) -> bool:
+    """Whether ``plan`` reads ``dense_ready`` for this call (callers compute it only then)."""
+    return (not grad and dense_applies(facts) and facts.engine != "dense" and facts.device == "cpu"
+            and facts.backend == "torch" and facts.n_qubits >= STATEVECTOR_MIN_QUBITS and not facts.hardware)
+
+
+def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready: bool = False,
+         kernel_rows: int = 0, pinned: frozenset[str] = frozenset()) -> Plan:
+    """The executor of one call. ``entry``: ``torch`` (the module's forward) or ``numpy`` (a twin);
+    ``kernel_rows``: the most rows the compiled kernels take at this qubit count (0: none here);
+    ``pinned``: executor variants a numpy twin pickled by an earlier version never ran (``kernels``,
+    ``blocks``), so a resumed run computes what the snapshot's would have."""
+    if facts.backend == "pennylane":
+        return Plan("pennylane", "autograd")
+    if facts.engine in ADDED:
+        return Plan(facts.engine, "none")
+    if facts.noise:
+        return Plan("density", "rule" if facts.hardware and grad else "autograd")
+    dense = dense_applies(facts)
+    if facts.hardware:  # shots or a gradient rule, exact: the torch executors under the rule
+        return Plan("dense" if dense else "torch_autograd", "rule" if grad else "none")
+    if entry == "numpy":
+        if rows <= kernel_rows and "kernels" not in pinned:
+            return Plan("statevector", "adjoint" if grad else "none", "kernels")
+        if not grad:
+            blocks = facts.n_qubits >= STATEVECTOR_MIN_QUBITS or not dense
+            return (Plan("statevector", "none", "blocks") if blocks and "blocks" not in pinned
+                    else Plan("dense", "none", "cached"))
+        torch_plan = plan(facts, ANALYTIC_MAX_BATCH, True)
+        if torch_plan.executor == "statevector" and "blocks" not in pinned:
+            return Plan("statevector", "adjoint", "blocks")
+        return Plan("dense", "analytic", "cached")
+    if dense:
+        few_qubits = (facts.engine == "dense" or facts.n_qubits < STATEVECTOR_MIN_QUBITS
+                      or facts.device != "cpu")
+        if not grad:
+            if few_qubits or facts.backend != "torch" or dense_ready:
+                return Plan("dense", "none", "cached")
+            return Plan("statevector", "none", "blocks")
+        if few_qubits:
+            if analytic_fits(facts) and rows <= ANALYTIC_MAX_BATCH:
+                return Plan("dense", "analytic", "cached")
+            return Plan("dense", "autograd")
+        if facts.n_qubits <= ANALYTIC_MAX_QUBITS and rows >= DENSE_MIN_BATCH:
+            return Plan("dense", "autograd")
+        return Plan("statevector", "adjoint", "blocks")
+    if facts.reupload or facts.device != "cpu":
+        return Plan("torch_autograd", "autograd")
+    return Plan("statevector", "adjoint" if grad else "none", "blocks")
+
+
+class Planner:
+    """``plan`` kept per call shape for one head: a head calls it on every forward, and the plan of a
+    shape never changes while its facts do not (a new ``Facts`` starts a new table)."""
+
+    __slots__ = ("facts", "entry", "kernel_rows", "pinned", "_reuse", "_table")
+
+    def __init__(self, facts: Facts, entry: str = "torch", kernel_rows: int = 0,
+                 pinned: frozenset[str] = frozenset()) -> None:
+        self.facts, self.entry, self.kernel_rows, self.pinned = facts, entry, kernel_rows, pinned
+        self._reuse = (reuse_matters(facts, False) and entry == "torch", reuse_matters(facts, True) and entry == "torch")
+        self._table: dict[tuple[int, bool, bool], Plan] = {}
+
+    def __call__(self, rows: int, grad: bool, dense_ready: Callable[[], bool] | None = None) -> Plan:
+        """The plan of a call; ``dense_ready`` is asked only where the plan depends on it."""
+        ready = self._reuse[grad] and dense_ready is not None and dense_ready()
+        key = (rows, grad, ready)
+        found = self._table.get(key)
+        if found is None:
+            found = self._table[key] = plan(self.facts, rows, grad, self.entry, ready, self.kernel_rows, self.pinned)
+        return found
