@@ -28,7 +28,7 @@ from circuits.program import Program
 
 _NUMBA: Any = None  # the kernels module once imported; False where it cannot be
 # the most rows a kernel call takes, by qubit count: about where the numpy block executor's forward or
-# backward became faster (2 layers, CPU time, on one 2-core machine: docs/circuits.md, "The planner").
+# backward became faster (2 layers, CPU time, on one 2-core machine: docs/circuits.md, "Executors and the planner").
 # From 12 qubits numpy's 4-wire block GEMMs win even at one row: the kernels apply one wire at a time
 MAX_ROWS = {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 32, 7: 16, 8: 8, 9: 4, 10: 3, 11: 1}
 

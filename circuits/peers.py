@@ -86,7 +86,7 @@ def numpy_twin(acting: VQC, training: VQC, name: str = "marl-q numpy", about: st
     kernels up to ``kernels.MAX_ROWS`` rows, past them the dense analytic gradient up to 4 qubits and the
     adjoint sweeps from 5), writing the gradients into ``training``'s .grad; both take float64 numpy
     rows, as the workers do."""
-    from agents.numpy_heads import NumpyVQC, NumpyVQCActing
+    from circuits.twins import NumpyVQC, NumpyVQCActing
 
     actor, learner = NumpyVQCActing(acting), NumpyVQC(training)
     params = [training.weights, training.post.weight, training.post.bias]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from circuits import peers
-from circuits.statevector import block_layout
+from circuits.program import block_layout
 from circuits.bench import main
 from circuits.peer_bench import bench_module, check_agreement, contestants, summarise
 from circuits.vqc import VQC
