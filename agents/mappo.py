@@ -36,17 +36,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update,
-                                 make_optimizer)
+from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
-from agents.heads import FlatParameters, build_head, worker_heads
+from agents.heads import build_head
+from agents.rollout import EpisodeBook, ParallelCopies, Step, evaluate, rollout
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
-from marl_q.protocol import worker_name
 from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
-from marl_q.seeding import derive, worker_seed
+from marl_q.seeding import derive
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -117,6 +116,13 @@ class TeamDescription:
     state_dim: int
     action_space: Any
     masked: bool  # the env hands out action masks (common_spaces)
+    central: bool = False  # the critic reads the global state (mappo, maa2c), not the agent's observation
+
+
+def centralised(cfg: ExperimentConfig) -> bool:
+    """Whether the algorithm's critic is centralised: a property of its family class
+    (``TeamActorCritic.central_critic``), not of its name."""
+    return bool(getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "central_critic", False))
 
 
 def make_env(cfg: ExperimentConfig, seed: int) -> Any:
@@ -146,11 +152,12 @@ def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
             raise ConfigError(f"algorithm {name}: the agents' action spaces differ ({listing}); pad discrete ones "
                               "with scenario.common_spaces: true")
     state_dim = int(np.asarray(env.state()).size) if callable(getattr(env, "state", None)) else 0
-    if cfg.algorithm.name in CENTRAL and state_dim == 0:
+    central = centralised(cfg)
+    if central and state_dim == 0:
         raise ConfigError(f"algorithm {name}: scenario {cfg.scenario.name!r} offers no global state() for the "
                           "centralised critic")
     masked = callable(getattr(env, "action_mask", None)) and hasattr(first, "n")
-    return TeamDescription(agents, obs[agents[0]], state_dim, first, masked)
+    return TeamDescription(agents, obs[agents[0]], state_dim, first, masked, central)
 
 
 # ----------------------------------------------------------------------------- networks
@@ -175,7 +182,7 @@ class PerAgent(nn.Module):
 def input_dims(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[int, int]:
     """The actor's and the critic's input sizes (id columns included)."""
     ids = len(desc.agents) if uses_ids(cfg) else 0
-    critic_base = desc.state_dim if cfg.algorithm.name in CENTRAL else desc.obs_dim
+    critic_base = desc.state_dim if desc.central else desc.obs_dim
     return desc.obs_dim + ids, critic_base + ids
 
 
@@ -205,50 +212,55 @@ def build_team_models(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[nn.
 
 # ----------------------------------------------------------------------------- worker
 class TeamWorker(ActorCriticWorker):
-    """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once."""
+    """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once
+    (``agents.rollout.ParallelCopies``); the rest is the actor-critic worker's."""
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
-        self.cfg = cfg
-        self.ac = cfg.algorithm.params
-        self.name = worker_name(index)
-        self.seed = worker_seed(cfg.run.seed, index)
-        self.rng = np.random.default_rng(self.seed)
-        torch.manual_seed(self.seed)
-        self.envs = [make_env(cfg, derive(cfg.run.seed, "env_copy", index, k)) for k in range(self.ac.envs_per_worker)]
-        self.desc = describe_team(cfg, self.envs[0])
-        self.actor, self.critic, self.dist = build_team_models(cfg, self.desc)
-        self.flat = FlatParameters(self.actor, self.critic)
-        self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
+        super().__init__(cfg, index)
         self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
-        self.version, self.waiting, self.seq = -1, True, 0
-        self._reuse_act_forward, self._np_heads, self._rollout_np, self._rollout_logits = False, None, None, None
-        # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
-        self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
-        self.reset_env()
 
-    # the ids appended to every agent's row, and where each row's agent sits
+    def build_env(self) -> None:
+        """``envs_per_worker`` copies, each seeded from its own stream; what the networks are sized from."""
+        seed = self.cfg.run.seed
+        self.envs = [make_env(self.cfg, derive(seed, "env_copy", self.index, k)) for k in range(self.ac.envs_per_worker)]
+        self.desc = describe_team(self.cfg, self.envs[0])
+        self.central = self.desc.central
+
+    def make_models(self) -> tuple[nn.Module, nn.Module, Any]:
+        return build_team_models(self.cfg, self.desc)
+
+    @staticmethod
+    def _one_step_reuse(ac: ActorCriticConfig) -> bool:  # multi-agent batches go through torch
+        return False
+
     def reset_env(self) -> None:
+        """The copies (pending their first reset) and the ids appended to every agent's row."""
         E, N = len(self.envs), len(self.desc.agents)
         self.ids = np.tile(np.eye(N, dtype=np.float32), (E, 1)) if uses_ids(self.cfg) else None
-        self.central = self.cfg.algorithm.name in CENTRAL
-        self.pending_reset = np.ones(E, dtype=bool)
-        self.obs = [dict() for _ in range(E)]
-        self.infos = [dict() for _ in range(E)]
-        self.ep_return = np.zeros(E)
-        self.ep_length = np.zeros(E, dtype=np.int64)
+        self.vec = ParallelCopies(self.envs, self.desc.agents, self.dist.continuous)
+        self.book = EpisodeBook(E)
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
-        """Actor inputs, critic inputs and availability for every (env, agent) row, from the current
-        observations (zeros for an agent not in play)."""
+    def adopt_rollout_state(self, state: dict) -> None:
+        self.vec = ParallelCopies.__new__(ParallelCopies)
+        self.vec.envs, self.vec.agents, self.vec.continuous = self.envs, self.desc.agents, self.dist.continuous
+        self.vec.num_envs = len(self.envs)
+        self.vec.obs, self.vec.infos, self.vec.pending_reset = state["obs"], state["infos"], state["pending_reset"]
+        self.book = EpisodeBook.resumed(state["ep_return"], state["ep_length"])
+        for key in ("obs", "infos", "pending_reset", "ep_return", "ep_length"):
+            self.__dict__.pop(key, None)
+
+    def _rows(self, vec: ParallelCopies) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+        """Actor inputs, critic inputs and availability for every (env, agent) row, from the copies'
+        current observations (zeros for an agent not in play)."""
         d, E, N = self.desc, len(self.envs), len(self.desc.agents)
         obs = np.zeros((E, N, d.obs_dim), dtype=np.float32)
         avail = np.ones((E, N, d.action_space.n), dtype=np.float32) if d.masked else None
         for e in range(E):
             for i, a in enumerate(d.agents):
-                if a in self.obs[e]:
-                    obs[e, i] = self.obs[e][a]
-                    if avail is not None and "action_mask" in (self.infos[e].get(a) or {}):
-                        avail[e, i] = self.infos[e][a]["action_mask"]
+                if a in vec.obs[e]:
+                    obs[e, i] = vec.obs[e][a]
+                    if avail is not None and "action_mask" in (vec.infos[e].get(a) or {}):
+                        avail[e, i] = vec.infos[e][a]["action_mask"]
         obs = obs.reshape(E * N, -1)
         if self.central:
             states = np.stack([np.asarray(env.state(), dtype=np.float32).reshape(-1) for env in self.envs])
@@ -260,33 +272,8 @@ class TeamWorker(ActorCriticWorker):
             critic = np.concatenate([critic, self.ids], axis=1)
         return obs, critic, None if avail is None else avail.reshape(E * N, -1)
 
-    def check_scenario(self, spec: Any) -> None:  # make_env checks the kind
-        pass
-
-    def _step_env(self, e: int, env_actions: np.ndarray) -> Optional[tuple[list[int], dict, dict, dict, bool]]:
-        """One step of env copy ``e`` with its agents' rows of ``env_actions``; None when the step only
-        restarts an episode that ended (next-step autoreset). Otherwise (the agents that acted, rewards,
-        terminations, truncations, whether the episode ended); the team return and length accumulate,
-        and an ended episode restarts on the copy's next step."""
-        env, d, N = self.envs[e], self.desc, len(self.desc.agents)
-        if self.pending_reset[e]:
-            self.obs[e], self.infos[e] = env.reset()
-            self.pending_reset[e] = False
-            return None
-        # in play: still in env.agents (the step that ends an agent returns its final observation,
-        # kept for a truncation's bootstrap, but the agent acts no more)
-        in_play = set(env.agents)
-        live = [i for i, a in enumerate(d.agents) if a in self.obs[e] and a in in_play]
-        self.obs[e], rew, term, trunc, self.infos[e] = env.step(
-            {d.agents[i]: env_actions[e * N + i] if self.dist.continuous else int(env_actions[e * N + i])
-             for i in live})
-        self.ep_return[e] += float(sum(rew.values()))
-        self.ep_length[e] += 1
-        ended = not env.agents or all(term.get(d.agents[i], False) or trunc.get(d.agents[i], False) for i in live)
-        self.pending_reset[e] = ended
-        return live, rew, term, trunc, ended
-
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+        """n_steps of every copy (agents.rollout); a restart step and an agent out of play are masked out."""
         T, E, N, d = self.ac.n_steps, len(self.envs), len(self.desc.agents), self.desc
         rows = E * N
         act_shape = self.dist.action_shape()
@@ -295,25 +282,23 @@ class TeamWorker(ActorCriticWorker):
             "rewards": np.zeros((T, rows)), "terminated": np.zeros((T, rows), dtype=bool),
             "dones": np.zeros((T, rows), dtype=bool), "valid": np.zeros((T, rows), dtype=bool)}
         obs_l, critic_l, avail_l = [], [], []
-        episodes: list[dict[str, Any]] = []
-        steps = 0
-        for t in range(T):
-            obs, critic_obs, avail = self._rows()
+
+        def act(vec: ParallelCopies) -> np.ndarray:
+            obs, critic_obs, avail = self._rows(vec)
             obs_l.append(obs)
             critic_l.append(critic_obs)
             if avail is not None:
                 avail_l.append(avail)
             with torch.no_grad():
                 out = self.actor(torch.from_numpy(obs)).numpy()
-            actions = self.dist.sample(out, self.rng, avail)
+            return self.dist.sample(out, self.rng, avail)
+
+        def store(t: int, vec: ParallelCopies, actions: np.ndarray, step: Step) -> None:
             batch["actions"][t] = actions
-            env_actions = self.dist.to_env(actions)
-            for e in range(E):
-                stepped = self._step_env(e, env_actions)
+            for e, stepped in enumerate(step.data):
                 if stepped is None:
                     continue
                 live, rew, term, trunc, ended = stepped
-                steps += 1
                 for i in live:
                     a, col = d.agents[i], e * N + i
                     batch["valid"][t, col] = True
@@ -322,10 +307,10 @@ class TeamWorker(ActorCriticWorker):
                     batch["dones"][t, col] = bool(term.get(a, False) or trunc.get(a, False))
                 if ended:
                     batch["dones"][t, e * N:(e + 1) * N] = True
-                    episodes.append({"return": float(self.ep_return[e]), "length": int(self.ep_length[e]),
-                                     "version": self.version})
-                    self.ep_return[e], self.ep_length[e] = 0.0, 0
-        obs, critic_obs, avail = self._rows()  # after the last step: the bootstrap rows
+
+        episodes, steps = rollout(self.vec, self.book, T, act, store, row=lambda e: {"version": self.version},
+                                  to_env=self.dist.to_env)
+        obs, critic_obs, avail = self._rows(self.vec)  # after the last step: the bootstrap rows
         batch["obs"] = np.stack(obs_l + [obs])
         batch["critic_obs"] = np.stack(critic_l + [critic_obs])
         if avail_l:
@@ -333,29 +318,19 @@ class TeamWorker(ActorCriticWorker):
         return batch, episodes, steps
 
     def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> list[float]:
-        """Team returns of ``episodes`` episodes with every agent taking its policy's mode; the env
-        copies are reset with seeds drawn from ``seed`` (the training bookkeeping is left as it was)."""
-        saved = (self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length)
+        """Team returns of ``episodes`` episodes with every agent taking its policy's mode
+        (agents.rollout.evaluate); the env copies are reset with seeds drawn from ``seed`` (the
+        training rollout's copies and book are left as they were)."""
         seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
-        self.reset_env()
-        for e, env in enumerate(self.envs):
-            self.obs[e], self.infos[e] = env.reset(seed=int(seeds[e]))
-        self.pending_reset[:] = False
-        returns: list[float] = []
+        vec = ParallelCopies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
+
+        def mode(copies: ParallelCopies) -> np.ndarray:
+            obs, _, avail = self._rows(copies)
+            with torch.no_grad():
+                return self.dist.mode(self.actor(torch.from_numpy(obs)).numpy(), avail)
+
         with eval_progress(episodes, progress) as bar:
-            while len(returns) < episodes:
-                obs, _, avail = self._rows()
-                with torch.no_grad():
-                    act = self.dist.to_env(self.dist.mode(self.actor(torch.from_numpy(obs)).numpy(), avail))
-                for e in range(len(self.envs)):
-                    stepped = self._step_env(e, act)
-                    if stepped is not None and stepped[-1]:
-                        if len(returns) < episodes:
-                            returns.append(float(self.ep_return[e]))
-                            bar.update()
-                        self.ep_return[e], self.ep_length[e] = 0.0, 0
-        self.obs, self.infos, self.pending_reset, self.ep_return, self.ep_length = saved
-        return returns
+            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar)
 
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
         return actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
@@ -367,11 +342,11 @@ class TeamWorker(ActorCriticWorker):
 
 
 # ----------------------------------------------------------------------------- algorithm
-CENTRAL = ("mappo", "maa2c")
-
-
 class TeamActorCritic(ActorCritic):
-    """The actor-critic algorithm with a team rollout; the server side is ActorCritic's."""
+    """The actor-critic algorithm with a team rollout; the server side is ActorCritic's. Each
+    critic estimates an agent's value from its own observation (ippo, ia2c)."""
+
+    central_critic = False
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
@@ -404,9 +379,18 @@ class TeamActorCritic(ActorCritic):
         return worker.play_greedy(episodes, seed, self.cfg.run.progress)
 
 
-for _name, _config, _help in (
-        ("ippo", MultiAgentPPOConfig, "IPPO: decentralised PPO actors, each critic V(o_i) on its own observation"),
-        ("mappo", MultiAgentPPOConfig, "MAPPO: decentralised PPO actors, a centralised critic V(s, i)"),
-        ("ia2c", MultiAgentA2CConfig, "IA2C: decentralised A2C actors with critics V(o_i)"),
-        ("maa2c", MultiAgentA2CConfig, "MAA2C: decentralised A2C actors with a centralised critic V(s, i)")):
-    ALGORITHMS.add(_name, TeamActorCritic, config=_config, help=_help)
+class CentralCriticTeamActorCritic(TeamActorCritic):
+    """The team actor-critic whose critic reads the global state and the agent's id, V(s, i) (mappo, maa2c)."""
+
+    central_critic = True
+
+
+for _name, _family, _config, _help in (
+        ("ippo", TeamActorCritic, MultiAgentPPOConfig,
+         "IPPO: decentralised PPO actors, each critic V(o_i) on its own observation"),
+        ("mappo", CentralCriticTeamActorCritic, MultiAgentPPOConfig,
+         "MAPPO: decentralised PPO actors, a centralised critic V(s, i)"),
+        ("ia2c", TeamActorCritic, MultiAgentA2CConfig, "IA2C: decentralised A2C actors with critics V(o_i)"),
+        ("maa2c", CentralCriticTeamActorCritic, MultiAgentA2CConfig,
+         "MAA2C: decentralised A2C actors with a centralised critic V(s, i)")):
+    ALGORITHMS.add(_name, _family, config=_config, help=_help)

@@ -304,10 +304,10 @@ def test_critic_input_is_state_plus_id_for_mappo_and_obs_plus_id_for_ippo(alg):
     for e, env in enumerate(worker.envs):
         for i, agent in enumerate(worker.desc.agents):
             row = last[e * N + i]
-            base = np.asarray(env.state(), np.float32) if alg == "mappo" else worker.obs[e][agent]
+            base = np.asarray(env.state(), np.float32) if alg == "mappo" else worker.vec.obs[e][agent]
             np.testing.assert_array_equal(row[:-N], base)
             np.testing.assert_array_equal(row[-N:], np.eye(N)[i])
-            np.testing.assert_array_equal(batch["obs"][-1, e * N + i, :obs_dim], worker.obs[e][agent])
+            np.testing.assert_array_equal(batch["obs"][-1, e * N + i, :obs_dim], worker.vec.obs[e][agent])
 
 
 # ----------------------------------------------------------------------------- 9. the server's options

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import gymnasium
 import numpy as np
+import pytest
 
-from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
+from agents.actor_critic import ActorCriticWorker
+from agents.mappo import TeamWorker
+from agents.rollout import EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout
+from marl_q.config import build_config
+from marl_q.rundir import load_snapshot, save_snapshot
+from tests.agents.test_mappo import REFERENCE, _raw as team_raw
 
 
 class Countdown:
@@ -89,3 +95,55 @@ def test_gym_vector_matches_the_loop_it_replaced():
     np.testing.assert_array_equal(np.array(valids), want_valid)
     np.testing.assert_array_equal(np.array(observed), want_obs)
     assert steps == int(want_valid.sum())
+
+
+def test_parallel_copies_restart_on_the_next_step_and_sum_the_team_reward():
+    worker = TeamWorker(build_config(team_raw("ippo", REFERENCE, envs_per_worker=2, n_steps=5)), 0)
+    vec = ParallelCopies(worker.envs, worker.desc.agents, False)
+    step = vec.step(np.zeros(4, dtype=np.int64))  # both copies start pending: this step only resets them
+    assert not step.valid.any() and step.data == [None, None] and not vec.pending_reset.any()
+    step = vec.step(np.zeros(4, dtype=np.int64))
+    assert step.valid.all()
+    for e, (live, rew, term, trunc, ended) in enumerate(step.data):
+        assert live == [0, 1] and step.reward[e] == sum(rew.values()) and not ended
+
+
+# ----------------------------------------------------------------------------- old snapshots
+def _continues_alike(worker, old_fields, tmp_path):
+    """A worker snapshotted with its rollout state under the old field names continues exactly as the
+    same snapshot in today's format: the same next rollouts (batch, episodes, steps) and book."""
+    digest = save_snapshot(tmp_path / "w.pkl", worker)
+    twin, loaded = load_snapshot(tmp_path / "w.pkl", digest), load_snapshot(tmp_path / "w.pkl", digest)
+    state = dict(loaded.__dict__)
+    state.update(old_fields(state.pop("vec"), state.pop("book")))
+    back = type(worker).__new__(type(worker))
+    back.__setstate__(state)  # what unpickling an old snapshot does
+    assert "vec" in back.__dict__ and "ep_return" not in back.__dict__
+    for _ in range(2):
+        (b1, e1, s1), (b2, e2, s2) = twin.rollout(), back.rollout()
+        assert sorted(b1) == sorted(b2) and e1 == e2 and s1 == s2
+        for key in b1:
+            np.testing.assert_array_equal(b1[key], b2[key], err_msg=key)
+    np.testing.assert_array_equal(twin.book.returns, back.book.returns)
+
+
+def test_an_actor_critic_worker_pickled_before_the_rollout_core_resumes_exactly(small_raw, tmp_path):
+    small_raw["scenario"]["max_episode_steps"] = 7
+    small_raw["algorithm"]["n_steps"] = 6
+    worker = ActorCriticWorker(build_config(small_raw), 0)
+    worker.rollout()
+    _continues_alike(worker, lambda vec, book: {"obs": vec.obs, "prev_done": vec.prev_done, "ep_return": book.returns,
+                                                "ep_length": book.lengths, "n_envs": vec.num_envs}, tmp_path)
+
+
+def test_a_team_worker_pickled_before_the_rollout_core_resumes_exactly(tmp_path):
+    worker = TeamWorker(build_config(team_raw("mappo", REFERENCE, n_steps=7)), 0)
+    worker.rollout()
+    _continues_alike(worker, lambda vec, book: {"obs": vec.obs, "infos": vec.infos, "pending_reset": vec.pending_reset,
+                                                "ep_return": book.returns, "ep_length": book.lengths}, tmp_path)
+
+
+@pytest.mark.parametrize("alg", ["ippo", "mappo"])
+def test_the_critic_reads_the_state_as_its_family_says(alg):
+    worker = TeamWorker(build_config(team_raw(alg, REFERENCE)), 0)
+    assert worker.central == worker.desc.central == (alg == "mappo")
