@@ -98,6 +98,10 @@ class QConfig:
     gamma: float = 0.99
     lr: float = 5e-4
     adam_eps: float = 1e-8
+    # circuit heads (vqc): Adam's learning rates of the trainable input scalings and the output scalings
+    # (null: lr); Skolik et al. train the output scaling 100x faster than the rest
+    lr_input_scale: Optional[float] = None
+    lr_output_scale: Optional[float] = None
     double: bool = True  # Double DQN targets (van Hasselt et al. 2016); false: DQN's max
     dueling: bool = False  # Q = V + A - mean A (agents/coma_learner.DuelingQ)
     loss: Literal["huber", "mse"] = "huber"
@@ -122,6 +126,9 @@ class QConfig:
             raise ValueError(f"gamma: must lie in [0, 1], got {self.gamma}")
         for key in ("lr", "adam_eps", "huber_delta"):
             if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be positive, got {getattr(self, key)}")
+        for key in ("lr_input_scale", "lr_output_scale"):
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
                 raise ValueError(f"{key}: must be positive, got {getattr(self, key)}")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip: must be positive or null, got {self.grad_clip}")
@@ -474,12 +481,21 @@ class QLearner:
         if self.target_mixer is not None:
             for p in self.target_mixer.parameters():
                 p.requires_grad_(False)
-        self.params = [p for p in self.online.parameters() if p.requires_grad]
+        # parameter groups by learning rate: a circuit head's input_scale / output_scale, and the rest
+        groups: dict[str, list[nn.Parameter]] = {"lr": [], "lr_input_scale": [], "lr_output_scale": []}
+        named = list(self.online.named_parameters())
         if self.mixer is not None:
-            self.params += [p for p in self.mixer.parameters() if p.requires_grad]
+            named += list(self.mixer.named_parameters())
+        for name, p in named:
+            if p.requires_grad:
+                leaf = name.rsplit(".", 1)[-1]
+                key = f"lr_{leaf}" if leaf in ("input_scale", "output_scale") else "lr"
+                groups[key if getattr(hp, key) is not None else "lr"].append(p)
+        self.params = [p for ps in groups.values() for p in ps]
         # the multi-tensor Adam: the same arithmetic as the per-tensor loop (bit for bit here), ~10% less
         # time per update at SB3's CartPole sizes (torch picks the loop on the CPU by default)
-        self.optimizer = torch.optim.Adam(self.params, lr=hp.lr, eps=hp.adam_eps, foreach=True)
+        self.optimizer = torch.optim.Adam([{"params": ps, "lr": getattr(hp, key)} for key, ps in groups.items() if ps],
+                                          lr=hp.lr, eps=hp.adam_eps, foreach=True)
         self.updates = 0
         self.target_updates = 0
 

@@ -276,3 +276,17 @@ def test_replay_memory_bench_reports_the_hand_counted_bytes_of_spread_qmix(capsy
     # avail and next_avail 2 x 3 x 5 bool, state and next_state 2 x 54 float32
     assert out["bytes_per_transition"] == 2 * 3 * 18 * 4 + 3 * 8 + 4 + 4 + 1 + 2 * 3 * 5 + 2 * 54 * 4 == 927
     assert out["nbytes"] == 927 * 1000
+
+
+def test_circuit_q_network_scalings_get_their_own_learning_rates():
+    from agents.q_learning import QDims, build_q_network
+
+    cfg = load_config(SCEN / "cartpole_qdqn_skolik.yaml", QUIET + ["algorithm.lr=0.002", "algorithm.lr_input_scale=0.003"])
+    learner = QLearner(cfg.algorithm.params, "dqn", build_q_network(cfg, QDims(4, 2)), QDims(4, 2))
+    names = {id(p): n for n, p in learner.online.named_parameters()}
+    groups = [(g["lr"], [names[id(p)] for p in g["params"]]) for g in learner.optimizer.param_groups]
+    assert groups == [(0.002, ["weights"]), (0.003, ["input_scale"]), (0.1, ["output_scale"])]
+    plain = load_config(SCEN / "cartpole_qdqn_skolik.yaml", QUIET + ["algorithm.lr_output_scale=null",
+                                                                      "algorithm.lr_input_scale=null"])
+    learner = QLearner(plain.algorithm.params, "dqn", build_q_network(plain, QDims(4, 2)), QDims(4, 2))
+    assert [(g["lr"], len(g["params"])) for g in learner.optimizer.param_groups] == [(1e-3, 3)]
