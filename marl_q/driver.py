@@ -1,7 +1,9 @@
 """The one loop of every backend: a transport's events in, the server's answers out, one restart policy.
 
 A backend is a *transport*: it owns the workers and the clock and turns what happens into events,
-in the order they happen, from a generator (``Transport.events``):
+in the order they happen, from generators: ``Transport.start`` (the workers start) and then
+``Transport.turn``, one turn of its clock each (a heap event, a queue item, a wait on Ray refs), for
+as long as the run is not done and ``Transport.more`` says it can go on. The events:
 
 - ``Arrived(msg, t)``: a worker's message reaches the server;
 - ``Stepped(worker, work, t)``: a worker finished a step (its messages come as ``Arrived`` events
@@ -107,7 +109,14 @@ class Transport(Protocol):
 
     safe_points: bool
 
-    def events(self, driver: "Driver") -> Iterator[Event]: ...
+    def start(self, driver: "Driver") -> Iterator[Event]:
+        """Start the workers (or continue a resumed run): the events that causes."""
+
+    def more(self, driver: "Driver") -> bool:
+        """Whether another turn can happen (asked while the run is not done)."""
+
+    def turn(self, driver: "Driver") -> Iterator[Event]:
+        """One turn of the transport's clock: the events it brings, in order."""
 
     def send(self, reply: Message, t: float) -> None:
         """Move one answer of the server towards its worker."""
@@ -268,9 +277,14 @@ class Driver:
         return self.kills.wait_s(now, poll_s)
 
     def run(self) -> str:
-        """Take the transport's events until it ends; the run's status."""
-        for event in self.transport.events(self):
+        """The one event loop: the transport's events, turn by turn, until the run is done or the
+        transport can go no further; the run's status."""
+        transport = self.transport
+        for event in transport.start(self):
             self.handle(event)
+        while not self.done() and transport.more(self):
+            for event in transport.turn(self):
+                self.handle(event)
         return self.status
 
     def handle(self, event: Event) -> None:

@@ -112,10 +112,10 @@ run_local.preflight = check_overload  # type: ignore[attr-defined]  # before the
 class LocalTransport:
     """The worker processes and their queues, as a transport of the one driver (marl_q/driver.py).
 
-    Each turn of its loop takes one item from a worker (its hello, its step's work, or the error it
-    raised) and yields it as events (the driver routes what the server answers back through ``send``),
-    then a Tick (the driver runs the kills that are due), then checks that every worker process is
-    alive and not silent too long. The driver's restart policy decides what a failure means; a restart
+    Each turn takes one item from a worker (its hello, its step's work, or the error it raised) and
+    yields it as events (the driver routes what the server answers back through ``send``), then a
+    Tick (the driver runs the kills that are due), then checks that every worker process is alive and
+    not silent too long. The driver's restart policy decides what a failure means; a restart
     replaces the worker's process and queues (``restart``).
     """
 
@@ -148,7 +148,7 @@ class LocalTransport:
         # together, so none trains alone while another process is still importing (which would also let
         # a short run end before the kill schedule's clock had started)
         self.held: list[Message] = []
-        self.turn = 0  # whose queue is served first, rotating
+        self.turns = 0  # whose queue is served first, rotating
         self.last_check = self.t0
         # a fresh process that has not said hello: when it was started (its hello is due within hello_s;
         # start-up takes longer when workers outnumber cores, so the limit grows with workers per core)
@@ -162,11 +162,14 @@ class LocalTransport:
         previous = signal.signal(signal.SIGINT, self.on_interrupt) if main else None
         try:
             try:
-                status = self.driver.run()
+                self.driver.run()
             finally:
                 self.stop_workers(grace_s=1.0 if self.interrupts else STOP_GRACE_S)
             # between turns the server's state is whole: an interrupted run keeps what it learned in a
             # checkpoint, so that `marlq resume` can continue it (nothing learned: nothing to resume)
+            if self.interrupts:
+                self.driver.interrupt()
+            status = self.driver.status
             learned = self.rt.service.updates() > 0
             return self.rt.finish(time.perf_counter() - self.t0, virtual=False, status=status,
                                   checkpoint=status != "interrupted" or learned)
@@ -181,25 +184,30 @@ class LocalTransport:
             raise KeyboardInterrupt
 
     # ------------------------------------------------------------------------- the events
-    def events(self, driver: Driver) -> Iterator[Event]:
+    def start(self, driver: Driver) -> Iterator[Event]:
         for i in range(len(self.names)):
             if self.interrupts:
                 break
             self.spawn(i)
         self.last_check = time.perf_counter()
-        while not driver.done() and not self.interrupts:
-            self.turn += 1
-            kind, name, body = _next_item(self.outboxes, driver.wait_s(time.perf_counter(), POLL_S), self.turn)
-            now = time.perf_counter()
-            if kind is not None:
-                self.last_heard[name] = now
-                yield from self.receive(kind, name, body, now)
-            yield Tick(now)
-            if now - self.last_check >= POLL_S and not driver.done():
-                self.last_check = now  # liveness, checked on the clock whether or not others keep talking
-                yield from self.check_liveness(now, driver)
-        if self.interrupts:
-            driver.interrupt()
+        return iter(())
+
+    def more(self, driver: Driver) -> bool:
+        return not self.interrupts
+
+    def turn(self, driver: Driver) -> Iterator[Event]:
+        """The next item of any worker (waiting at most until the next kill or poll), a Tick, and on the
+        clock the liveness of every worker."""
+        self.turns += 1
+        kind, name, body = _next_item(self.outboxes, driver.wait_s(time.perf_counter(), POLL_S), self.turns)
+        now = time.perf_counter()
+        if kind is not None:
+            self.last_heard[name] = now
+            yield from self.receive(kind, name, body, now)
+        yield Tick(now)
+        if now - self.last_check >= POLL_S and not driver.done():
+            self.last_check = now  # liveness, checked on the clock whether or not others keep talking
+            yield from self.check_liveness(now, driver)
 
     def receive(self, kind: str, name: str, body: Any, now: float) -> Iterator[Event]:
         """A worker's hello ("msgs"), step ("work") or exception ("error") as events."""

@@ -436,7 +436,7 @@ class RayTransport:
     """The driver process of a ray run: starts the server actor and the worker actors, then runs the one
     driver over their lifecycle.
 
-    Each turn of its loop waits for the first of: the run is done, every worker has said hello (a
+    Each turn waits for the first of: the run is done, every worker has said hello (a
     Started event: the kill schedule's zero), a worker actor's run() ended (told to stop; or died or
     raised: a Failed event, which the driver's restart policy turns into a restart or the run's end
     with "worker_failed"). Then a Tick (the driver runs the kills that are due) and the bar.
@@ -468,6 +468,7 @@ class RayTransport:
         self.next_bar = 0.0
         self.done_ref = self.server.wait_done.remote()
         self.started_ref = self.server.wait_started.remote()
+        self.finished = False  # the server actor says the run is done
         self.driver = Driver(None, self, cfg=self.cfg, names=self.names)  # the messages: the server actor's driver
 
     def run(self) -> dict:
@@ -482,22 +483,28 @@ class RayTransport:
         return summary
 
     # ------------------------------------------------------------------------- the events
-    def events(self, driver: Driver) -> Iterator[Event]:
-        ray = self.ray
+    def start(self, driver: Driver) -> Iterator[Event]:
         for i in range(len(self.names)):
             self.spawn(i)
-        while not driver.done():
-            ready = self.wait(driver.wait_s(time.perf_counter(), POLL_S))
-            if self.done_ref in ready:
-                ray.get(self.done_ref)  # raises what broke the server, if anything did
-                return
-            if self.started_ref is not None and self.started_ref in ready:
-                ready.remove(self.started_ref)
-                self.started_ref = None
-                yield Started(time.perf_counter())
-            yield from self.ended(ready, driver)
-            yield Tick(time.perf_counter())
-            self.show_progress()
+        return iter(())
+
+    def more(self, driver: Driver) -> bool:
+        return not self.finished
+
+    def turn(self, driver: Driver) -> Iterator[Event]:
+        """What is ready (waiting at most until the next kill or poll) as events, a Tick, the bar."""
+        ready = self.wait(driver.wait_s(time.perf_counter(), POLL_S))
+        if self.done_ref in ready:
+            self.ray.get(self.done_ref)  # raises what broke the server, if anything did
+            self.finished = True
+            return
+        if self.started_ref is not None and self.started_ref in ready:
+            ready.remove(self.started_ref)
+            self.started_ref = None
+            yield Started(time.perf_counter())
+        yield from self.ended(ready, driver)
+        yield Tick(time.perf_counter())
+        self.show_progress()
 
     def wait(self, wait_s: float) -> list[Any]:
         """What is ready of: the run done, every worker started, the workers' run() calls."""

@@ -10,9 +10,9 @@ With `backend.schedule` set to uniform | round_robin | zipf, the active worker o
 drawn from that schedule instead, and messages are delivered at once (LSVI's setting: episode k
 is played by agent m_k).
 
-Both are transports of the one driver (marl_q/driver.py): their event loops are generators that yield
-what happens (a message reaching the server, a finished step, a safe point between two events) and
-go on once the driver has handled it.
+Both are transports of the one driver (marl_q/driver.py): each turn (one event of the heap, or one
+step of the schedule) is a generator that yields what happens (a safe point first, then a message
+reaching the server, a finished step) and goes on once the driver has handled it.
 """
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ class _EventSim:
         work = self.workers[i].step()
         self.push(t + self.timing.compute_s(i, work), "done", (i, self.life[i], work))
 
-    def start(self) -> None:
+    def start_workers(self) -> None:
         """Every worker says hello at the start (time 0, or the checkpoint's time on a resume without
         a snapshot) and starts a step if it may; the crashes are scheduled."""
         self.started = True
@@ -171,56 +171,62 @@ class _EventSim:
         self.life[i] += 1
         self.push(now + self.faults.restart_s, "restart", i)
 
-    def events(self, driver: Driver):
-        rt, workers = self.rt, self.workers
-        if not self.started:
-            self.start()
-        while self.heap and not driver.done():
-            yield SafePoint(self.now)
-            if driver.done():  # run.stop_after_updates, at the safe point
-                return
-            self.now, _, kind, item = heapq.heappop(self.heap)
-            now = self.now
-            if kind == "to_server":
-                yield Arrived(item, now)  # the server's answers come back through send()
-                continue
-            if kind == "resend":
-                self.send_up([item], now)
-                continue
-            if kind == "crash":
-                self.crash(item, now)
-                continue
-            if kind == "restart":
-                i = item
-                workers[i] = rt.algorithm.make_worker(i)
-                self.alive[i] = True
-                rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
-                self.send_up(stamp_life(workers[i].start(), str(self.life[i])), now)
-            elif kind == "to_worker":
-                item, addressee = item
-                i = self.index[item.dst]
-                if not self.alive[i] or addressee != self.life[i]:
-                    rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
-                                           f"{item.kind} to a crashed worker")
-                    continue
-                if self.busy[i]:
-                    self.inbox[i].append(item)
-                    continue
-                workers[i].deliver(item)
-            else:  # a step finished
-                i, incarnation, work = item
-                if incarnation != self.life[i]:
-                    continue  # the worker crashed while computing: that work is lost
-                self.busy[i] = False
-                yield Stepped(workers[i].name, work, now)
-                self.send_up(work.messages, now)
-                for m in self.inbox[i]:
-                    workers[i].deliver(m)
-                self.inbox[i].clear()
-            if self.alive[i] and not self.busy[i] and workers[i].ready() and not driver.done():
-                self.start_compute(i, now)
-        if not driver.done() and not self.heap:
+    def start(self, driver: Driver):
+        if not self.started:  # (a resumed snapshot has started)
+            self.start_workers()
+        return iter(())
+
+    def more(self, driver: Driver) -> bool:
+        if not self.heap:
             raise RuntimeError("sim: every worker is waiting and no message is in flight (deadlock)")
+        return True
+
+    def turn(self, driver: Driver):
+        """A safe point, then the next event of the heap."""
+        rt, workers = self.rt, self.workers
+        yield SafePoint(self.now)
+        if driver.done():  # run.stop_after_updates, at the safe point
+            return
+        self.now, _, kind, item = heapq.heappop(self.heap)
+        now = self.now
+        if kind == "to_server":
+            yield Arrived(item, now)  # the server's answers come back through send()
+            return
+        if kind == "resend":
+            self.send_up([item], now)
+            return
+        if kind == "crash":
+            self.crash(item, now)
+            return
+        if kind == "restart":
+            i = item
+            workers[i] = rt.algorithm.make_worker(i)
+            self.alive[i] = True
+            rt.record_fault("worker_restarted", workers[i].name, "fresh worker after an injected crash", now)
+            self.send_up(stamp_life(workers[i].start(), str(self.life[i])), now)
+        elif kind == "to_worker":
+            item, addressee = item
+            i = self.index[item.dst]
+            if not self.alive[i] or addressee != self.life[i]:
+                rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
+                                       f"{item.kind} to a crashed worker")
+                return
+            if self.busy[i]:
+                self.inbox[i].append(item)
+                return
+            workers[i].deliver(item)
+        else:  # a step finished
+            i, incarnation, work = item
+            if incarnation != self.life[i]:
+                return  # the worker crashed while computing: that work is lost
+            self.busy[i] = False
+            yield Stepped(workers[i].name, work, now)
+            self.send_up(work.messages, now)
+            for m in self.inbox[i]:
+                workers[i].deliver(m)
+            self.inbox[i].clear()
+        if self.alive[i] and not self.busy[i] and workers[i].ready() and not driver.done():
+            self.start_compute(i, now)
 
 
 class _ScheduleSim:
@@ -275,21 +281,26 @@ class _ScheduleSim:
             else:
                 self.workers[self.index[msg.dst]].deliver(msg)
 
-    def events(self, driver: Driver):
-        if not self.started:
+    def start(self, driver: Driver):
+        if not self.started:  # (a resumed snapshot has started)
             self.started = True
             for w in self.workers:
                 yield from self.route(w.start())
-        while not driver.done():
-            yield SafePoint(self.now)
-            if driver.done():  # run.stop_after_updates, at the safe point
-                return
-            i = self.pick(self.k)
-            self.k += 1
-            worker = self.workers[i]
-            if not worker.ready():
-                raise RuntimeError(f"sim schedule: worker {worker.name} is blocked although messages are instant")
-            work = worker.step()
-            self.now += self.timing.compute_s(i, work)
-            yield from self.route(work.messages)  # first, so the step's row counts the traffic it caused
-            yield Stepped(worker.name, work, self.now)
+
+    def more(self, driver: Driver) -> bool:
+        return True
+
+    def turn(self, driver: Driver):
+        """A safe point, then one step of the worker the schedule draws."""
+        yield SafePoint(self.now)
+        if driver.done():  # run.stop_after_updates, at the safe point
+            return
+        i = self.pick(self.k)
+        self.k += 1
+        worker = self.workers[i]
+        if not worker.ready():
+            raise RuntimeError(f"sim schedule: worker {worker.name} is blocked although messages are instant")
+        work = worker.step()
+        self.now += self.timing.compute_s(i, work)
+        yield from self.route(work.messages)  # first, so the step's row counts the traffic it caused
+        yield Stepped(worker.name, work, self.now)

@@ -48,8 +48,7 @@ class StubRuntime:
 
 
 class Script:
-    """A transport that yields a list of events, remembering what the driver asked of it; it ends when
-    the driver is done, as every transport does."""
+    """A transport that yields a list of events, one a turn, remembering what the driver asked of it."""
 
     def __init__(self, events, safe_points=False, kill_detail="killed"):
         self.script = list(events)
@@ -57,11 +56,14 @@ class Script:
         self.kill_detail = kill_detail
         self.log: list[tuple] = []
 
-    def events(self, driver):
-        for event in self.script:
-            if driver.done():
-                return
-            yield event
+    def start(self, driver):
+        return iter(())
+
+    def more(self, driver):
+        return bool(self.script)
+
+    def turn(self, driver):
+        yield self.script.pop(0)
 
     def send(self, reply, t):
         self.log.append(("send", reply.dst, reply.base_version, t))
@@ -156,7 +158,7 @@ def test_a_failed_worker_is_restarted_through_the_transport_until_the_policy_end
     assert Driver(rt, script).run() == "worker_failed"
     assert script.log == [("fault", "worker_restarted", "w1", "exited 3; restart 1"), ("restart", "w1"),
                           ("fault", "worker_failed", "w1", "exited 3; no restarts left")]
-    assert ("deliver", "w0", 1, 2.0) not in rt.calls  # the transport stops when the driver is done
+    assert ("deliver", "w0", 1, 2.0) not in rt.calls  # no turn after the run is done
 
 
 def test_a_due_kill_whose_death_is_known_at_once_is_a_failure_and_one_noticed_later_is_not():
@@ -169,6 +171,17 @@ def test_a_due_kill_whose_death_is_known_at_once_is_a_failure_and_one_noticed_la
     script = Script([Started(0.0), Tick(5.0)], kill_detail=None)  # (ray: the actor's end is an event later)
     Driver(StubRuntime(kill=kill), script).run()
     assert script.log == [("kill", "w1", 1.0)]
+
+
+def test_the_loop_runs_turns_until_the_transport_can_go_no_further_and_starts_with_start():
+    class Two(Script):
+        def start(self, driver):
+            yield Arrived(push("w0", 1), 0.0)
+
+    rt = StubRuntime()
+    script = Two([Stepped("w1", object(), 1.0), Stepped("w0", object(), 2.0)])
+    assert Driver(rt, script).run() == "completed" and not script.script
+    assert [c[0] for c in rt.calls] == ["deliver", "after_delivery", "work", "work"]
 
 
 def test_an_interrupt_ends_the_run_interrupted_whatever_else_ended_it():
