@@ -97,16 +97,20 @@ def _same(action: Any) -> Any:
     return action
 
 
-def rollout(vec: VectorEnv, book: EpisodeBook, steps: int, act: Callable[[Any], Any],
+def rollout(vec: VectorEnv, book: EpisodeBook, steps: Optional[int], act: Callable[[Any], Any],
             store: Optional[Callable[[int, Any, Any, Step], None]] = None,
             row: Optional[Callable[[int], dict[str, Any]]] = None,
-            to_env: Callable[[Any], Any] = _same) -> tuple[list[dict[str, Any]], int]:
-    """``steps`` steps of every copy: observe, act, step, store, book. Returns the metrics rows of the
-    episodes that ended (copy order within a step; ``row(i)``'s fields after return and length) and
-    the count of valid copy-steps (the env steps the rollout took)."""
+            to_env: Callable[[Any], Any] = _same, until: Optional[int] = None) -> tuple[list[dict[str, Any]], int]:
+    """``steps`` steps of every copy (None: no limit): observe, act, step, store, book; or fewer, up to
+    the step in which ``until`` episodes have ended (a whole-episode rollout: ``until=1``). Returns the
+    metrics rows of the episodes that ended (copy order within a step; ``row(i)``'s fields after
+    return and length) and the count of valid copy-steps (the env steps the rollout took)."""
+    if steps is None and until is None:
+        raise ValueError("rollout: give steps, until, or both")
     episodes: list[dict[str, Any]] = []
     taken = 0
-    for t in range(steps):
+    t = 0
+    while (steps is None or t < steps) and (until is None or len(episodes) < until):
         obs = vec.observe()
         action = act(obs)
         step = vec.step(to_env(action))
@@ -118,6 +122,7 @@ def rollout(vec: VectorEnv, book: EpisodeBook, steps: int, act: Callable[[Any], 
             if row is not None:
                 out.update(row(i))
             episodes.append(out)
+        t += 1
     return episodes, taken
 
 

@@ -7,11 +7,12 @@ the agent's own observation, the same information the learned policy gets.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker
+from agents.rollout import EpisodeBook, Step, rollout
 from marl_q.errors import ConfigError
 from marl_q.registry import ALGORITHMS
 from marl_q.seeding import vehicular_episode_seed
@@ -146,6 +147,55 @@ BASELINES: dict[str, Callable[[VehicularRelayConfig, int], RelayPolicy]] = {
 # actor; the worker (one parallel environment instance) pushes one gradient per n_steps seconds.
 # ---------------------------------------------------------------------------------------------
 
+class Highway:
+    """One vehicular relay environment as a one-copy vector for ``agents.rollout``: its set of agents
+    changes from second to second (``observe`` gives the live agents' names and stacked observations,
+    ``step`` takes their moves as a dict, an agent left out following the traffic model). Every second
+    is a valid step whose team reward is the mean of the agents' rewards; an episode that ends (no
+    agent left) restarts in the same step, with the reset seed ``episode_seed(seed, index)`` (a
+    training worker's ``vehicular_episode_seed``, an evaluation's ``vehicular_eval_episode_seed``).
+    ``finished``: the time-averaged coverage and relay length of the episode that ended last."""
+
+    num_envs = 1
+
+    def __init__(self, env: Any, seed: int, episode_seed: Callable[[int, int], int] = vehicular_episode_seed) -> None:
+        self.env, self.seed, self.episode, self.episode_seed = env, seed, 0, episode_seed
+        self.names: list[str] = []
+        self.finished: Optional[dict[str, float]] = None
+        self._start_episode()
+
+    def _start_episode(self) -> None:
+        self.obs, _ = self.env.reset(seed=self.episode_seed(self.seed, self.episode))
+        self.coverage: list[float] = []
+        self.relay: list[float] = []
+
+    def observe(self) -> tuple[list[str], Optional[np.ndarray]]:
+        self.names = list(self.env.agents)
+        names = self.names
+        return names, (np.stack([self.obs[a] for a in names]).astype(np.float32) if names else None)
+
+    def moves(self, acts: np.ndarray) -> dict[str, int]:
+        """The observed agents' moves as the env takes them (``to_env`` of a policy over ``observe``'s rows)."""
+        return dict(zip(self.names, acts.tolist()))
+
+    def step(self, moves: dict[str, int]) -> Step:
+        """``data``: (the episode's index, rewards, terminations, truncations, next observations, the
+        env's metrics after the step)."""
+        names = self.names
+        next_obs, rew, term, trunc, _ = self.env.step(moves)
+        data = (self.episode, rew, term, trunc, next_obs, dict(self.env.metrics))
+        reward = float(np.mean([rew[a] for a in names])) if names else 0.0
+        self.coverage.append(self.env.metrics["coverage"])
+        self.relay.append(self.env.metrics["relay_length_m"])
+        self.obs = next_obs
+        ended = not self.env.agents
+        if ended:
+            self.finished = {"coverage": float(np.mean(self.coverage)), "relay_length_m": float(np.mean(self.relay))}
+            self.episode += 1
+            self._start_episode()
+        return Step(np.ones(1, dtype=bool), np.array([reward]), np.array([ended]), data)
+
+
 class VehicularA3CWorker(ActorCriticWorker):
     """An A3C worker whose environment is one highway with a changing set of agents.
 
@@ -162,44 +212,42 @@ class VehicularA3CWorker(ActorCriticWorker):
                               f"got {self.cfg.scenario.name!r}")
 
     def reset_env(self) -> None:
-        self.episode = 0
-        self._start_episode()
+        self.vec = Highway(self.env, self.seed)
+        self.book = EpisodeBook(1)
 
-    def _start_episode(self) -> None:
-        self.obs, _ = self.env.reset(seed=vehicular_episode_seed(self.seed, self.episode))
-        self.ep_return = 0.0
-        self.ep_length = 0
-        self.ep_coverage: list[float] = []
-        self.ep_relay: list[float] = []
+    def adopt_rollout_state(self, state: dict) -> None:
+        self.vec = Highway.__new__(Highway)
+        self.vec.env, self.vec.seed, self.vec.episode, self.vec.obs = self.env, self.seed, state["episode"], state["obs"]
+        self.vec.coverage, self.vec.relay, self.vec.names, self.vec.finished = \
+            state["ep_coverage"], state["ep_relay"], [], None
+        self.vec.episode_seed = vehicular_episode_seed
+        self.book = EpisodeBook.resumed(np.array([state["ep_return"]], dtype=np.float64),
+                                        np.array([state["ep_length"]], dtype=np.int64))
+        for key in ("obs", "episode", "ep_return", "ep_length", "ep_coverage", "ep_relay"):
+            self.__dict__.pop(key, None)
 
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
-        """n_steps seconds of the highway; one batch column per (episode, agent) that acted."""
+        """n_steps seconds of the highway (agents.rollout); one batch column per (episode, agent) that acted."""
         T = self.ac.n_steps
         records = []  # (t, key, obs, action, reward, terminated, done, next_obs)
-        episodes: list[dict[str, Any]] = []
-        for t in range(T):
-            names = list(self.env.agents)
-            obs = np.stack([self.obs[a] for a in names]).astype(np.float32) if names else None
-            acts = self._act(obs) if names else np.zeros(0, dtype=np.int64)
-            next_obs, rew, term, trunc, _ = self.env.step(dict(zip(names, acts.tolist())))
-            exit_terminal = self.env.cfg.exit_terminal
+        exit_terminal = self.env.cfg.exit_terminal
+
+        def act(seen: tuple[list[str], Optional[np.ndarray]]) -> np.ndarray:
+            names, obs = seen
+            return self._act(obs) if names else np.zeros(0, dtype=np.int64)
+
+        def store(t: int, seen: tuple[list[str], Optional[np.ndarray]], acts: np.ndarray, step: Step) -> None:
+            names, obs = seen
+            episode, rew, term, trunc, next_obs, _ = step.data
             for k, a in enumerate(names):
                 # a vehicle that drove off: terminal, or (exit_terminal false) cut off and bootstrapped
                 # from its last observation on the road
                 left = bool(term[a]) and not exit_terminal
-                records.append((t, (self.episode, a), obs[k], int(acts[k]), float(rew[a]), bool(term[a]) and not left,
+                records.append((t, (episode, a), obs[k], int(acts[k]), float(rew[a]), bool(term[a]) and not left,
                                 bool(term[a] or trunc[a]), obs[k] if left else np.asarray(next_obs[a], dtype=np.float32)))
-            self.ep_return += float(np.mean([rew[a] for a in names])) if names else 0.0
-            self.ep_length += 1
-            self.ep_coverage.append(self.env.metrics["coverage"])
-            self.ep_relay.append(self.env.metrics["relay_length_m"])
-            self.obs = next_obs
-            if not self.env.agents:
-                episodes.append({"return": self.ep_return, "length": self.ep_length, "version": self.version,
-                                 "coverage": float(np.mean(self.ep_coverage)),
-                                 "relay_length_m": float(np.mean(self.ep_relay))})
-                self.episode += 1
-                self._start_episode()
+
+        episodes, steps = rollout(self.vec, self.book, T, act, store,
+                                  row=lambda i: {"version": self.version, **self.vec.finished}, to_env=self.vec.moves)
         keys = sorted({r[1] for r in records})
         column = {key: i for i, key in enumerate(keys)}
         N, D = len(keys), self.env.obs_dim
@@ -211,7 +259,7 @@ class VehicularA3CWorker(ActorCriticWorker):
             batch["obs"][t, i], batch["obs"][t + 1, i] = o, nxt
             batch["actions"][t, i], batch["rewards"][t, i] = a, r
             batch["terminated"][t, i], batch["dones"][t, i], batch["valid"][t, i] = te, done, True
-        return batch, episodes, T
+        return batch, episodes, steps
 
     def close(self) -> None:
         self.env.close()

@@ -256,19 +256,25 @@ ACT_MODES = ("sample", "argmax")
 
 
 def evaluate_policy(env, policy, seed: int, episodes: int = 1) -> dict[str, float]:
-    """Run ``episodes`` episodes of a policy (``agents.vehicular.RelayPolicy``); the time-averaged
-    coverage, relay length and agent reward per step."""
+    """Run ``episodes`` episodes of a policy (``agents.vehicular.RelayPolicy``) in the rollout loop
+    every family shares (``agents.rollout``, the highway as ``agents.vehicular.Highway``, episode
+    ``k`` reset with ``vehicular_eval_episode_seed(seed, k)``); the time-averaged coverage, relay
+    length and agent reward per step."""
+    from agents.rollout import EpisodeBook, rollout
+    from agents.vehicular import Highway
+
     coverage, relay, relay_max, reward = [], [], [], []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=vehicular_eval_episode_seed(seed, ep))
-        while env.agents:
-            actions = policy({a: obs[a] for a in env.agents})
-            obs, rew, _, _, _ = env.step(actions)
-            coverage.append(env.metrics["coverage"])
-            relay.append(env.metrics["relay_length_m"])
-            relay_max.append(env.metrics["relay_length_max_m"])
-            if rew:
-                reward.append(float(np.mean(list(rew.values()))))
+
+    def store(t: int, seen: Any, moves: Any, step: Any) -> None:
+        _, rew, _, _, _, metrics = step.data
+        coverage.append(metrics["coverage"])
+        relay.append(metrics["relay_length_m"])
+        relay_max.append(metrics["relay_length_max_m"])
+        if rew:
+            reward.append(float(np.mean(list(rew.values()))))
+
+    vec = Highway(env, seed, episode_seed=vehicular_eval_episode_seed)
+    rollout(vec, EpisodeBook(1), None, lambda seen: policy({a: vec.obs[a] for a in seen[0]}), store, until=episodes)
     return {"coverage": float(np.mean(coverage)), "relay_length_m": float(np.mean(relay)),
             "relay_length_max_m": float(np.mean(relay_max)), "reward": float(np.mean(reward)) if reward else 0.0}
 

@@ -9,9 +9,11 @@ import pytest
 from agents.actor_critic import ActorCriticWorker
 from agents.mappo import TeamWorker
 from agents.rollout import EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout
+from agents.vehicular import VehicularA3CWorker
 from marl_q.config import build_config
 from marl_q.rundir import load_snapshot, save_snapshot
 from tests.agents.test_mappo import REFERENCE, _raw as team_raw
+from tests.agents.test_vehicular import _raw as vehicular_raw
 
 
 class Countdown:
@@ -143,7 +145,37 @@ def test_a_team_worker_pickled_before_the_rollout_core_resumes_exactly(tmp_path)
                                                 "ep_return": book.returns, "ep_length": book.lengths}, tmp_path)
 
 
+def test_a_vehicular_worker_pickled_before_the_rollout_core_resumes_exactly(tmp_path):
+    worker = VehicularA3CWorker(build_config(vehicular_raw()), 0)
+    worker.ac.n_steps = 8
+    worker.rollout()
+    _continues_alike(worker, lambda vec, book: {"obs": vec.obs, "episode": vec.episode, "ep_return": float(book.returns[0]),
+                                                "ep_length": int(book.lengths[0]), "ep_coverage": vec.coverage,
+                                                "ep_relay": vec.relay}, tmp_path)
+
+
 @pytest.mark.parametrize("alg", ["ippo", "mappo"])
 def test_the_critic_reads_the_state_as_its_family_says(alg):
     worker = TeamWorker(build_config(team_raw(alg, REFERENCE)), 0)
     assert worker.central == worker.desc.central == (alg == "mappo")
+
+
+def test_the_vehicular_evaluation_matches_the_loop_it_replaced():
+    """analysis.vehicular.evaluate_policy on the shared loop against its old per-episode loop."""
+    from agents.vehicular import BASELINES
+    from analysis.vehicular import evaluate_policy, make_relay_env
+    from marl_q.seeding import vehicular_eval_episode_seed
+
+    cfg = build_config(vehicular_raw())
+    for name, make in BASELINES.items():
+        env = make_relay_env(cfg.scenario.params, penetration=0.3)
+        got = evaluate_policy(env, make(env.cfg, 4), seed=11, episodes=2)
+        policy, coverage, reward = make(env.cfg, 4), [], []
+        for ep in range(2):
+            obs, _ = env.reset(seed=vehicular_eval_episode_seed(11, ep))
+            while env.agents:
+                obs, rew, _, _, _ = env.step(policy({a: obs[a] for a in env.agents}))
+                coverage.append(env.metrics["coverage"])
+                if rew:
+                    reward.append(float(np.mean(list(rew.values()))))
+        assert got["coverage"] == float(np.mean(coverage)) and got["reward"] == float(np.mean(reward)), name
