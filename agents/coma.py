@@ -27,6 +27,7 @@ from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, crit
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params, head_report, resumed_heads, worker_heads
+from agents.rollout import EpisodeBook, Step, rollout
 from agents.numpy_heads import numpy_acting_head
 from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
@@ -194,22 +195,47 @@ def floored_policy_np(np_actor: Any, obs: np.ndarray, avail: np.ndarray, epsilon
     return (1.0 - epsilon) * soft + epsilon * avail / avail.sum(axis=1, keepdims=True)
 
 
+class Episode:
+    """One episode of a parallel env as a one-copy vector for ``agents.rollout``, reset now with ``seed``:
+    ``observe`` gives the agents' stacked observations, availabilities and the global state; every
+    step is valid, its reward the team's (``team_reward``), and the episode ends when an agent
+    terminates, every agent is truncated or none is left (``data``: 1.0 if it terminated, else 0.0)."""
+
+    num_envs = 1
+
+    def __init__(self, env: Any, desc: EnvDescription, how: str, seed: Optional[int]) -> None:
+        self.env, self.desc, self.how = env, desc, how
+        self.obs, self.infos = env.reset(seed=seed)
+
+    def observe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        agents, dims = self.desc.agents, self.desc.dims
+        return (stack_obs(self.obs, agents, dims.obs_dim), _stack_avail(self.infos, agents, dims.n_actions),
+                np.asarray(self.env.state(), dtype=np.float32).reshape(-1))
+
+    def step(self, actions: np.ndarray) -> Step:
+        agents, live = self.desc.agents, set(self.env.agents)
+        self.obs, rewards, terminated, truncated, self.infos = self.env.step(
+            {a: int(actions[i]) for i, a in enumerate(agents) if a in live})
+        ended = any(terminated.get(a, False) for a in agents)
+        done = ended or not self.env.agents or all(truncated.get(a, False) for a in agents)
+        return Step(np.ones(1, dtype=bool), np.array([team_reward(rewards, agents, self.how)]), np.array([done]),
+                    1.0 if ended else 0.0)
+
+
 def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: float, rng: np.random.Generator,
                  how: str, greedy: bool = False, seed: Optional[int] = None,
                  np_actor: Optional[Any] = None) -> dict[str, np.ndarray]:
-    """One episode with the shared actor (through ``np_actor``, its numpy twin, when given); arrays as
-    the trajectory message carries them.
+    """One episode with the shared actor (through ``np_actor``, its numpy twin, when given), run by
+    ``agents.rollout`` until it ends; arrays as the trajectory message carries them.
 
     obs/state/actions/avail have T+1 rows: the last row is the observation after the final transition
     with an action sampled there (never executed), so the critic can bootstrap a truncated episode.
     """
     agents, dims = desc.agents, desc.dims
-    obs_d, infos = env.reset(seed=seed)
     obs_l, state_l, act_l, avail_l, rew_l, term_l, logp_l = [], [], [], [], [], [], []
-    done = False
-    while True:
-        obs = stack_obs(obs_d, agents, dims.obs_dim)
-        avail = _stack_avail(infos, agents, dims.n_actions)
+
+    def act(seen: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        obs, avail, _ = seen
         if np_actor is not None:
             pi = floored_policy_np(np_actor, obs, avail, 0.0 if greedy else epsilon)
         else:
@@ -222,20 +248,27 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
             cum = np.cumsum(pi, axis=1)
             draws = rng.random((len(agents), 1)) * cum[:, -1:]
             actions = np.minimum((draws > cum).sum(axis=1), dims.n_actions - 1)
+        return actions, pi
+
+    def keep(seen: tuple[np.ndarray, np.ndarray, np.ndarray], actions: np.ndarray) -> None:
+        obs, avail, state = seen
         obs_l.append(obs)
-        state_l.append(np.asarray(env.state(), dtype=np.float32).reshape(-1))
+        state_l.append(state)
         act_l.append(actions.astype(np.int64))
         avail_l.append(avail)
-        if done:
-            break
+
+    def store(t: int, seen: tuple[np.ndarray, np.ndarray, np.ndarray], chosen: tuple[np.ndarray, np.ndarray],
+              step: Step) -> None:
+        actions, pi = chosen
+        keep(seen, actions)
         logp_l.append(np.log(np.maximum(pi[np.arange(len(agents)), actions], 1e-10)).astype(np.float32))
-        live = set(env.agents)
-        obs_d, rewards, terminated, truncated, infos = env.step(
-            {a: int(actions[i]) for i, a in enumerate(agents) if a in live})
-        rew_l.append(team_reward(rewards, agents, how))
-        ended = any(terminated.get(a, False) for a in agents)
-        term_l.append(1.0 if ended else 0.0)
-        done = ended or not env.agents or all(truncated.get(a, False) for a in agents)
+        rew_l.append(float(step.reward[0]))
+        term_l.append(step.data)
+
+    vec = Episode(env, desc, how, seed)
+    rollout(vec, EpisodeBook(1), None, act, store, to_env=lambda chosen: chosen[0], until=1)
+    last = vec.observe()  # after the final transition: its row, with an action drawn there
+    keep(last, act(last)[0])
     return {
         "obs": np.stack(obs_l),
         "state": np.stack(state_l),

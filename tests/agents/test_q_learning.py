@@ -290,3 +290,27 @@ def test_circuit_q_network_scalings_get_their_own_learning_rates():
                                                                       "algorithm.lr_input_scale=null"])
     learner = QLearner(plain.algorithm.params, "dqn", build_q_network(plain, QDims(4, 2)), QDims(4, 2))
     assert [(g["lr"], len(g["params"])) for g in learner.optimizer.param_groups] == [(1e-3, 3)]
+
+
+@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.dueling=true"]),
+                                            ("spread_qmix.yaml", SMALL_QMIX)])
+def test_load_trained_acts_greedily_on_the_checkpoints_q_values(name, overrides, tmp_path):
+    from marl_q.rundir import load_trained
+
+    summary = run_experiment(load_config(SCEN / name, overrides), tmp_path / "r")
+    trained = load_trained(tmp_path / "r")
+    net = trained.models["q"]
+    rng = np.random.default_rng(0)
+    if name.startswith("cartpole"):
+        obs = {"agent": rng.normal(size=4).astype(np.float32)}
+        q = net(torch.from_numpy(obs["agent"][None])).detach().numpy()[0]
+    else:
+        obs = {f"agent_{i}": rng.normal(size=18).astype(np.float32) for i in range(3)}
+        x = torch.from_numpy(np.stack([np.concatenate([obs[f"agent_{i}"], np.eye(3)[i]]) for i in range(3)])
+                             .astype(np.float32))
+        q = net(x).detach().numpy()
+    acts = trained.act(obs)
+    expected = q.argmax(-1).reshape(-1)
+    assert [acts[a] for a in sorted(obs)] == expected.tolist()
+    # the server's count: the steps of the chunks it received (the last ones may still be in flight)
+    assert 0 < trained.info["env_steps"] <= summary["env_steps"]
