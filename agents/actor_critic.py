@@ -339,9 +339,10 @@ class ActorCriticWorker(Worker):
 
     def check_scenario(self, spec: Any) -> None:
         """Refuse a scenario this worker cannot drive (a ConfigError naming it)."""
-        if spec.kind != "gym_vector":
+        kind = spec.kind_for(self.cfg.scenario.params)  # gymnasium: single-agent, or multi-agent (Tuple spaces)
+        if kind != "gym_vector":
             raise ConfigError(f"algorithm {self.cfg.algorithm.name}: scenario {self.cfg.scenario.name!r} is not a "
-                              f"single-agent vector environment (kind {spec.kind!r})")
+                              f"single-agent vector environment (kind {kind!r})")
 
     def reset_env(self) -> None:
         """Start the environment (``self.vec``, agents.rollout) and the per-episode bookkeeping."""
@@ -470,7 +471,12 @@ class ActorCritic(Algorithm):
     def build_models(self) -> tuple[nn.Module, nn.Module]:
         """The actor and critic every worker starts from (sized from one environment instance)."""
         cfg = self.cfg
-        env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=cfg.run.seed)
+        spec = SCENARIOS.get(cfg.scenario.name).obj
+        kind = spec.kind_for(cfg.scenario.params)
+        if kind != spec.kind:  # gymnasium: a multi-agent env (Tuple spaces) is not the vector env this family drives
+            raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not a "
+                              f"single-agent vector environment (kind {kind!r})")
+        env = spec.make(cfg.scenario.params, seed=cfg.run.seed)
         try:
             return build_models(cfg, env.single_observation_space, env.single_action_space)
         finally:

@@ -171,10 +171,11 @@ def make_q_env(cfg: ExperimentConfig, seed: int) -> Any:
     """The scenario's env: a Gymnasium vector env for dqn, a PettingZoo ParallelEnv for iql/vdn/qmix."""
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
     kind = "gym_vector" if cfg.algorithm.name in SINGLE else "parallel"
-    if spec.kind != kind:
+    actual = spec.kind_for(cfg.scenario.params)  # gymnasium: single-agent, or multi-agent (Tuple spaces)
+    if actual != kind:
         want = "a single-agent vector environment" if kind == "gym_vector" else "a multi-agent ParallelEnv"
         raise ConfigError(f"algorithm.name: {cfg.algorithm.name} needs {want}; scenario {cfg.scenario.name!r} "
-                          f"is of kind {spec.kind!r}")
+                          f"is of kind {actual!r}")
     return spec.make(cfg.scenario.params, seed=seed)
 
 

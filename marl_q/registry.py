@@ -182,8 +182,9 @@ def make_env(cfg: Any, seed: int, kind: str) -> Any:
     """The scenario's environment, seeded; a ConfigError naming the algorithm and the scenario when
     the scenario is not of ``kind`` (``parallel`` | ``gym_vector``) or its name is unknown."""
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
-    if spec.kind != kind:
+    actual = spec.kind_for(cfg.scenario.params)  # gymnasium: single-agent, or multi-agent (Tuple spaces)
+    if actual != kind:
         hint = "; use scenario.name: pettingzoo" if kind == "parallel" else "; use scenario.name: gymnasium"
         raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not "
-                          f"{ENV_KINDS.get(kind, kind)} (kind {spec.kind!r}){hint}")
+                          f"{ENV_KINDS.get(kind, kind)} (kind {actual!r}){hint}")
     return spec.make(cfg.scenario.params, seed=seed)

@@ -19,12 +19,18 @@ optionally common spaces and agent ids.
   (every agent's flat observation, padded when ``common_spaces``, concatenated in
   ``possible_agents`` order; zeros for an agent no longer in play), or ``auto`` (``env`` when the
   inner env implements ``state()``, else ``concat``).
+
+``TupleParallelEnv(inner, common_reward=...)`` reads a Gymnasium env whose observation and action
+spaces are Tuples with one entry per agent (lbforaging, rware) as a ParallelEnv, to be wrapped in
+``FlatParallelEnv`` like any other; ``tuple_agents`` tells such an env from a single-agent one.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any, Optional
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
@@ -196,6 +202,122 @@ class FlatParallelEnv(ParallelEnv):
         if self._state_from_env:
             self._env_state()
         return self._convert(obs), rewards, terminated, truncated, self._with_masks(infos, obs)
+
+    def render(self) -> Any:
+        return self.inner.render()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# ----------------------------------------------------------------------------- Gymnasium Tuple envs
+def tuple_agents(observation_space: spaces.Space, action_space: spaces.Space) -> Optional[int]:
+    """The number of agents of a multi-agent Gymnasium env (observation and action spaces both Tuples,
+    one entry per agent), or None for a single-agent one (neither a Tuple). A SpaceError when it is
+    ambiguous: only one of the two is a Tuple, or their lengths differ."""
+    obs_tuple, act_tuple = isinstance(observation_space, spaces.Tuple), isinstance(action_space, spaces.Tuple)
+    if not obs_tuple and not act_tuple:
+        return None
+    if obs_tuple and act_tuple and len(observation_space) == len(action_space) and len(action_space) > 0:
+        return len(action_space)
+    def say(space: spaces.Space) -> str:
+        return f"a Tuple of {len(space)}" if isinstance(space, spaces.Tuple) else str(space)
+    raise SpaceError(f"the observation space is {say(observation_space)} and the action space "
+                     f"{say(action_space)}: a multi-agent Gymnasium env has Tuple observation and action spaces "
+                     "with one entry per agent each, and a single-agent one neither")
+
+
+def _per_agent(value: Any, n: int, what: str) -> list:
+    """A step's reward or done as one entry per agent: a sequence of ``n``, or one value for all."""
+    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
+        items = list(np.asarray(value).reshape(-1)) if isinstance(value, np.ndarray) else list(value)
+        if len(items) != n:
+            raise ValueError(f"the env returned {len(items)} {what}s for {n} agents")
+        return items
+    return [value] * n
+
+
+def _idle_action(space: spaces.Space) -> Any:
+    """The action played for an agent that is done while its team plays on: the lowest Discrete
+    action, or a Box's point nearest zero."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.start)
+    return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
+
+
+class TupleParallelEnv(ParallelEnv):
+    """A Gymnasium env with Tuple spaces, one entry per agent, as a PettingZoo ParallelEnv.
+
+    - Agents are ``agent_0`` .. ``agent_{N-1}``, in the Tuples' order; each sees its own entry of the
+      observation Tuple and plays its own entry of the action Tuple.
+    - **Rewards**: a sequence of N (lbforaging, rware) is each agent's own; one number is the team's
+      and each agent receives 1/N of it, so the team return (the agents' rewards summed, what marl-q
+      reports as ``return``) is the env's. ``common_reward: true`` gives every agent the mean of the
+      agents' rewards: one learning signal for the team (EPyMARL's common reward, which is their sum,
+      divided by N), and the same team return.
+    - **Episode ends**: ``terminated`` and ``truncated`` are one flag for all agents or one per agent;
+      an agent whose flag is set leaves ``agents`` (and plays its lowest action while the others go
+      on); when every agent has left, the episode is over. lbforaging 2.0.0 and rware 2.0.0 return one
+      flag, ``terminated``, also when their step limit ends the episode, and never ``truncated``.
+    - ``infos``: the env's info dict, copied for each agent.
+    """
+
+    metadata = {"name": "gymnasium_tuple"}
+
+    def __init__(self, inner: gym.Env, common_reward: bool = False) -> None:
+        n = tuple_agents(inner.observation_space, inner.action_space)
+        if n is None:
+            raise SpaceError(f"the observation space {inner.observation_space} and the action space "
+                             f"{inner.action_space} are not Tuples (one entry per agent)")
+        self.inner = inner
+        self.common_reward = bool(common_reward)
+        self.possible_agents = [f"agent_{i}" for i in range(n)]
+        self.agents: list[str] = []
+        self._obs = {a: inner.observation_space[i] for i, a in enumerate(self.possible_agents)}
+        self._act = {a: inner.action_space[i] for i, a in enumerate(self.possible_agents)}
+        self.render_mode = getattr(inner, "render_mode", None)
+        # gymnasium.make's passive checker reads a step's reward as one float; a list of rewards is
+        # this kind's convention, so its step check (a warning on every process's first step) is skipped
+        env: Any = inner
+        while isinstance(env, gym.Wrapper):
+            if isinstance(env, gym.wrappers.PassiveEnvChecker):
+                env.checked_step = True
+            env = env.env
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act[agent]
+
+    def _split(self, obs: Any) -> dict[str, Any]:
+        return {a: obs[i] for i, a in enumerate(self.possible_agents) if a in self.agents}
+
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
+        obs, info = self.inner.reset(seed=seed, options=options)
+        self.agents = list(self.possible_agents)
+        return self._split(obs), {a: dict(info) for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        joint = tuple(actions[a] if a in actions and a in self.agents else _idle_action(self._act[a])
+                      for a in self.possible_agents)
+        obs, reward, terminated, truncated, info = self.inner.step(joint)
+        n = len(self.possible_agents)
+        if isinstance(reward, (Sequence, np.ndarray)):
+            rewards = [float(r) for r in _per_agent(reward, n, "reward")]
+        else:
+            rewards = [float(reward) / n] * n
+        if self.common_reward:
+            rewards = [float(sum(rewards)) / n] * n
+        term = [bool(t) for t in _per_agent(terminated, n, "terminated flag")]
+        trunc = [bool(t) for t in _per_agent(truncated, n, "truncated flag")]
+        acting = [a for a in self.possible_agents if a in self.agents]
+        index = {a: i for i, a in enumerate(self.possible_agents)}
+        out = ({a: obs[index[a]] for a in acting}, {a: rewards[index[a]] for a in acting},
+               {a: term[index[a]] for a in acting}, {a: trunc[index[a]] for a in acting},
+               {a: dict(info) for a in acting})
+        self.agents = [a for a in acting if not (term[index[a]] or trunc[index[a]])]
+        return out
 
     def render(self) -> Any:
         return self.inner.render()

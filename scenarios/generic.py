@@ -19,7 +19,16 @@ scenario:
                           # or "module:EnvId" (gym_6G:6G-v0), as gymnasium.make takes it
   kwargs: {}
   num_envs: 8             # copies stepped together (gymnasium's SyncVectorEnv)
+  agents: auto            # auto | single | tuple: one agent, or Tuple spaces with one entry per agent
+  common_reward: false    # tuple envs: every agent receives the mean of the agents' rewards
 ```
+
+A Gymnasium env whose observation and action spaces are both Tuples of N entries (lbforaging,
+rware: ``env: lbforaging:Foraging-8x8-2p-2f-coop-v3``) is a multi-agent env: ``agents: auto``
+detects it from the spaces (``tuple`` insists on it, ``single`` refuses it), and the scenario is
+then of kind ``parallel``: ``scenarios.adapt.TupleParallelEnv`` reads it as a PettingZoo
+ParallelEnv, behind ``FlatParallelEnv`` like any PettingZoo env, for the multi-agent learners (one
+env per call; the learner's ``envs_per_worker`` sets the copies and ``num_envs`` is unused).
 
 ``module:attr`` is read as Gymnasium reads it: import the module, then call ``attr`` if it is a
 callable attribute, else make the id ``attr`` if importing the module registered it. The module is
@@ -59,7 +68,8 @@ import pettingzoo
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import aec_to_parallel
 
-from scenarios.adapt import FlatParallelEnv, SpaceError, check_action_space, flat_obs_size
+from scenarios.adapt import (FlatParallelEnv, SpaceError, TupleParallelEnv, check_action_space, flat_obs_size,
+                             tuple_agents)
 from scenarios.spec import ScenarioSpec
 
 
@@ -150,8 +160,33 @@ def load_factory(path: str, module_dir: Optional[str] = None, what: str = "Gymna
         return obj
     if registered is not None and make_id is not None and attr in registered():
         return functools.partial(make_id, attr)
+    close = difflib.get_close_matches(attr, list(registered()), n=1) if registered is not None else []
+    hint = f" (did you mean {module_name}:{close[0]}? {module_name} {_version(module_name.split('.')[0])})" if close else ""
     raise ValueError(f"scenario.env: module {module_name!r} has no attribute {attr!r} and registers no {what} id "
-                     f"{attr!r}; {env_forms(what)}")
+                     f"{attr!r}{hint}; {env_forms(what)}")
+
+
+# packages whose import registers multi-agent Gymnasium ids (Tuple spaces), by the ids' prefix; the
+# ``epymarl-envs`` extra installs the versions the docs name
+TUPLE_ID_PACKAGES = {"Foraging": "lbforaging", "rware-": "rware"}
+TUPLE_EXTRA = "pip install 'marl-q[epymarl-envs]'"
+
+
+def package_ids_hint(env_id: str) -> str:
+    """For an unknown Gymnasium id of a package that registers ids when imported (lbforaging, rware):
+    the module:EnvId to write, with the closest id the installed version registers, or how to install it."""
+    for prefix, package in TUPLE_ID_PACKAGES.items():
+        if not env_id.startswith(prefix):
+            continue
+        if importlib.util.find_spec(package) is None:
+            return f"; {prefix}* ids are registered by {package}, which is not installed ({TUPLE_EXTRA})"
+        importlib.import_module(package)
+        own = [i for i in gym.registry if i.startswith(prefix)]
+        close = difflib.get_close_matches(env_id, own, n=1)
+        example = close[0] if close else (own[0] if own else env_id)
+        return (f"; {prefix}* ids are registered by importing {package} ({package} {_version(package)}): "
+                f"write scenario.env: {package}:{example}")
+    return ""
 
 
 def _unknown_id(env: str, registered: list[str], what: str, more: str = "") -> str:
@@ -331,14 +366,20 @@ def make_parallel(cfg: PettingZooConfig, seed: int) -> FlatParallelEnv:
 
 
 # ----------------------------------------------------------------------------- Gymnasium
+AGENTS = ("auto", "single", "tuple")
+
+
 @dataclass
 class GymnasiumConfig:
-    """A Gymnasium env by id or import path, vectorised; see the module docstring."""
+    """A Gymnasium env by id or import path, vectorised; or, with Tuple spaces, a multi-agent env;
+    see the module docstring."""
 
     env: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
     module_dir: Optional[str] = None
+    agents: Literal["auto", "single", "tuple"] = "auto"  # resolved to single or tuple when validated
+    common_reward: bool = False
 
     def validate(self, source_dir: Optional[Path] = None) -> None:
         if not self.env:
@@ -346,22 +387,55 @@ class GymnasiumConfig:
         if self.num_envs < 1:
             raise ValueError(f"num_envs: must be at least 1, got {self.num_envs}")
         resolve_module_dir(self, source_dir)
-        single_env(self).close()  # import, build and check the spaces now, before any run
+        # import, build and check the spaces now, before any run; "auto" becomes what the spaces say
+        env = checked_env(self)
+        self.agents = "tuple" if isinstance(env, FlatParallelEnv) else "single"
+        env.close()
+        if self.common_reward and self.agents == "single":
+            raise ValueError(f"common_reward: true needs a multi-agent env (Tuple spaces); {self.env!r} is single-agent")
 
 
-def single_env(cfg: GymnasiumConfig) -> gym.Env:
-    """One copy of the configured env, observation flattened, spaces checked."""
+def raw_gym_env(cfg: GymnasiumConfig) -> gym.Env:
+    """The user's Gymnasium env as its factory returns it."""
     module_dir = getattr(cfg, "module_dir", None)  # absent from a snapshot's config taken before it existed
     with module_path(module_dir):
         if ":" in cfg.env:  # package.module:callable (a function or a class) or module:EnvId
             factory = load_factory(cfg.env, module_dir, "Gymnasium", lambda: gym.registry, gym.make)
         else:
             if cfg.env not in gym.registry:
-                raise ValueError(_unknown_id(cfg.env, list(gym.registry), "Gymnasium"))
+                raise ValueError(_unknown_id(cfg.env, list(gym.registry), "Gymnasium", package_ids_hint(cfg.env)))
             factory = functools.partial(gym.make, cfg.env)
         env = _call(factory, repr(cfg.env), dict(cfg.kwargs))
     if not isinstance(env, gym.Env):
         raise ValueError(f"scenario.env: {cfg.env!r} returned a {type(env).__name__}, not a gymnasium.Env")
+    return env
+
+
+def checked_env(cfg: GymnasiumConfig) -> gym.Env | FlatParallelEnv:
+    """One copy of the configured env, its spaces checked against ``cfg.agents``: a single-agent
+    gymnasium.Env (observation flattened), or a Tuple-space env behind TupleParallelEnv and
+    FlatParallelEnv (not reset yet)."""
+    env = raw_gym_env(cfg)
+    agents = getattr(cfg, "agents", "single")  # absent from a snapshot's config taken before it existed
+    try:
+        n = tuple_agents(env.observation_space, env.action_space)
+    except SpaceError as exc:
+        env.close()
+        raise ValueError(f"scenario.env {cfg.env!r}: {exc}") from None
+    if agents == "tuple" and n is None:
+        env.close()
+        raise ValueError(f"scenario.agents: tuple, but {cfg.env!r} has the observation space {env.observation_space} "
+                         f"and the action space {env.action_space}, not Tuples with one entry per agent")
+    if agents == "single" and n is not None:
+        env.close()
+        raise ValueError(f"scenario.agents: single, but {cfg.env!r} is a multi-agent env (Tuple spaces of {n} "
+                         "agents); use agents: auto or tuple")
+    if n is not None:
+        try:
+            return FlatParallelEnv(TupleParallelEnv(env, common_reward=getattr(cfg, "common_reward", False)))
+        except SpaceError as exc:
+            env.close()
+            raise ValueError(f"scenario.env {cfg.env!r}: {exc}") from None
     try:
         flat_obs_size("env", env.observation_space)
         check_action_space("env", env.action_space)
@@ -373,17 +447,45 @@ def single_env(cfg: GymnasiumConfig) -> gym.Env:
     return env
 
 
-def make_gymnasium(cfg: GymnasiumConfig, seed: int) -> gym.vector.VectorEnv:
-    """``num_envs`` copies in a SyncVectorEnv (next-step autoreset, Gymnasium's default), reset with ``seed``."""
-    # partials, not lambdas: a sim checkpoint pickles the workers' environments
-    env = gym.vector.SyncVectorEnv([functools.partial(single_env, cfg) for _ in range(cfg.num_envs)])
-    env.reset(seed=seed)
+def single_env(cfg: GymnasiumConfig) -> gym.Env:
+    """One copy of a single-agent configured env, observation flattened, spaces checked."""
+    env = checked_env(cfg)
+    if isinstance(env, FlatParallelEnv):
+        env.close()
+        raise ValueError(f"scenario.env {cfg.env!r} is a multi-agent env (Tuple spaces): it makes a ParallelEnv")
     return env
+
+
+def gymnasium_kind(cfg: GymnasiumConfig) -> str:
+    """``parallel`` for a multi-agent (Tuple-space) env, ``gym_vector`` for a single-agent one. A config
+    not validated (``agents: auto``) is resolved by building one env."""
+    agents = getattr(cfg, "agents", "single")
+    if agents == "auto":
+        env = checked_env(cfg)
+        agents = "tuple" if isinstance(env, FlatParallelEnv) else "single"
+        env.close()
+    return "parallel" if agents == "tuple" else "gym_vector"
+
+
+def make_gymnasium(cfg: GymnasiumConfig, seed: int) -> gym.vector.VectorEnv | FlatParallelEnv:
+    """A single-agent env: ``num_envs`` copies in a SyncVectorEnv (next-step autoreset, Gymnasium's
+    default), reset with ``seed``. A multi-agent (Tuple-space) env: one copy as a ParallelEnv
+    (``FlatParallelEnv(TupleParallelEnv(env))``), reset with ``seed``."""
+    if gymnasium_kind(cfg) == "parallel":
+        env = checked_env(cfg)
+        env.reset(seed=seed)
+        return env
+    # partials, not lambdas: a sim checkpoint pickles the workers' environments
+    vec = gym.vector.SyncVectorEnv([functools.partial(single_env, cfg) for _ in range(cfg.num_envs)])
+    vec.reset(seed=seed)
+    return vec
 
 
 SCENARIOS = {
     "pettingzoo": ScenarioSpec(PettingZooConfig, make_parallel, "parallel",
                                "any PettingZoo env: scenario.env an import path or a registered id"),
     "gymnasium": ScenarioSpec(GymnasiumConfig, make_gymnasium, "gym_vector",
-                              "any Gymnasium env (a2c/a3c/ppo): scenario.env an id or an import path"),
+                              "any Gymnasium env: scenario.env an id or an import path; single-agent (a2c/a3c/ppo), "
+                              "or multi-agent with Tuple spaces (lbforaging, rware: ippo/mappo/...)",
+                              kind_of=gymnasium_kind),
 }

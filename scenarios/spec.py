@@ -1,7 +1,7 @@
 """The record a scenario module exports so the runtime can register it (no marl_q import here)."""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -10,13 +10,20 @@ class ScenarioSpec(NamedTuple):
     """How to build one environment: its config dataclass, a factory ``make(cfg, seed)`` and its kind.
 
     kind: ``gym_vector`` (a Gymnasium VectorEnv), ``parallel`` (a PettingZoo ParallelEnv) or
-    ``custom`` (an object the matching algorithm knows how to drive).
+    ``custom`` (an object the matching algorithm knows how to drive). A scenario whose kind depends
+    on its config (``gymnasium``: a single-agent env, or a multi-agent one with Tuple spaces) gives
+    ``kind_of(cfg)``; ``kind`` is then the kind of its default config.
     """
 
     config: type
     make: Callable[..., Any]
     kind: str
     help: str
+    kind_of: Optional[Callable[[Any], str]] = None
+
+    def kind_for(self, cfg: Any) -> str:
+        """The kind of env ``make(cfg, ...)`` returns for this scenario config."""
+        return self.kind_of(cfg) if self.kind_of is not None else self.kind
 
 
 def check_cue_game_sizes(n_agents: Any, n_cues: Any, episode_length: Any) -> None:

@@ -62,7 +62,8 @@ BUDGET = {"linear_mdp_regret.yaml": ["run.total_episodes=300"],
           "pursuit_ippo.yaml": ["run.total_env_steps=400", "algorithm.envs_per_worker=2", "algorithm.n_steps=100"],
           "multiwalker_mappo.yaml": ["run.total_env_steps=512", "algorithm.envs_per_worker=2"]}
 # scenario files whose env needs an optional extra, and the module that tells it is installed
-NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D"}
+NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D",
+         "lbf_mappo.yaml": "lbforaging", "lbf_ia2c.yaml": "lbforaging", "rware_mappo.yaml": "rware"}
 DEFAULT_BUDGET = ["run.total_env_steps=3000"]
 COMMON = ["run.progress=false", "run.plots=false", "run.checkpoint_every=0", "run.seed=0"]
 

@@ -31,7 +31,7 @@ RERUN = ["cartpole_a2c_sync.yaml", "cartpole_a3c.yaml", "cartpole_qa2c_quantum_b
 
 def _needs_extra(name: str) -> None:
     if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
-        pytest.skip(f"{name} needs the SISL extra (pip install -e '.[sisl]'): {NEEDS[name]} is not installed")
+        pytest.skip(f"{name} needs an optional extra (its header names it): {NEEDS[name]} is not installed")
 
 
 def _run(name: str, tmp_path: Path) -> dict[str, bytes]:
