@@ -38,7 +38,7 @@ from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
 from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
-from marl_q.seeding import worker_seed
+from marl_q.seeding import seeded_init, worker_seed
 from marl_q.services import PARAMS, ParameterService
 
 if TYPE_CHECKING:
@@ -266,8 +266,7 @@ class ActorCriticWorker(Worker):
         self.name = worker_name(index)
         self.index = index
         self.seed = worker_seed(cfg.run.seed, index)
-        self.rng = np.random.default_rng(self.seed)
-        torch.manual_seed(self.seed)
+        self.rng = np.random.default_rng(self.seed)  # torch's global stream is left alone: builds are seeded_init's
         self.build_env()
         self.actor, self.critic, self.dist = self.make_models()
         # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
@@ -438,12 +437,12 @@ def build_models(cfg: ExperimentConfig, obs_space: Any, act_space: Any) -> tuple
     except ValueError as exc:
         raise ConfigError(f"algorithm {cfg.algorithm.name}: {exc}") from None
     obs_dim = int(np.prod(obs_space.shape))
-    torch.manual_seed(cfg.run.seed)  # every worker starts from the same parameters as the server
-    if dist.continuous:
-        actor = LogStd(build_head(cfg.actor, obs_dim, dist.dim), dist.dim, cfg.algorithm.init_log_std)
-    else:
-        actor = build_head(cfg.actor, obs_dim, int(act_space.n))
-    critic = build_head(cfg.critic, obs_dim, 1)
+    with seeded_init(cfg.run.seed):  # every worker starts from the same parameters as the server
+        if dist.continuous:
+            actor = LogStd(build_head(cfg.actor, obs_dim, dist.dim), dist.dim, cfg.algorithm.init_log_std)
+        else:
+            actor = build_head(cfg.actor, obs_dim, int(act_space.n))
+        critic = build_head(cfg.critic, obs_dim, 1)
     return actor, critic
 
 
@@ -508,8 +507,7 @@ class ActorCritic(Algorithm):
     def current_models(self) -> tuple[nn.Module, nn.Module]:
         """The actor and critic at the server's current parameters (built once, reloaded per call)."""
         if getattr(self, "_eval_models", None) is None:
-            with torch.random.fork_rng():  # building reseeds torch: keep the run's own stream as it is
-                self._eval_models = self.build_models()
+            self._eval_models = self.build_models()  # seeded on its own (seeded_init): the run's stream stays
         FlatParameters(*self._eval_models).load(self.service.param.numpy())
         return self._eval_models
 

@@ -39,7 +39,7 @@ from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outc
                              worker_names)
 from marl_q.registry import AGGREGATIONS, ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
-from marl_q.seeding import coma_eval_seed, worker_seed
+from marl_q.seeding import coma_eval_seed, seeded_init, worker_seed
 from marl_q.services import PARAMS
 
 if TYPE_CHECKING:
@@ -157,9 +157,10 @@ def describe_env(cfg: ExperimentConfig, env: Any) -> EnvDescription:
 
 
 def build_actor(cfg: ExperimentConfig, dims: Dims) -> nn.Module:
-    """The shared actor: (obs ++ one-hot agent id) -> action logits, from the ``actor`` head."""
-    torch.manual_seed(cfg.run.seed)
-    return build_head(cfg.actor, dims.obs_dim + dims.n_agents, dims.n_actions)
+    """The shared actor: (obs ++ one-hot agent id) -> action logits, from the ``actor`` head, its
+    parameters drawn from ``run.seed`` (the same on every worker and the server)."""
+    with seeded_init(cfg.run.seed):
+        return build_head(cfg.actor, dims.obs_dim + dims.n_agents, dims.n_actions)
 
 
 def team_reward(rewards: dict[str, float], agents: list[str], how: str) -> float:
@@ -528,9 +529,10 @@ class CentralizedCriticAlgorithm(Algorithm):
     def make_service(self) -> TrajectoryService:
         dims = self.desc.dims
         kind = self.cfg.algorithm.name
-        actor = build_actor(self.cfg, dims)
         dueling = kind == "coma" and self.cfg.algorithm.critic_dueling
-        critic = build_head(self.cfg.critic, critic_in_dim(kind, dims), critic_out_dim(kind, dims, dueling))
+        with seeded_init(self.cfg.run.seed):  # the actor's draws as build_actor's, the critic's after them
+            actor = build_head(self.cfg.actor, dims.obs_dim + dims.n_agents, dims.n_actions)
+            critic = build_head(self.cfg.critic, critic_in_dim(kind, dims), critic_out_dim(kind, dims, dueling))
         if dueling:
             critic = DuelingQ(critic)
         self.service = TrajectoryService(self.cfg, self.desc, actor, critic)

@@ -45,7 +45,7 @@ from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
-from marl_q.seeding import derive
+from marl_q.seeding import derive, seeded_init
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -196,17 +196,17 @@ def build_team_models(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[nn.
     dist = distribution_for(desc.action_space)
     actor_in, critic_in = input_dims(cfg, desc)
     n = len(desc.agents)
-    torch.manual_seed(cfg.run.seed)
 
     def actor_head(in_dim: int) -> nn.Module:
         head = build_head(cfg.actor, in_dim, head_out_dim(dist))
         return LogStd(head, dist.dim, cfg.algorithm.init_log_std) if isinstance(dist, DiagGaussian) else head
 
-    if cfg.algorithm.share_params:
-        actor, critic = actor_head(actor_in), build_head(cfg.critic, critic_in, 1)
-    else:
-        actor = PerAgent([actor_head(actor_in - n) for _ in range(n)])
-        critic = PerAgent([build_head(cfg.critic, critic_in - n, 1) for _ in range(n)])
+    with seeded_init(cfg.run.seed):
+        if cfg.algorithm.share_params:
+            actor, critic = actor_head(actor_in), build_head(cfg.critic, critic_in, 1)
+        else:
+            actor = PerAgent([actor_head(actor_in - n) for _ in range(n)])
+            critic = PerAgent([build_head(cfg.critic, critic_in - n, 1) for _ in range(n)])
     return actor, critic, dist
 
 
@@ -371,9 +371,8 @@ class TeamActorCritic(ActorCritic):
     def evaluate_returns(self, episodes: int, seed: int) -> list[float]:
         """``episodes`` greedy team episodes of the server's current actor (marl_q.evaluation), played
         by a worker of its own whose environments are seeded from ``seed``."""
-        with torch.random.fork_rng():  # building reseeds torch: keep the run's own stream as it is
-            if getattr(self, "_evaluator", None) is None:
-                self._evaluator = TeamWorker(self.cfg, 0)
+        if getattr(self, "_evaluator", None) is None:  # its models are seeded on their own (seeded_init)
+            self._evaluator = TeamWorker(self.cfg, 0)
         worker = self._evaluator
         worker.flat.load(self.service.param.numpy())
         return worker.play_greedy(episodes, seed, self.cfg.run.progress)

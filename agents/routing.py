@@ -353,8 +353,7 @@ class RoutingPPOWorker(Worker):
         self.ac: RoutingPPOConfig = cfg.algorithm.params
         self.name = worker_name(index)
         seed = worker_seed(cfg.run.seed, index)
-        self.rng = np.random.default_rng(seed)
-        torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)  # the models are seeded_init's (build_models), torch's stream untouched
         self.world = RoutingWorld(cfg.scenario.params)
         self.stream = AgentStream(self.world, services, np.random.default_rng(routing_demand_entropy(seed)), service_onehot,
                                   first_id=index, id_step=cfg.backend.workers)

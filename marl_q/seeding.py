@@ -15,7 +15,8 @@ that no other module writes one: changing them would change every recorded run (
 hashes, the evaluation numbers in summary.json, the figures quoted in the scenario files and docs),
 which a refactor must not do. They are:
 
-- workers: ``worker_seed`` (actor-critic, COMA, routing, vehicular, and mappo's workers),
+- workers: ``worker_seed`` (actor-critic, COMA, routing, vehicular, and mappo's workers; their
+  numpy generator and env, not torch's global stream, which no worker touches),
   ``lsvi_worker_entropy``, ``routing_demand_entropy``, ``vehicular_episode_seed``,
   ``coma_bootstrap_seed``;
 - backends: ``timing_seed`` (sim), ``duplicate_seed`` (local's fault injection);
@@ -24,9 +25,12 @@ which a refactor must not do. They are:
   ``SCRIPTED_SPREAD_FIRST_SEED`` / ``scripted_episode_seed``.
 
 ``run.seed`` itself (no derivation) seeds the server's generator, the initial parameters every worker
-and the server share (``torch.manual_seed``) and the environments built only for their spaces.
+and the server share (``seeded_init``) and the environments built only for their spaces.
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 
@@ -41,6 +45,20 @@ def derive(seed: int, stream: str, *path: int) -> int:
     return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
+@contextmanager
+def seeded_init(seed: int) -> Iterator[None]:
+    """Build modules inside this block and their initial parameters are a function of ``seed`` alone,
+    whatever ran before, and the caller's torch stream is as it was after the block: the block draws
+    from a fork of torch's global generator seeded with ``seed``. A fork, not a generator handed to
+    each initialiser: ``nn.Linear``'s default initialisation takes none, and the draws (their order,
+    hence every recorded run's parameters) are the ones ``torch.manual_seed(seed)`` gave."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 # ----------------------------------------------------------------------------- historical formulas
 # Each function below is one stream that recorded runs were made with. Its formula is frozen: the
 # golden test (tests/golden) hashes the metrics of every shipped scenario, and the evaluation numbers
@@ -51,7 +69,7 @@ def derive(seed: int, stream: str, *path: int) -> int:
 
 # -- workers
 def worker_seed(seed: int, index: int) -> int:
-    """The actor-critic, COMA, routing and vehicular workers' seed (their generator, torch and env);
+    """The actor-critic, COMA, routing and vehicular workers' seed (their generator and env);
     kept: every recorded run of those algorithms was seeded with it."""
     return seed * 1000 + index
 

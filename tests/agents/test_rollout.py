@@ -160,6 +160,26 @@ def test_the_critic_reads_the_state_as_its_family_says(alg):
     assert worker.central == worker.desc.central == (alg == "mappo")
 
 
+# ----------------------------------------------------------------------------- seeded model builds
+def test_a_model_build_draws_what_manual_seed_drew_and_leaves_the_callers_stream_alone(small_raw):
+    import torch
+
+    from agents.actor_critic import build_models
+    from agents.heads import build_head
+
+    cfg = build_config(small_raw)
+    env = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")])
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state().clone()
+    actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
+    assert torch.equal(torch.random.get_rng_state(), before)  # no fork_rng needed around a build
+    torch.manual_seed(cfg.run.seed)  # the reference: what the build did before seeded_init
+    ref_actor, ref_critic = build_head(cfg.actor, 4, 2), build_head(cfg.critic, 4, 1)
+    for got, want in ((actor, ref_actor), (critic, ref_critic)):
+        for a, b in zip(got.parameters(), want.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
 def test_the_vehicular_evaluation_matches_the_loop_it_replaced():
     """analysis.vehicular.evaluate_policy on the shared loop against its old per-episode loop."""
     from agents.vehicular import BASELINES
