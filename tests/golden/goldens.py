@@ -60,7 +60,9 @@ BUDGET = {"linear_mdp_regret.yaml": ["run.total_episodes=300"],
           "pendulum_ppo.yaml": ["run.total_env_steps=8192"],
           # eight pursuers on a grid, three walkers in Box2D: one rollout each
           "pursuit_ippo.yaml": ["run.total_env_steps=400", "algorithm.envs_per_worker=2", "algorithm.n_steps=100"],
-          "multiwalker_mappo.yaml": ["run.total_env_steps=512", "algorithm.envs_per_worker=2"]}
+          "multiwalker_mappo.yaml": ["run.total_env_steps=512", "algorithm.envs_per_worker=2"],
+          # 500-step warehouse episodes in 8 copies: the first ones end at 4000 steps
+          "rware_mappo.yaml": ["run.total_env_steps=4800"]}
 # scenario files whose env needs an optional extra, and the module that tells it is installed
 NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D",
          "lbf_mappo.yaml": "lbforaging", "lbf_ia2c.yaml": "lbforaging", "rware_mappo.yaml": "rware"}
