@@ -119,8 +119,12 @@ def test_peers_json_table(tmp_path, capsys):
         assert row["fastest_peer"] == "PL default.qubit+torch"
         assert row["ratio"] == pytest.approx(ours["samples_per_s"] / theirs["samples_per_s"])
         assert len(ours["round_ms"]) == 2
+        # the first call (JAX's compile, marl-q's caches) is timed apart, and the row names the planner's path
+        assert ours["first_call_ms"] > 0 and theirs["first_call_ms"] > 0
+        assert row["auto_path"] == bench_module(2, 2).path(row["batch"], row["mode"] == "fwd_bwd")
     printed = capsys.readouterr().out
     assert "uptime before" in printed and "best/peer" in printed
+    assert "PL default.qubit+torch: PennyLane default.qubit, torch interface" in printed  # what each contender computes
     # it ran pinned to one CPU with one thread, and leaves the process as it found it
     assert report["meta"]["threads"] == 1 and report["meta"]["cpu"] in affinity
     assert torch.get_num_threads() == threads and os.sched_getaffinity(0) == affinity
