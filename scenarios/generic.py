@@ -161,7 +161,9 @@ def load_factory(path: str, module_dir: Optional[str] = None, what: str = "Gymna
     if registered is not None and make_id is not None and attr in registered():
         return functools.partial(make_id, attr)
     close = difflib.get_close_matches(attr, list(registered()), n=1) if registered is not None else []
-    hint = f" (did you mean {module_name}:{close[0]}? {module_name} {_version(module_name.split('.')[0])})" if close else ""
+    version = _version(module_name.split(".")[0])
+    installed = f" {module_name.split('.')[0]} {version} is installed" if version != "?" else ""
+    hint = f" (did you mean {module_name}:{close[0]}?{installed})" if close else ""
     raise ValueError(f"scenario.env: module {module_name!r} has no attribute {attr!r} and registers no {what} id "
                      f"{attr!r}{hint}; {env_forms(what)}")
 

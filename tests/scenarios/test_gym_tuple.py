@@ -315,6 +315,13 @@ def test_lbforaging_is_detected_and_passes_the_parallel_api_test(env_id):
 
 
 @pytest.mark.skipif(not HAS_LBF, reason=EXTRA_REASON)
+def test_an_lbforaging_id_of_another_version_names_the_installed_one():
+    with pytest.raises(ConfigError, match=r"registers no Gymnasium id 'Foraging-8x8-2p-2f-coop-v2' \(did you mean "
+                                          r"lbforaging:Foraging-8x8-2p-2f-coop-v3\? lbforaging 2\.0\.0 is installed\)"):
+        build_config(_raw("lbforaging:Foraging-8x8-2p-2f-coop-v2"))
+
+
+@pytest.mark.skipif(not HAS_LBF, reason=EXTRA_REASON)
 def test_lbforaging_steps_as_the_raw_env_does_on_the_same_seed_and_actions():
     raw = gym.make("lbforaging:Foraging-8x8-2p-2f-coop-v3")
     env = make_gymnasium(GymnasiumConfig(env="lbforaging:Foraging-8x8-2p-2f-coop-v3"), seed=11)  # reset once
