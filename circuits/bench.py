@@ -12,30 +12,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import statistics
 import sys
-import time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from circuits.bench_timing import parse_ints, time_per_call, write_json
 from circuits.blocks import ANSATZE
 from circuits.spec import CircuitConfigError
 from circuits.vqc import VQC
 
 MODES = ("act", "fwd", "fwd_bwd")
-
-
-def parse_ints(text: str) -> list[int]:
-    """'1,64,1024' -> [1, 64, 1024]."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,36 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sims", default=None, help="--peers: only the simulators whose names contain one of these comma-separated words")
     p.add_argument("--cpu", type=int, default=None, help="--peers: pin the process to this CPU (default: the first one allowed)")
     return p
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued GPU work so that wall-clock timing covers it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_per_call(call: Callable[[], Any], device: torch.device, min_time: float, min_calls: int = 3,
-                  repeat_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median seconds per call over repeats of about ``repeat_s`` each (min_time/5 by default), after
-    two warm-up calls. ``clock`` is wall time by default; ``time.process_time`` (the process's CPU
-    time, all threads) leaves out the time a shared machine's other processes take the CPU."""
-    for _ in range(2):
-        call()
-    synchronize(device)
-    start = clock()
-    call()
-    synchronize(device)
-    once = max(clock() - start, 1e-7)
-    per_repeat = max(1, int((min_time / 5 if repeat_s is None else repeat_s) / once))
-    samples: list[float] = []
-    deadline = time.perf_counter() + min_time
-    while len(samples) < min_calls or time.perf_counter() < deadline:
-        start = clock()
-        for _ in range(per_repeat):
-            call()
-        synchronize(device)
-        samples.append((clock() - start) / per_repeat)
-    return statistics.median(samples)
 
 
 def make_call(function: Callable[[torch.Tensor], torch.Tensor], module: torch.nn.Module, x: torch.Tensor, mode: str) -> Callable[[], Any]:
@@ -250,16 +207,6 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}
         write_json({"meta": meta, "rows": rows}, args.json)
     return 0
-
-
-def write_json(report: dict[str, Any], target: str) -> None:
-    """The report as JSON to a file, or to stdout for '-'."""
-    text = json.dumps(report, indent=1)
-    if target == "-":
-        print(text)
-    else:
-        with open(target, "w") as handle:
-            handle.write(text + "\n")
 
 
 def noise_main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from circuits.bench import parse_ints
+from circuits.bench_timing import parse_ints
 from circuits.blocks import ANSATZE
 from circuits.spec import CircuitConfigError
 from circuits.vqc import VQC

@@ -4,7 +4,7 @@ For each qubit count the bench head (``circuits.peers``) is built once; every pe
 parameters and must agree with marl-q (outputs to 1e-5 absolute, gradients to 1e-5 relative to the
 largest entry of each parameter's gradient) before it is timed; one that does not is reported and
 left out of the ranking. Each cell (n, mode, batch) is timed in ``--rounds`` interleaved rounds
-(every simulator once per round, in turn), each a median over repeats (``bench.time_per_call``);
+(every simulator once per round, in turn), each a median over repeats (``bench_timing.time_per_call``);
 the cell's figure is the median over rounds, its spread the range over rounds. A simulator whose
 single call in a cell takes over ``--max-call-s`` is skipped there. The process runs on one CPU
 with one thread everywhere (torch, and XLA's flags, set before JAX is imported); `uptime` is
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 
 from circuits import peers as peer_mod
-from circuits.bench import time_per_call, write_json
+from circuits.bench_timing import time_per_call, write_json
 from circuits.spec import CircuitConfigError
 from circuits.vqc import ADJOINT_MIN_QUBITS, VQC
 

@@ -24,12 +24,10 @@ INTERNAL = ("circuits.engine", "circuits.statevector", "circuits.adjoint", "circ
             "circuits.program", "circuits.einsum_executor")
 REGISTRIES = ("_modules", "_parameters", "_buffers")
 # what issue 27's other parts own, counted here so that it can only shrink (an entry that goes away
-# may be deleted; nothing may be added): the runtime's two registry cycles, the bench registry's, and
+# may be deleted; nothing may be added): the runtime's two registry cycles and
 # the flat parameter buffer of agents/heads.py, which installs its views into nn.Module's registry
 KNOWN = {
-    "cycles": {"marl_q.plugins <-> marl_q.registry", "marl_q.config <-> marl_q.quantum <-> marl_q.rundir",
-               "circuits.bench <-> circuits.bench_noise <-> circuits.peer_bench",
-               "circuits.ansatze <-> circuits.blocks <-> circuits.encodings <-> circuits.observables"},
+    "cycles": {"marl_q.plugins <-> marl_q.registry", "marl_q.config <-> marl_q.quantum <-> marl_q.rundir"},
     "circuits_to_agents": set(),
     "private": {"agents.heads reads ._parameters"},
 }
