@@ -29,6 +29,10 @@ from typing import Callable
 
 STATEVECTOR_MIN_QUBITS = 5  # from here (CPU, exact, engine auto) training takes the statevector executor
 DENSE_MIN_BATCH = 2048  # ... except from this many rows up to 8 qubits: one GEMM with the dense matrix
+REUSE_MAX_QUBITS = 7  # from 8 qubits a call without a gradient takes the state vector even where the dense
+REUSE_MAX_BATCH = 63  # matrix is cached, past this many rows (8 qubits, 2 layers, numpy, one thread: the
+# cached matrix's float64 GEMM 7-10x slower than the complex64 blocks from 16 rows; up to 63 rows, where
+# the shipped scenarios act, the plan stays what they always ran: the goldens)
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
@@ -109,7 +113,8 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
         few_qubits = (facts.engine == "dense" or facts.n_qubits < STATEVECTOR_MIN_QUBITS
                       or facts.device != "cpu")
         if not grad:
-            if few_qubits or facts.backend != "torch" or dense_ready:
+            reuse = dense_ready and (facts.n_qubits <= REUSE_MAX_QUBITS or rows <= REUSE_MAX_BATCH)
+            if few_qubits or facts.backend != "torch" or reuse:
                 return Plan("dense", "none", "cached")
             return Plan("statevector", "none", "blocks")
         if few_qubits:

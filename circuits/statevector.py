@@ -239,19 +239,40 @@ def product_rows_backward(grad: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return out
 
 
-def evolve(program: Program, psi: np.ndarray, blocks: BlockMatrices, start: int = 0) -> np.ndarray:
-    """The state after every layer from ``start`` on, from psi (2^n, B)."""
+KEEP_STATES_MIN_ROWS = 64  # from this many rows (and ``KEEP_STATES_MAX_BYTES``) a training forward keeps
+KEEP_STATES_MAX_BYTES = 1 << 28  # every block's input state, and the backward un-applies blocks to lambda alone
+
+
+def keeps_states(program: Program, rows: int) -> bool:
+    """Whether a training forward of ``rows`` rows keeps each block's input state for ``backward_sweep``:
+    the backward then un-applies each block to lambda only (half the GEMMs), at the cost of memory (one
+    state per block and layer). Only for programs whose layers start with their gates (the blocks of a
+    rotations-first circuit's first layer are folded into the encoding), and from
+    ``KEEP_STATES_MIN_ROWS`` rows: the stored states differ from the un-applied ones in the last bits,
+    and the shipped scenarios' training calls (few rows) keep the bits they always had (the goldens)."""
+    return (program.entangle_first and rows >= KEEP_STATES_MIN_ROWS
+            and rows * 2**program.n_qubits * np.dtype(program.complex_dtype).itemsize * program.layers
+            * len(program.layout) <= KEEP_STATES_MAX_BYTES)
+
+
+def evolve(program: Program, psi: np.ndarray, blocks: BlockMatrices, start: int = 0,
+           kept: list[np.ndarray] | None = None) -> np.ndarray:
+    """The state after every layer from ``start`` on, from psi (2^n, B); with ``kept``, every block's
+    input state is appended to it (layer by layer, block by block)."""
     for layer in range(start, program.layers):
         if program.entangle_first:
             psi = entangle(psi, program, layer)
         for (first, width), matrix in zip(blocks.layout, blocks.blocks):
+            if kept is not None:
+                kept.append(psi)
             psi = apply_block(psi, matrix[layer], first, width)
         if not program.entangle_first:
             psi = entangle(psi, program, layer)
     return psi
 
 
-def final_state(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> tuple[np.ndarray, np.ndarray]:
+def final_state(program: Program, angles: np.ndarray, blocks: BlockMatrices,
+                kept: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The final state (2^n, B) for encoding angles (B, n), and the per-wire encoding vectors (n, 2, B).
 
     When the first layer's rotations come before its gates, they meet a product state: each wire's
@@ -259,8 +280,11 @@ def final_state(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> 
     first layer's block GEMMs (a third of an 8-qubit actor's act on 3 rows)."""
     vectors = gates.half_angle_vectors(angles, batch_last=True)  # (n, 2, B)
     if program.entangle_first or program.layers == 0:
-        r = gates.kron_vectors(vectors, batch_last=True)  # gates.product_state(angles, batch_last=True)
-        return evolve(program, encode(r, program), blocks), vectors
+        # the vectors lie batch-major in memory (the angles' transpose), and so would r and the encoded
+        # state: the first gather on that transposed state cost 11x one on a C-contiguous one (8 qubits,
+        # 1024 rows). The copy is exact (the vectors stay as they are for the backward's sums)
+        r = gates.kron_vectors(np.ascontiguousarray(vectors), batch_last=True)  # gates.product_state(angles, batch_last=True)
+        return evolve(program, encode(r, program), blocks, kept=kept), vectors
     psi = gates.kron_vectors(blocks.first_wires @ vectors.astype(program.complex_dtype), batch_last=True)
     return evolve(program, entangle(psi, program, 0), blocks, start=1), vectors
 
@@ -301,10 +325,13 @@ class StatevectorNode(torch.autograd.Function):
 
 
 def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray, blocks: BlockMatrices,
-                   weights: bool) -> tuple[np.ndarray, np.ndarray | None]:
+                   weights: bool, kept: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The adjoint method's backward pass from the final states psi (2^n, B) and d loss / d readouts (B, m):
     d loss / d psi_0 (2^n, B, torch's convention), and with ``weights`` d loss / d weights (L, n, k)
-    (``blocks`` then carries the derivatives)."""
+    (``blocks`` then carries the derivatives). With ``kept`` (the forward's block input states,
+    ``keeps_states``), the blocks are un-applied to lambda alone."""
+    if kept:
+        return _backward_kept(program, psi, grad_readouts, blocks, weights, kept)
     # state and adjoint stacked (2, 2^n, B): every un-apply is one GEMM on both.
     # lambda = d loss / d conj(psi) in torch's convention: 2 (R g) psi
     both = np.empty((2,) + psi.shape, dtype=psi.dtype)
@@ -323,3 +350,20 @@ def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray,
         if program.entangle_first:
             both = unentangle(both, program, layer)
     return both[1], blocks.weight_gradient([np.stack(g) for g in grads]) if weights else None
+
+
+def _backward_kept(program: Program, psi: np.ndarray, grad_readouts: np.ndarray, blocks: BlockMatrices,
+                   weights: bool, kept: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """``backward_sweep`` of an entangle-first program with the forward's block input states: at 8 qubits
+    and 1024 rows the un-applies on the stacked state and lambda were half the backward."""
+    lam = psi * (2.0 * (program.readout @ grad_readouts.T))
+    count = len(blocks.layout)
+    grads: list[list[np.ndarray]] = [[None] * program.layers for _ in blocks.layout]  # type: ignore[list-item]
+    for layer in reversed(range(program.layers)):
+        for b in reversed(range(count)):
+            first, width = blocks.layout[b]
+            if weights:  # G = lambda_out psi_in^dagger
+                grads[b][layer] = block_gradient(lam, kept[layer * count + b], first, width)
+            lam = apply_block(lam, blocks.adjoints[b][layer], first, width)
+        lam = unentangle(lam, program, layer)
+    return lam, blocks.weight_gradient([np.stack(g) for g in grads]) if weights else None

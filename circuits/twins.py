@@ -147,10 +147,12 @@ class NumpyVQC:
             program = program_of(circuit)
             w = weights.detach().numpy()
             blocks = statevector.BlockMatrices(program, w.astype(np.float64), True)
-            psi = statevector.final_state(program, self._angles(x).astype(w.dtype), blocks)[0]
+            angles = self._angles(x).astype(w.dtype)
+            kept: list[np.ndarray] | None = [] if statevector.keeps_states(program, angles.shape[0]) else None
+            psi = statevector.final_state(program, angles, blocks, kept)[0]
             readouts = statevector.readouts_of(psi, program).astype(np.float64)
             out, hidden = self._head(readouts)
-            return out, ForwardCache(readouts, hidden, plan, (program, psi, blocks))
+            return out, ForwardCache(readouts, hidden, plan, (program, psi, blocks, kept))
         dense, gradient = self.vqc.dense_with_gradient()  # cached until the weights change
         r = self._product_state(x)
         out, amplitudes, readouts, hidden = self._outputs(r, dense.numpy().astype(np.float64))
@@ -205,8 +207,9 @@ class NumpyVQC:
             program, states, rot, gen = cache.saved
             weight_grad = kernels.weight_grad(program, states, grad_readouts, rot, gen)
         elif variant == "blocks":
-            program, psi, blocks = cache.saved
-            weight_grad = statevector.backward_sweep(program, psi, grad_readouts.astype(psi.real.dtype), blocks, True)[1]
+            program, psi, blocks, kept = cache.saved
+            weight_grad = statevector.backward_sweep(program, psi, grad_readouts.astype(psi.real.dtype), blocks, True,
+                                                     kept)[1]
         else:
             r, amplitudes, gradient = cache.saved
             weight_grad = gradient.weight_grad(r, 2.0 * amplitudes * (grad_readouts @ self.readout.T))
