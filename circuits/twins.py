@@ -144,6 +144,7 @@ class NumpyVQC:
             return out, ForwardCache(readouts, hidden, plan, (program, states, rot, gen))
         if plan.variant == "blocks":
             statevector.single_thread_blas()
+            statevector.keep_heap()
             program = program_of(circuit)
             w = weights.detach().numpy()
             blocks = statevector.BlockMatrices(program, w.astype(np.float64), True)
