@@ -66,8 +66,8 @@ class ActorCriticConfig:
     rms_alpha: float = 0.99
     eps: float = 1e-5
     update: Literal["grad", "delta"] = "grad"
-    # one-step updates with heads that have a numpy pass (mlp, dense analytic vqc/hybrid) run forward
-    # and backward in numpy (agents.numpy_heads), where torch's per-call overhead would dominate
+    # one-step updates with heads that have a numpy pass (mlp, an exact vqc/hybrid: circuits.twins) run forward
+    # and backward in numpy, where torch's per-call overhead would dominate
     fast_path: bool = True
     lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
     reward_scale: float = 1.0  # rewards are multiplied by this in the loss (episode returns are not)

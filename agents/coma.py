@@ -83,7 +83,7 @@ class ComaConfig:
     # rewards actually collected in the advantage, so an inaccurate Q biases it less (more variance)
     coma_advantage: Literal["q", "return"] = "q"
     team_reward: Literal["sum", "mean"] = "sum"  # how the agents' rewards make the team reward
-    # actors whose head has a numpy pass (mlp, a dense-path circuit) act in numpy (agents.numpy_heads): three rows through a
+    # actors whose head has a numpy pass (mlp, an exact circuit: circuits.twins) act in numpy: three rows through a
     # small MLP cost more in torch dispatch than in arithmetic; false: act through torch
     fast_path: bool = True
     off_policy_correction: bool = False  # weight by pi_prox / pi_behav (decoupled objective, AReaL)
