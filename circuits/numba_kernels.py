@@ -5,8 +5,11 @@ function compiles once (``cache=True``: later processes load the machine code fr
 A state is a (2^n,) complex vector, wire 0 the most significant bit of its index (PennyLane's order).
 Per layer l the circuit applies, in the order the ansatz says (``entangle_first``), the signed
 permutation psi'[j] = sign[l, j] psi[inv[l, j]] (its CNOT/CZ gates) and one 2 x 2 matrix rot[l, w] per
-wire. The sums may be reassociated and multiply-adds fused (``FAST``: what lets LLVM vectorize the
-loops), but in an order fixed by the compiled code: a rerun on the same machine gives the same bits.
+wire. Multiply-adds may be fused (``FAST`` = fastmath ``contract``), but the sums are never
+reassociated: with ``reassoc`` LLVM vectorised the helpers' loops differently when it compiled them
+inlined into the caller (a process that compiles) and when it loaded them from numba's cache (every
+later process), so a machine's first run and its reruns differed in the last bits. A fused
+multiply-add stays inside the function that writes it, so compiled or loaded, a rerun gives the same bits.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import numpy as np
 from numba import njit
 
 AXIS_X, AXIS_Y, AXIS_Z = 0, 1, 2
-FAST = {"reassoc", "contract", "nsz"}
+FAST = {"contract"}
 
 
 @njit(cache=True, fastmath=FAST)

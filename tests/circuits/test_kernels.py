@@ -173,3 +173,47 @@ def test_a_program_follows_replaced_buffers():
     import pickle
 
     assert "_program" not in pickle.loads(pickle.dumps(module.circuit)).__dict__  # compiled again on first use
+
+
+PROBE = """
+import hashlib
+import numpy as np
+import torch
+from circuits import VQC
+from circuits.twins import NumpyVQC
+h = hashlib.sha256()
+for n, rows, ansatz in [(4, 1, "rzryrz_ring"), (6, 2, "strongly_entangling"), (8, 3, "rzryrz_ring"), (5, 4, "basic_entangler")]:
+    torch.manual_seed(n)
+    m = VQC(n, 2, n_qubits=n, layers=3, ansatz=ansatz, output="linear")
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)
+    twin = NumpyVQC(m)
+    out, cache = twin.forward(np.random.default_rng(n).normal(size=(rows, n)))
+    assert cache.plan.variant == "kernels", cache.plan
+    twin.backward(cache, np.random.default_rng(n + 1).normal(size=out.shape))
+    h.update(np.ascontiguousarray(out).tobytes())
+    for p in m.parameters():
+        h.update(p.grad.numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_a_fresh_compile_and_a_cached_load_give_the_same_bits(tmp_path):
+    """numba's cache: the first process compiles the kernels and writes them, later ones load them. With
+    fastmath's reassoc the two gave different last bits (the golden bytes of a quantum run depended on
+    whether it was the machine's first); the outputs and every gradient must be bit-identical."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cache = tmp_path / "numba_cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("NUMBA_DISABLE_JIT", None)
+    digests = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        digests.append(done.stdout.strip())
+        assert list(cache.rglob("*.nbi")), "the first process wrote no cache for the second to load"
+    assert digests[0] == digests[1]

@@ -7,7 +7,10 @@ file at its golden budget (``goldens.overrides``), stopped after a quarter of it
 the numerics class that wrote it. The test (``test_old_checkpoints.py``) resumes a copy with today's
 code. Stopping and resuming on sim changes nothing, so the resumed run must write what the golden
 run writes: its trace on every machine, and its bytes on the numerics class that wrote the fixture
-(the checkpoint holds that machine's floats; another class continues them with its own last bits).
+(the checkpoint holds that machine's floats; another class continues them with its own last bits),
+while the golden's bytes are still those the fixture was written under (``golden_sha256``): a
+commit that moves the last bits (and records the golden again) leaves the fixture's first part in
+the old bits, so from then on only its trace is checked.
 
 Write the fixtures with the code of the commit they should stand for (default: this checkout):
 
@@ -26,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.golden.goldens import HERE, ROOT, SCENARIO_DIR, numerics_class, overrides
+from tests.golden.goldens import HERE, ROOT, SCENARIO_DIR, numerics_class, overrides, recorded_hashes
 
 FIXTURES = HERE / "checkpoints"
 # one scenario file per family of code path (the rerun test's list, less nothing)
@@ -87,7 +90,8 @@ def write(code: Path, names: list[str]) -> None:
             for f in (part / "checkpoints").iterdir():
                 shutil.copy2(f, dest / "checkpoints" / f.name)
             meta = {"scenario": name, "commit": commit, "numerics_class": numerics_class().name,
-                    "stopped_after_updates": stop, "updates_of_the_whole_run": _updates(whole)}
+                    "stopped_after_updates": stop, "updates_of_the_whole_run": _updates(whole),
+                    "golden_sha256": recorded_hashes(name)}
             (dest / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
             size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
             print(f"{name}: stopped at update {stop} of {meta['updates_of_the_whole_run']}, {size / 1e6:.2f} MB",
