@@ -74,7 +74,12 @@ FILES = ("metrics.csv", "comm.csv", "quantum.csv", "train.csv")
 HORIZON = 0.5  # the share of each file's recorded rows the trace compares
 # Box2D's contacts amplify a last-bit difference in the walkers' actions within one rollout: under
 # MKL's AVX2 and SSE2 branches the second update's losses already differ by 1-15%
-SCENARIO_HORIZON = {"multiwalker_mappo.yaml": 0.25}
+# A replay learner's greedy argmax (epsilon-greedy acting, Double DQN's target action) flips where two
+# Q-values tie to the last bit, and from there the sampled batches differ: under MKL's AVX2 branch
+# spread_vdn's TD loss is 0.4-0.8% apart from row 34 of 38 traced rows (rows 1-33 agree to 1e-3)
+VALUE_BASED = ("cartpole_dqn.yaml", "cartpole_qdqn_skolik.yaml", "spread_iql.yaml", "spread_qmix.yaml",
+               "spread_vdn.yaml")
+SCENARIO_HORIZON = {"multiwalker_mappo.yaml": 0.25, **{name: 0.25 for name in VALUE_BASED}}
 
 
 @dataclass(frozen=True)
