@@ -66,6 +66,8 @@ BUDGET = {"linear_mdp_regret.yaml": ["run.total_episodes=300"],
 # scenario files whose env needs an optional extra, and the module that tells it is installed
 NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D",
          "lbf_mappo.yaml": "lbforaging", "lbf_ia2c.yaml": "lbforaging", "rware_mappo.yaml": "rware"}
+# the pyproject extra that installs each of those modules
+EXTRA_OF = {"pymunk": "sisl", "Box2D": "sisl", "lbforaging": "epymarl-envs", "rware": "epymarl-envs"}
 DEFAULT_BUDGET = ["run.total_env_steps=3000"]
 COMMON = ["run.progress=false", "run.plots=false", "run.checkpoint_every=0", "run.seed=0"]
 

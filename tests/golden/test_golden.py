@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden.goldens import (NEEDS, check, compare_trace, load_hashes, numerics_class, run_golden,
+from tests.golden.goldens import (EXTRA_OF, NEEDS, check, compare_trace, load_hashes, numerics_class, run_golden,
                                   scenario_files, trace_of, trace_path)
 
 # bytes of each golden run in this session, for the rerun test (keyed by scenario file)
@@ -31,7 +31,9 @@ RERUN = ["cartpole_a2c_sync.yaml", "cartpole_a3c.yaml", "cartpole_qa2c_quantum_b
 
 def _needs_extra(name: str) -> None:
     if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
-        pytest.skip(f"{name} needs an optional extra (its header names it): {NEEDS[name]} is not installed")
+        module = NEEDS[name]
+        pytest.skip(f"{name} needs the optional extra [{EXTRA_OF[module]}] ({module} is not installed): "
+                    f"pip install -e '.[{EXTRA_OF[module]}]'")
 
 
 def _run(name: str, tmp_path: Path) -> dict[str, bytes]:
