@@ -404,8 +404,15 @@ def raw_gym_env(cfg: GymnasiumConfig) -> gym.Env:
         if ":" in cfg.env:  # package.module:callable (a function or a class) or module:EnvId
             factory = load_factory(cfg.env, module_dir, "Gymnasium", lambda: gym.registry, gym.make)
         else:
+            # lbforaging's and rware's ids exist only in a process that imported the package; a bare id of
+            # theirs is refused always, not only in a fresh process, so a config is valid or not whatever
+            # was imported before it (workers and `marlq resume` run in fresh processes)
+            hint = package_ids_hint(cfg.env)
             if cfg.env not in gym.registry:
-                raise ValueError(_unknown_id(cfg.env, list(gym.registry), "Gymnasium", package_ids_hint(cfg.env)))
+                raise ValueError(_unknown_id(cfg.env, list(gym.registry), "Gymnasium", hint))
+            if hint:
+                raise ValueError(f"scenario.env: {cfg.env!r} is registered only in a process that imported its "
+                                 f"package{hint}; {env_forms('Gymnasium')}")
             factory = functools.partial(gym.make, cfg.env)
         env = _call(factory, repr(cfg.env), dict(cfg.kwargs))
     if not isinstance(env, gym.Env):
