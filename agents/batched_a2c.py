@@ -1,0 +1,477 @@
+"""Seeds as a batch dimension: many independent seeds of the one-step A2C in one process.
+
+``marlq sweep FILE --seeds N --batch-seeds`` runs seeds 0..N-1 of a one-step A2C configuration (Kölle
+et al.'s: ``scenarios/cartpole_qa2c*.yaml``) side by side. Per seed, everything the single-seed run
+has is kept: its worker generator (``marl_q.seeding.worker_seed``), its initial parameters
+(``seeded_init(run.seed)``), its environment's generator, its sim clock, and its own run directory
+written by the run's own writers (``marl_q.runtime.Runtime``: metrics.csv, train.csv, comm.csv,
+quantum.csv, checkpoints, summary.json). What is shared is the arithmetic:
+
+- the parameters of every seed are rows of one (S, P) float32 tensor, and the server's optimizer
+  (``make_server_optimizer``: FlatAdam / FlatRMSprop / FlatSGD, element-wise) steps all rows at once;
+- CartPole's dynamics run on a (4, S) state (Gymnasium's CartPoleVectorEnv formulas, op for op); each
+  seed's resets draw from that seed's own env generator, in the same order as alone;
+- ``mlp`` heads run as stacked matmuls ((S, R, in) @ (S, in, out): numpy calls the same per-slice
+  kernel as for the single seed's 2-D product), their backward likewise;
+- circuit heads (``vqc``/``hybrid`` with a numpy twin, ``circuits.twins``) run per seed through their
+  own twin, in one loop over the weight sets (the circuits engine takes a batch of rows for one weight
+  set; a stacked-weights entry point does not exist yet);
+- the virtual clock of the sim backend is computed for every seed as ``_EventSim`` computes it for one
+  worker (no jitter: no draws), and the ledger rows are the ones ``Server.receive`` writes.
+
+So a seed's metrics.csv, train.csv and comm.csv equal its single-seed run's bytes (tests/marl_q/
+test_batched_seeds.py; docs/statistics.md, "Batched seeds"). Checkpoints hold the server state but no
+sim snapshot: ``marlq resume`` continues a batched seed from its server state with a fresh worker, as
+for any run whose snapshot could not be saved (not byte-identical to an uninterrupted run).
+
+What cannot be batched is refused before anything is written (``check_batchable``: exit 2 naming the
+key): more than one worker (asynchronous multi-worker sim runs may come later), other algorithms than
+the one-step A2C, heads without a numpy pass, jitter, faults, evaluation, lr schedules, grad clipping.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.actor_critic import ActorCriticConfig, build_models, make_server_optimizer
+from agents.heads import FlatParameters, head_report, worker_heads
+from agents.losses import diagnostics
+from agents.numpy_heads import NumpyMLP, numpy_head
+from marl_q.errors import ConfigError
+from marl_q.messages import HELLO, SERVER, TRAIN, Message
+from marl_q.protocol import Work, worker_name
+from marl_q.registry import SCENARIOS
+from marl_q.seeding import worker_seed
+from marl_q.services import PARAMS
+
+BATCHED_SCENARIOS = ("cartpole",)
+
+
+# ----------------------------------------------------------------------------- what can be batched
+def check_batchable(cfg: Any) -> None:
+    """Refuse (ConfigError naming the key) a configuration whose seeds this module cannot run side by
+    side exactly as they run alone."""
+    def refuse(key: str, value: Any, why: str) -> None:
+        raise ConfigError(f"--batch-seeds: {key}={value!r} cannot be batched ({why})")
+
+    b, run, srv = cfg.backend, cfg.run, cfg.server
+    if b.name != "sim":
+        refuse("backend.name", b.name, "seeds are batched on the sim backend only")
+    if b.workers != 1:
+        refuse("backend.workers", b.workers, "one worker per seed; asynchronous multi-worker runs are not batched yet")
+    if b.schedule != "events":
+        refuse("backend.schedule", b.schedule, "the event clock only")
+    if b.compute.jitter != 0.0:
+        refuse("backend.compute.jitter", b.compute.jitter, "the batched clock draws no jitter")
+    if b.network.jitter != 0.0:
+        refuse("backend.network.jitter", b.network.jitter, "the batched clock draws no jitter")
+    f = b.faults
+    for key in ("loss", "duplicate", "spike_p"):
+        if getattr(f, key):
+            refuse(f"backend.faults.{key}", getattr(f, key), "no injected faults")
+    if f.crash:
+        refuse("backend.faults.crash", f.crash, "no injected faults")
+    if b.kill:
+        refuse("backend.kill", b.kill, "no kills")
+    if b.crash_after_steps:
+        refuse("backend.crash_after_steps", b.crash_after_steps, "no injected faults")
+    if cfg.algorithm.name != "a2c":
+        refuse("algorithm.name", cfg.algorithm.name, "only the one-step A2C (algorithm a2c, n_steps 1) is batched")
+    ac: ActorCriticConfig = cfg.algorithm.params
+    for key, want in (("n_steps", 1), ("epochs", 1), ("minibatches", 1), ("update", "grad"), ("clip", None),
+                      ("value_clip", None), ("max_grad_norm", None), ("lr_schedule", "constant"),
+                      ("fast_path", True), ("adv_norm", False)):
+        if getattr(ac, key) != want:
+            refuse(f"algorithm.{key}", getattr(ac, key), f"the batched one-step A2C needs {want!r}")
+    if srv.aggregation != "sync":
+        refuse("server.aggregation", srv.aggregation, "sync only")
+    if cfg.scenario.name not in BATCHED_SCENARIOS:
+        refuse("scenario.name", cfg.scenario.name, f"batched environments: {', '.join(BATCHED_SCENARIOS)}")
+    if cfg.scenario.params.num_envs != 1:
+        refuse("scenario.num_envs", cfg.scenario.params.num_envs, "one environment per seed")
+    if run.eval_every:
+        refuse("run.eval_every", run.eval_every, "no evaluation in a batched run")
+    if run.stop_after_updates is not None:
+        refuse("run.stop_after_updates", run.stop_after_updates, "batched runs go to their budget")
+    if run.tensorboard:
+        refuse("run.tensorboard", run.tensorboard, "no TensorBoard files in a batched run")
+    env = SCENARIOS.get(cfg.scenario.name).obj.make(cfg.scenario.params, seed=0)
+    try:
+        actor, critic = build_models(cfg, env.single_observation_space, env.single_action_space)
+    finally:
+        env.close()
+    for role, module in (("actor", actor), ("critic", critic)):
+        if numpy_head(module) is None:
+            refuse(f"{role}.head", getattr(cfg, role).name, "the head has no numpy pass (agents.numpy_heads)")
+
+
+# ----------------------------------------------------------------------------- heads
+class StackedMLP:
+    """An ``mlp`` head (Linear / ReLU / Tanh) of every seed at once: weights read from the rows of the
+    stacked parameters, the same float64 arithmetic as ``NumpyMLP`` per seed (per-slice matmuls)."""
+
+    def __init__(self, module: nn.Sequential, offset: int) -> None:
+        self.layers: list[tuple[str, Optional[tuple[int, tuple[int, int], int, int]]]] = []
+        for kind, layer in NumpyMLP(module).layers:
+            if kind != "linear":
+                self.layers.append((kind, None))
+                continue
+            out_dim, in_dim = layer.weight.shape
+            self.layers.append(("linear", (offset, (out_dim, in_dim), offset + out_dim * in_dim, out_dim)))
+            offset += out_dim * in_dim + out_dim
+        self.end = offset
+
+    def _weights(self, params: np.ndarray, spec: tuple) -> tuple[np.ndarray, np.ndarray]:
+        w_off, (o, i), b_off, n_b = spec
+        return params[:, w_off:w_off + o * i].reshape(-1, o, i), params[:, b_off:b_off + n_b]
+
+    def forward(self, params: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, Any]:
+        """x (S, R, in) float64 -> (S, R, out) and what the backward needs."""
+        saved = []
+        h = x
+        for kind, spec in self.layers:
+            saved.append(h)
+            if kind == "linear":
+                w, bias = self._weights(params, spec)
+                h = h @ w.transpose(0, 2, 1).astype(np.float64) + bias[:, None, :]
+            elif kind == "tanh":
+                h = np.tanh(h)
+            else:
+                h = np.maximum(h, 0.0)
+        return h, (saved, h)
+
+    def backward(self, params: np.ndarray, cache: Any, grad: np.ndarray, out: np.ndarray) -> None:
+        """Write d loss / d parameters of every seed into ``out`` (S, P) float32 (its rows' slices)."""
+        saved, last = cache
+        outputs = saved[1:] + [last]
+        for (kind, spec), h_in, h_out in zip(reversed(self.layers), reversed(saved), reversed(outputs)):
+            if kind == "linear":
+                w_off, (o, i), b_off, n_b = spec
+                out[:, w_off:w_off + o * i] = (grad.transpose(0, 2, 1) @ h_in).reshape(-1, o * i)
+                out[:, b_off:b_off + n_b] = grad.sum(axis=1)
+                grad = grad @ params[:, w_off:w_off + o * i].reshape(-1, o, i).astype(np.float64)
+            elif kind == "tanh":
+                grad = grad * (1.0 - h_out * h_out)
+            else:
+                grad = grad * (h_out > 0.0)
+
+
+class LoopedTwins:
+    """A circuit head of every seed: each seed's own numpy twin (``circuits.twins``) over its own
+    module, whose parameters are that seed's row (loaded before the forward), run one after another."""
+
+    def __init__(self, flats: list[FlatParameters], twins: list[Any], offset: int, size: int) -> None:
+        self.flats, self.twins, self.offset, self.end = flats, twins, offset, offset + size
+
+    def forward(self, params: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, Any]:
+        outs, caches = [], []
+        for s, twin in enumerate(self.twins):
+            self.flats[s].flat.data.numpy()[self.offset:self.end] = params[s, self.offset:self.end]
+            o, c = twin.forward(x[s])
+            outs.append(o)
+            caches.append(c)
+        return np.stack(outs), caches
+
+    def backward(self, params: np.ndarray, cache: Any, grad: np.ndarray, out: np.ndarray) -> None:
+        for s, twin in enumerate(self.twins):
+            view = self.flats[s].grad_view()
+            view[self.offset:self.end] = 0.0
+            twin.backward(cache[s], grad[s])
+            out[s, self.offset:self.end] = view[self.offset:self.end]
+
+
+# ----------------------------------------------------------------------------- CartPole
+class CartPoleBatch:
+    """S CartPole-v1 copies, one per seed, as Gymnasium's CartPoleVectorEnv (num_envs 1, next-step
+    autoreset) steps each: the same formulas op for op on a (4, S) state, and each copy's resets drawn
+    from its own env generator (the seed's ``env.np_random``) in the same order."""
+
+    def __init__(self, envs: list[Any]) -> None:
+        self.envs = [e.unwrapped for e in envs]
+        e0 = self.envs[0]
+        for name in ("gravity", "masspole", "total_mass", "length", "polemass_length", "force_mag", "tau",
+                     "theta_threshold_radians", "x_threshold", "max_episode_steps", "kinematics_integrator",
+                     "_sutton_barto_reward"):
+            setattr(self, name, getattr(e0, name))
+        self.state = np.concatenate([e.state for e in self.envs], axis=1)  # (4, S)
+        self.steps = np.concatenate([e.steps for e in self.envs])
+        self.prev_done = np.concatenate([e.prev_done for e in self.envs])
+        self.low, self.high = e0.low, e0.high
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        x, x_dot, theta, theta_dot = self.state
+        force = np.sign(action - 0.5) * self.force_mag
+        costheta = np.cos(theta)
+        sintheta = np.sin(theta)
+        temp = (force + self.polemass_length * np.square(theta_dot) * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * np.square(costheta) / self.total_mass))
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        if self.kinematics_integrator == "euler":
+            x = x + self.tau * x_dot
+            x_dot = x_dot + self.tau * xacc
+            theta = theta + self.tau * theta_dot
+            theta_dot = theta_dot + self.tau * thetaacc
+        else:
+            x_dot = x_dot + self.tau * xacc
+            x = x + self.tau * x_dot
+            theta_dot = theta_dot + self.tau * thetaacc
+            theta = theta + self.tau * theta_dot
+        self.state = np.stack((x, x_dot, theta, theta_dot))
+        terminated = ((x < -self.x_threshold) | (x > self.x_threshold)
+                      | (theta < -self.theta_threshold_radians) | (theta > self.theta_threshold_radians))
+        self.steps += 1
+        truncated = self.steps >= self.max_episode_steps
+        if self._sutton_barto_reward:
+            reward = -np.array(terminated, dtype=np.float32)
+        else:
+            reward = np.ones_like(terminated, dtype=np.float32)
+        for s in np.flatnonzero(self.prev_done):  # each copy's reset from its own generator
+            self.state[:, s:s + 1] = self.envs[s].np_random.uniform(low=self.low, high=self.high, size=(4, 1))
+        self.steps[self.prev_done] = 0
+        reward[self.prev_done] = 0.0
+        terminated[self.prev_done] = False
+        truncated[self.prev_done] = False
+        self.prev_done = np.logical_or(terminated, truncated)
+        return self.state.T.astype(np.float32), reward, terminated, truncated
+
+
+# ----------------------------------------------------------------------------- the batched run
+@dataclass
+class _Clock:
+    """The sim's delays for one worker without jitter (``backends.sim._Timing``, jitter factor 1.0)."""
+
+    step_s: float
+    factor: float
+    latency_s: float
+    bandwidth: float
+
+    def network_s(self, nbytes: int) -> float:
+        return (self.latency_s + nbytes / self.bandwidth) * 1.0
+
+
+class BatchedA2C:
+    """Seeds ``cfgs[s].run.seed`` of one configuration, each with its Runtime (``rts[s]``), stepped
+    together; ``run()`` writes every seed's run directory as its single-seed run would."""
+
+    def __init__(self, cfgs: list[Any], rts: list[Any]) -> None:
+        self.cfgs, self.rts = cfgs, rts
+        cfg = cfgs[0]
+        self.ac: ActorCriticConfig = cfg.algorithm.params
+        self.S = S = len(cfgs)
+        spec = SCENARIOS.get(cfg.scenario.name).obj
+        self.seeds = [worker_seed(c.run.seed, 0) for c in cfgs]
+        self.rngs = [np.random.default_rng(ws) for ws in self.seeds]  # the worker's generator (ActorCriticWorker)
+        envs = [spec.make(c.scenario.params, seed=ws) for c, ws in zip(cfgs, self.seeds)]
+        obs0 = [np.array(e.reset(seed=ws)[0], dtype=np.float32) for e, ws in zip(envs, self.seeds)]  # GymVector's reset
+        self.env = CartPoleBatch(envs)
+        self.obs = np.concatenate(obs0)  # (S, obs_dim) float32
+        self.prev_done = np.zeros(S, dtype=bool)
+        self.returns = np.zeros(S)
+        self.lengths = np.zeros(S, dtype=np.int64)
+        # per seed: its own modules (initial parameters from seeded_init(run.seed)) over a flat buffer
+        models = [build_models(c, e.single_observation_space, e.single_action_space) for c, e in zip(cfgs, envs)]
+        self.flats = [FlatParameters(a, c) for a, c in models]
+        self.resources = [worker_heads({"actor": a, "critic": c}, cf.run.seed, 0) for (a, c), cf in zip(models, cfgs)]
+        self.param = torch.from_numpy(np.stack([f.numpy() for f in self.flats]))  # (S, P) float32, the servers'
+        self.grad = np.zeros(self.param.shape, dtype=np.float32)
+        self.optimizer = make_server_optimizer(self.ac.optimizer, self.param, self.ac)
+        n_actor = sum(p.numel() for p in models[0][0].parameters())
+        self.actor = self._head([m[0] for m in models], 0, n_actor)
+        self.critic = self._head([m[1] for m in models], n_actor, self.param.shape[1] - n_actor)
+        self.n_actions = int(envs[0].single_action_space.n)
+        b = cfg.backend
+        self.clock = _Clock(b.compute.step_s, b.compute.straggler_factor if 0 in b.compute.stragglers else 1.0,
+                            b.network.latency_s, b.network.bandwidth_bytes_per_s)
+        self.nbytes = int(self.param.shape[1]) * 4
+        self._grad_payload = {"grad": np.zeros(self.param.shape[1], dtype=np.float32)}  # sized like a push (nbytes)
+        self._params_payload = {PARAMS: self._grad_payload["grad"]}
+
+    def _head(self, modules: list[nn.Module], offset: int, size: int) -> Any:
+        if NumpyMLP.supports(modules[0]):
+            return StackedMLP(modules[0], offset)
+        return LoopedTwins(self.flats, [numpy_head(m) for m in modules], offset, size)
+
+    # -- the server side of one seed, as Server.receive records it ----------------------------
+    def _record_hello(self, s: int, t: float) -> None:
+        rt, name = self.rts[s], worker_name(0)
+        hello = Message(name, SERVER, HELLO, info={"life": str(len(rt.resumes))})
+        rt.server._life[name] = str(len(rt.resumes))
+        rt.ledger.record(hello, t, 0, accepted=True)
+        rt.ledger.record(Message(SERVER, name, PARAMS, self._params_payload, base_version=0), t, 0)
+
+    def _record_update(self, s: int, t: float, seq: int, version: int, diag: dict) -> None:
+        rt, name = self.rts[s], worker_name(0)
+        push = Message(name, SERVER, "grad", self._grad_payload, base_version=version - 1, seq=seq)
+        rt.ledger.record(push, t, version - 1, 0, accepted=True)
+        rt.train.write(t, name, rt.env_steps, version, 0, [diag])
+        rt.ledger.record(Message(SERVER, name, PARAMS, self._params_payload, base_version=version), t, version)
+
+    def _sync_service(self, s: int, updates: int) -> None:
+        """Seed s's Runtime holds its server's state (parameters, optimizer, counters) for a checkpoint."""
+        rt = self.rts[s]
+        service = rt.service
+        service.param.copy_(self.param[s])
+        opt = service.optimizer
+        opt.steps = updates
+        for key in ("exp_avg", "exp_avg_sq", "square_avg"):
+            if hasattr(opt, key):
+                getattr(opt, key).copy_(getattr(self.optimizer, key)[s])
+        service._updates = updates
+        service._snapshot = None
+        rt.server.version = updates
+        rt.server.staleness_counts = {0: updates} if updates else {}
+        rt.server._last_seq = {(worker_name(0), "grad"): updates} if updates else {}
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self, progress: bool = True) -> list[dict[str, Any]]:
+        S, ac, clock = self.S, self.ac, self.clock
+        net_up0 = clock.network_s(0)
+        net = clock.network_s(self.nbytes)
+        # each seed's clock: hello at 0 reaches the server at net_up0, its params reach the worker
+        t = np.zeros(S)
+        for s in range(S):
+            t1 = 0.0 + net_up0
+            self._record_hello(s, t1)
+            t[s] = t1 + net
+        active = np.ones(S, dtype=bool)
+        summaries: list[Optional[dict[str, Any]]] = [None] * S
+        gamma, lam, scale = ac.gamma, ac.gae_lambda, ac.reward_scale
+        rows = np.arange(S)
+        k = 0
+        last_note = time.perf_counter()
+        while active.any():
+            k += 1  # the k-th step of every seed (version k - 1), then the k-th update
+            params = self.param.numpy()
+            # rollout: one step of every copy with the actor's forward kept for the update
+            obs64 = self.obs.astype(np.float64)[:, None, :]
+            logits, actor_cache = self.actor.forward(params, obs64)
+            logits = logits[:, 0, :]
+            noise = np.stack([rng.random((1, self.n_actions))[0] for rng in self.rngs])
+            actions = np.argmax(logits - np.log(-np.log(noise)), axis=1)
+            next_obs, rew, term, trunc = self.env.step(actions)
+            done = term | trunc
+            valid = ~self.prev_done
+            self.prev_done = done.copy()
+            reward = np.where(valid, rew, 0.0)
+            ended = done & valid
+            self.returns += reward
+            self.lengths += valid
+            obs_pair = np.stack([self.obs, next_obs], axis=1).astype(np.float64)  # (S, 2, obs)
+            self.obs = np.array(next_obs, dtype=np.float32)
+            # learn: the one-step update's gradient (agents.numpy_heads.a2c_gradient, per seed a row)
+            values_col, critic_cache = self.critic.forward(params, obs_pair)
+            v, v_next = values_col[:, 0, 0], values_col[:, 1, 0]
+            rewards = rew.astype(np.float64) * scale
+            not_term = 1.0 - term.astype(np.float64)
+            not_done = 1.0 - done.astype(np.float64)
+            deltas = rewards + gamma * not_term * v_next - v
+            adv = deltas + gamma * lam * not_done * np.zeros(S)
+            returns = adv + v
+            grad_logits = np.zeros((S, 1, self.n_actions))
+            grad_values = np.zeros((S, 2, 1))
+            diags: list[dict] = [diagnostics(None, None)] * S
+            if valid.any():
+                z = logits - logits.max(axis=1, keepdims=True)
+                logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+                p = np.exp(logp)
+                onehot = np.zeros_like(p)
+                onehot[rows, actions] = 1.0
+                g = (adv / 1)[:, None] * (p - onehot)
+                entropy = None
+                if ac.ent_coef != 0.0:
+                    entropy = -(p * logp).sum(axis=1, keepdims=True)
+                    g += (ac.ent_coef / 1) * p * (logp + entropy)
+                error = v - returns
+                gv = (2.0 * ac.vf_coef / 1) * error
+                grad_logits[valid, 0] = g[valid]
+                grad_values[valid, 0, 0] = gv[valid]
+                for s in np.flatnonzero(valid & active):
+                    a = actions[s]
+                    pol = -float(np.dot(adv[s:s + 1], logp[s:s + 1, a])) / 1
+                    val = float(np.dot(error[s:s + 1], error[s:s + 1])) / 1
+                    ent = float(-np.vdot(p[s:s + 1], logp[s:s + 1]) if entropy is None else entropy[s:s + 1].sum()) / 1
+                    diags[s] = diagnostics(pol, val, ent, 0.0, None, None)
+            self.grad[:] = 0.0
+            self.critic.backward(params, critic_cache, grad_values, self.grad)
+            self.actor.backward(params, actor_cache, grad_logits, self.grad)
+            # the worker's step ends at t + cost * step_s; then the sim's bookkeeping, seed by seed
+            cost = valid.astype(np.float64)
+            t_done = t + cost * clock.step_s * clock.factor * 1.0
+            t_server = t_done + net
+            t_next = t_server + net
+            for s in np.flatnonzero(active):
+                rt = self.rts[s]
+                episodes = []
+                if ended[s]:
+                    episodes.append({"return": float(self.returns[s]), "length": int(self.lengths[s]), "version": k - 1})
+                    self.returns[s], self.lengths[s] = 0.0, 0
+                res = head_report(self.resources[s]) if self.resources[s] is not None else None
+                rt.record_work(worker_name(0), Work([], env_steps=int(valid[s]), episodes=episodes, resources=res),
+                               float(t_done[s]))
+                if rt.done():  # its last push is never delivered (the sim stops at the step that ends it)
+                    active[s] = False
+                    summaries[s] = self._finish(s, k - 1, float(t_done[s]))
+            # the server: one optimizer step on every row (finished seeds' rows are no longer read)
+            self.optimizer.step(torch.from_numpy(self.grad))
+            for s in np.flatnonzero(active):
+                rt = self.rts[s]
+                self._record_update(s, float(t_server[s]), k, k, diags[s])
+                if rt._checkpoint_due():
+                    self._sync_service(s, k)
+                    rt.checkpoint(float(t_server[s]))
+            t = t_next
+            if progress and time.perf_counter() - last_note > 30.0:
+                last_note = time.perf_counter()
+                steps = [rt.env_steps for rt in self.rts]
+                print(f"batch: step {k}, env steps per seed {min(steps)}..{max(steps)}, "
+                      f"{int((~active).sum())}/{S} seeds done", file=sys.stderr, flush=True)
+        return summaries
+
+    def _finish(self, s: int, updates: int, now: float) -> dict[str, Any]:
+        """Seed s reached its budget after ``updates`` updates (its last push is never delivered, as in
+        the sim): the final checkpoint and summary.json, as ``run_sim`` writes them."""
+        rt = self.rts[s]
+        self._sync_service(s, updates)
+        if rt.out is not None:
+            rt.checkpoint(now)
+        return rt.finish(now, virtual=True, checkpoint=False)
+
+
+def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs: list[Path],
+                      progress: bool = True) -> list[dict[str, Any]]:
+    """Run ``seeds`` of ``config`` in one process, seed ``seeds[i]`` into ``outs[i]`` (new run
+    directories, made here as ``run_experiment`` makes them). Refuses (ConfigError) what cannot be
+    batched before anything is written."""
+    from marl_q.config import load_config
+    from marl_q.rundir import check_new_run_dir, lock_run_dir, make_run_dir
+    from marl_q.runtime import Runtime, build_algorithm
+
+    cfgs = []
+    for seed in seeds:
+        cfg = load_config(config, list(overrides), seed=seed)
+        cfg.run.progress = False  # as `marlq run --quiet` (what a sweep runs) writes it
+        cfgs.append(cfg)
+    check_batchable(cfgs[0])
+    for out in outs:
+        check_new_run_dir(Path(out))
+    torch.set_num_threads(cfgs[0].backend.threads_per_worker)
+    rts, locks = [], []
+    try:
+        for cfg, out in zip(cfgs, outs):
+            built = build_algorithm(cfg)
+            out = make_run_dir(Path(out))
+            (out / "config.yaml").write_text(cfg.to_yaml())
+            locks.append(lock_run_dir(out))
+            rts.append(Runtime(cfg, out, built=built))
+        return BatchedA2C(cfgs, rts).run(progress=progress)
+    finally:
+        for lock in locks:
+            lock.close()
