@@ -475,3 +475,49 @@ def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs:
     finally:
         for lock in locks:
             lock.close()
+
+
+# ----------------------------------------------------------------------------- the sweep's jobs
+def batch_jobs(config: str, overrides: list[str], seeds: list[int], cell: Path, width: int) -> list[tuple[Path, list[str]]]:
+    """``marlq sweep --batch-seeds``: the seeds of one grid cell as at most ``width`` processes (seeds
+    dealt round-robin), each running its share side by side into ``cell/seed<N>``; (log name, command)
+    pairs for the sweep's pool."""
+    width = max(1, min(width, len(seeds)))
+    jobs = []
+    for j in range(width):
+        share = seeds[j::width]
+        cmd = [sys.executable, "-m", "agents.batched_a2c", config, "--cell", str(cell),
+               "--seeds", ",".join(str(s) for s in share)]
+        for ov in overrides:
+            cmd += ["--set", ov]
+        jobs.append((Path(cell) / f"batch{j}", cmd))
+    return jobs
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """One process of ``marlq sweep --batch-seeds`` (``batch_jobs``): exit 2 on bad input, as marlq."""
+    import argparse
+
+    from marl_q.errors import UserError
+
+    p = argparse.ArgumentParser(prog="python -m agents.batched_a2c")
+    p.add_argument("config")
+    p.add_argument("--cell", required=True, help="the grid cell's folder; seed N goes to CELL/seed<N>")
+    p.add_argument("--seeds", required=True, help="comma-separated seeds")
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s != ""]
+    try:
+        summaries = run_batched_seeds(args.config, args.overrides, seeds,
+                                      [Path(args.cell) / f"seed{s}" for s in seeds])
+    except UserError as exc:
+        print(f"marlq: error: {exc}", file=sys.stderr)
+        return 2
+    for seed, summary in zip(seeds, summaries):
+        print(f"seed {seed}: {summary['status']}, {summary['env_steps']} env steps, "
+              f"final_return {summary.get('final_return')}")
+    return 0 if all(s["status"] == "completed" for s in summaries) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-plot", action="store_true", help="skip the plots at the end")
     s.add_argument("--tensorboard", action="store_true",
                    help=TENSORBOARD_HELP + "; `tensorboard --logdir SWEEP` names runs by their grid cell")
+    s.add_argument("--batch-seeds", action="store_true",
+                   help="run the seeds of each grid cell side by side in --jobs processes (one-step A2C; "
+                        "agents/batched_a2c.py), each seed's run directory as if it had run alone")
 
     pl = sub.add_parser("plot", help="plot run directories or sweep folders")
     pl.add_argument("paths", nargs="+")
@@ -219,6 +222,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # validate every combination before starting anything
     for combo in combos:
         cfg = load_config(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], seed=0)
+        if args.batch_seeds:
+            from agents.batched_a2c import check_batchable
+
+            check_batchable(cfg)
         if cfg.run.tensorboard:
             from marl_q.tracking import require_tensorboard
 
@@ -228,6 +235,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     jobs = []
     for combo in combos:
         cell = ",".join(f"{k}={v}" for k, v in combo) or "base"
+        fresh: list[int] = []  # --batch-seeds: the seeds of this cell to start, run side by side below
         for seed in range(args.seeds):
             out = root / cell / f"seed{seed}"
             if _completed(out):
@@ -242,13 +250,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     shutil.rmtree(keep)
                 out.rename(keep)
                 print(f"sweep: {out} was incomplete; kept it as {keep.name} and starting it again")
+            if args.batch_seeds:
+                fresh.append(seed)
+                continue
             cmd = [sys.executable, "-m", "marl_q.cli", "run", args.config, "--out", str(out), "--seed", str(seed),
                    "--quiet"]
             for ov in list(args.overrides) + [f"{k}={v}" for k, v in combo]:
                 cmd += ["--set", ov]
             jobs.append((out, cmd))
+        if fresh:
+            from agents.batched_a2c import batch_jobs
+
+            jobs += batch_jobs(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], fresh,
+                               root / cell, args.jobs)
     total = len(combos) * args.seeds
-    print(f"sweep: {total} runs in {root}, {total - len(jobs)} already complete, {len(jobs)} to run")
+    to_run = len(jobs) if not args.batch_seeds else sum(len(cmd[cmd.index("--seeds") + 1].split(",")) if "--seeds" in cmd
+                                                        else 1 for _, cmd in jobs)
+    print(f"sweep: {total} runs in {root}, {total - to_run} already complete, {to_run} to run")
     failed = _run_pool(jobs, args.jobs)
     if not args.no_plot:
         for path in _plotter()([root], root / "plots"):

@@ -1,0 +1,152 @@
+"""Seeds as a batch dimension (``agents.batched_a2c``, ``marlq sweep --batch-seeds``): a batched seed's
+run files equal the single-seed run's bytes; the batched CartPole and the stacked mlp heads against
+their single-copy references; what cannot be batched exits 2 naming the key, with nothing written."""
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents.batched_a2c import CartPoleBatch, StackedMLP, batch_jobs, check_batchable, run_batched_seeds
+from agents.heads import FlatParameters
+from agents.numpy_heads import NumpyMLP
+from marl_q.cli import main
+from marl_q.config import load_config
+from marl_q.errors import ConfigError
+from marl_q.experiment import run_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+QA2C = ROOT / "scenarios" / "cartpole_qa2c.yaml"
+FILES = ("metrics.csv", "train.csv", "comm.csv", "quantum.csv", "config.yaml")
+
+
+def single(config: Path, seed: int, overrides: list[str], out: Path) -> dict:
+    cfg = load_config(config, overrides, seed=seed)
+    cfg.run.progress = False  # as `marlq run --quiet`, what a sweep runs
+    return run_experiment(cfg, out)
+
+
+def assert_same_run_files(a: Path, b: Path) -> None:
+    compared = 0
+    for name in FILES:
+        assert (a / name).exists() == (b / name).exists(), name
+        if (a / name).exists():
+            assert filecmp.cmp(a / name, b / name, shallow=False), f"{name} differs between {a} and {b}"
+            compared += 1
+    assert compared >= 4
+
+
+@pytest.mark.parametrize("config, steps", [("cartpole_qa2c.yaml", 700), ("cartpole_qa2c_quantum_critic.yaml", 150)])
+def test_batched_seeds_write_the_single_seed_runs_bytes(tmp_path, config, steps):
+    path = ROOT / "scenarios" / config
+    overrides = [f"run.total_env_steps={steps}", "run.plots=false"]
+    seeds = [0, 3, 1]  # any seeds, in any order
+    summaries = run_batched_seeds(str(path), overrides, seeds, [tmp_path / f"b{s}" for s in seeds], progress=False)
+    assert [s["seed"] for s in summaries] == seeds
+    for seed, got in zip(seeds, summaries):
+        want = single(path, seed, overrides, tmp_path / f"s{seed}")
+        assert_same_run_files(tmp_path / f"b{seed}", tmp_path / f"s{seed}")
+        drop = ("wall_s",)
+        assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
+        a = np.load(sorted((tmp_path / f"b{seed}" / "checkpoints").glob("*.npz"))[-1])
+        b = np.load(sorted((tmp_path / f"s{seed}" / "checkpoints").glob("*.npz"))[-1])
+        for key in b.files:
+            if key != "__meta__":
+                assert np.array_equal(a[key], b[key]), key
+
+
+def test_a_batched_seed_resumes_from_its_checkpoint(tmp_path):
+    """The batched seed's checkpoint holds the server state without a sim snapshot: `marlq resume`
+    extends it with a fresh worker (the run goes on to its new budget)."""
+    overrides = ["run.total_env_steps=300", "run.plots=false"]
+    run_batched_seeds(str(QA2C), overrides, [0, 1], [tmp_path / "b0", tmp_path / "b1"], progress=False)
+    assert main(["resume", str(tmp_path / "b0"), "--set", "run.total_env_steps=500", "--quiet"]) == 0
+    import json
+
+    summary = json.loads((tmp_path / "b0" / "summary.json").read_text())
+    assert summary["env_steps"] == 500 and summary["status"] == "completed"
+    assert summary["resumes"][0]["exact"] is False
+
+
+def test_cartpole_batch_steps_each_copy_as_gymnasium_does():
+    """Independent reference: one Gymnasium CartPole vector env (num_envs 1) per seed, stepped alone
+    with the same actions, through many resets."""
+    seeds = [11, 12, 13, 14]
+    make = lambda: gym.make_vec("CartPole-v1", num_envs=1, vectorization_mode="vector_entry_point",
+                                max_episode_steps=40)
+    ref = [make() for _ in seeds]
+    mine = [make() for _ in seeds]
+    ref_obs = [e.reset(seed=s)[0] for e, s in zip(ref, seeds)]
+    for e, s in zip(mine, seeds):
+        e.reset(seed=s)
+    batch = CartPoleBatch(mine)
+    rng = np.random.default_rng(0)
+    resets = 0
+    for _ in range(400):
+        actions = rng.integers(0, 2, size=len(seeds))
+        obs, rew, term, trunc = batch.step(actions)
+        for i, env in enumerate(ref):
+            o, r, te, tr, _ = env.step(actions[i:i + 1])
+            assert np.array_equal(o[0], obs[i]) and r[0] == rew[i] and te[0] == term[i] and tr[0] == trunc[i]
+            resets += bool(te[0] or tr[0])
+    assert resets > 20  # terminations and truncations (40 steps) both happened
+
+
+def test_stacked_mlp_equals_numpy_mlp_per_seed():
+    """Forward and backward of every seed's row against ``NumpyMLP`` on that seed's own module."""
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 5), torch.nn.ReLU(),
+                                torch.nn.Linear(5, 3)) for _ in range(5)]
+    flats = [FlatParameters(n) for n in nets]
+    params = np.stack([f.numpy() for f in flats])
+    stacked = StackedMLP(nets[0], 0)
+    assert stacked.end == params.shape[1]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5, 2, 4))
+    g = rng.normal(size=(5, 2, 3))
+    out, cache = stacked.forward(params, x)
+    grads = np.zeros_like(params)
+    stacked.backward(params, cache, g, grads)
+    for s, (net, flat) in enumerate(zip(nets, flats)):
+        twin = NumpyMLP(net)
+        want, c = twin.forward(x[s])
+        assert np.array_equal(out[s], want)
+        flat.zero_grad()
+        twin.backward(c, g[s])
+        assert np.array_equal(grads[s], flat.grad_numpy())
+
+
+@pytest.mark.parametrize("override, key", [
+    ("backend.workers=2", "backend.workers"),
+    ("algorithm.name=ppo", "algorithm.name"),
+    ("algorithm.n_steps=5", "algorithm.n_steps"),
+    ("backend.network.jitter=0.1", "backend.network.jitter"),
+    ("algorithm.max_grad_norm=0.5", "algorithm.max_grad_norm"),
+    ("run.eval_every=1000", "run.eval_every"),
+])
+def test_sweep_batch_seeds_refuses_what_it_cannot_batch(tmp_path, capsys, override, key):
+    out = tmp_path / "sw"
+    assert main(["sweep", str(QA2C), "--seeds", "2", "--batch-seeds", "--out", str(out), "--set", override,
+                 "--set", "run.total_env_steps=100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("marlq: error: --batch-seeds: ") and f"{key}=" in err[0], err
+    assert not out.exists()
+
+
+def test_the_torch_path_is_refused_by_name():
+    cfg = load_config(QA2C, ["algorithm.fast_path=false"], seed=0)
+    with pytest.raises(ConfigError, match=r"algorithm\.fast_path=False"):
+        check_batchable(cfg)
+
+
+def test_sweep_jobs_deal_the_seeds_round_robin(tmp_path):
+    jobs = batch_jobs("c.yaml", ["run.total_env_steps=10"], [0, 1, 2, 3, 4], tmp_path, 2)
+    assert [j[0].name for j in jobs] == ["batch0", "batch1"]
+    seeds = [cmd[cmd.index("--seeds") + 1] for _, cmd in jobs]
+    assert seeds == ["0,2,4", "1,3"]
+    assert all(cmd[-2:] == ["--set", "run.total_env_steps=10"] for _, cmd in jobs)
+    assert len(batch_jobs("c.yaml", [], [7], tmp_path, 4)) == 1
