@@ -39,13 +39,15 @@ from torch import nn
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import build_head
-from agents.rollout import EpisodeBook, ParallelCopies, Step, evaluate, rollout
+from agents.rollout import EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
+from agents.turn_based import TurnTaking, turn_based
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, seeded_init
+from scenarios.aec import TURN_FIELDS
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -126,8 +128,9 @@ def centralised(cfg: ExperimentConfig) -> bool:
 
 
 def make_env(cfg: ExperimentConfig, seed: int) -> Any:
-    """The scenario's PettingZoo ParallelEnv; any other kind is a config error naming the scenario."""
-    return make_scenario_env(cfg, seed, "parallel")
+    """The scenario's PettingZoo ParallelEnv, or for the decentralised critics a turn-based game
+    (agents/turn_based.py); any other kind is a config error naming the scenario."""
+    return make_scenario_env(cfg, seed, "aec" if turn_based(cfg) and not centralised(cfg) else "parallel")
 
 
 def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
@@ -234,11 +237,10 @@ class TeamWorker(ActorCriticWorker):
         return False
 
     def reset_env(self) -> None:
-        """The copies (pending their first reset) and the ids appended to every agent's row."""
-        E, N = len(self.envs), len(self.desc.agents)
-        self.ids = np.tile(np.eye(N, dtype=np.float32), (E, 1)) if uses_ids(self.cfg) else None
-        self.vec = ParallelCopies(self.envs, self.desc.agents, self.dist.continuous)
-        self.book = EpisodeBook(E)
+        """The copies (pending their first reset; ``agents.rollout.team_copies``: stepped together as
+        arrays where the env's class can) and the episode book."""
+        self.vec = team_copies(self.envs, self.desc.agents, self.dist.continuous)
+        self.book = EpisodeBook(len(self.envs))
 
     def adopt_rollout_state(self, state: dict) -> None:
         self.vec = ParallelCopies.__new__(ParallelCopies)
@@ -249,72 +251,64 @@ class TeamWorker(ActorCriticWorker):
         for key in ("obs", "infos", "pending_reset", "ep_return", "ep_length"):
             self.__dict__.pop(key, None)
 
-    def _rows(self, vec: ParallelCopies) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
-        """Actor inputs, critic inputs and availability for every (env, agent) row, from the copies'
-        current observations (zeros for an agent not in play)."""
+    def _row_arrays(self, T: int) -> tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
+        """Preallocated (T, E, N, ...) actor inputs, critic inputs (a centralised critic's; None when it
+        reads the actor's) and availabilities (masked envs), the agent-id columns already in place."""
         d, E, N = self.desc, len(self.envs), len(self.desc.agents)
-        obs = np.zeros((E, N, d.obs_dim), dtype=np.float32)
-        avail = np.ones((E, N, d.action_space.n), dtype=np.float32) if d.masked else None
-        for e in range(E):
-            for i, a in enumerate(d.agents):
-                if a in vec.obs[e]:
-                    obs[e, i] = vec.obs[e][a]
-                    if avail is not None and "action_mask" in (vec.infos[e].get(a) or {}):
-                        avail[e, i] = vec.infos[e][a]["action_mask"]
-        obs = obs.reshape(E * N, -1)
-        if self.central:
-            states = np.stack([np.asarray(env.state(), dtype=np.float32).reshape(-1) for env in self.envs])
-            critic = np.repeat(states, N, axis=0)
-        else:
-            critic = obs
-        if self.ids is not None:
-            obs = np.concatenate([obs, self.ids], axis=1)
-            critic = np.concatenate([critic, self.ids], axis=1)
-        return obs, critic, None if avail is None else avail.reshape(E * N, -1)
+        actor_in, critic_in = input_dims(self.cfg, d)
+        obs = np.zeros((T, E, N, actor_in), dtype=np.float32)
+        critic = np.zeros((T, E, N, critic_in), dtype=np.float32) if self.central else None
+        avail = np.ones((T, E, N, d.action_space.n), dtype=np.float32) if d.masked else None
+        if uses_ids(self.cfg):
+            obs[..., d.obs_dim:] = np.eye(N, dtype=np.float32)
+            if critic is not None:
+                critic[..., d.state_dim:] = np.eye(N, dtype=np.float32)
+        return obs, critic, avail
+
+    def _fill(self, vec: TeamRows, obs: np.ndarray, critic: Optional[np.ndarray], avail: Optional[np.ndarray]) -> None:
+        """One step's rows (E, N, ...) from the copies' current observations (zeros for an agent not in play)."""
+        d = self.desc
+        state = np.empty((len(self.envs), d.state_dim), dtype=np.float32) if critic is not None else None
+        vec.rows(obs[..., :d.obs_dim], state, avail)
+        if critic is not None:
+            critic[..., :d.state_dim] = state[:, None, :]
 
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
-        """n_steps of every copy (agents.rollout); a restart step and an agent out of play are masked out."""
-        T, E, N, d = self.ac.n_steps, len(self.envs), len(self.desc.agents), self.desc
+        """n_steps of every copy (agents.rollout) into preallocated arrays; a restart step and an agent
+        out of play are masked out."""
+        T, E, N = self.ac.n_steps, len(self.envs), len(self.desc.agents)
         rows = E * N
-        act_shape = self.dist.action_shape()
         batch: dict[str, np.ndarray] = {
-            "actions": np.zeros((T, rows) + act_shape, dtype=self.dist.action_dtype()),
+            "actions": np.zeros((T, rows) + self.dist.action_shape(), dtype=self.dist.action_dtype()),
             "rewards": np.zeros((T, rows)), "terminated": np.zeros((T, rows), dtype=bool),
             "dones": np.zeros((T, rows), dtype=bool), "valid": np.zeros((T, rows), dtype=bool)}
-        obs_l, critic_l, avail_l = [], [], []
+        obs, critic, avail = self._row_arrays(T + 1)  # the last: the bootstrap rows after the last step
+        clock = [0]
 
-        def act(vec: ParallelCopies) -> np.ndarray:
-            obs, critic_obs, avail = self._rows(vec)
-            obs_l.append(obs)
-            critic_l.append(critic_obs)
-            if avail is not None:
-                avail_l.append(avail)
-            with torch.no_grad():
-                out = self.actor(torch.from_numpy(obs)).numpy()
-            return self.dist.sample(out, self.rng, avail)
+        def act(vec: TeamRows) -> np.ndarray:
+            t = clock[0]
+            clock[0] += 1
+            self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
+            with torch.inference_mode():  # acting keeps no graph
+                out = self.actor(torch.from_numpy(obs[t].reshape(rows, -1))).numpy()
+            return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
 
-        def store(t: int, vec: ParallelCopies, actions: np.ndarray, step: Step) -> None:
+        def store(t: int, vec: TeamRows, actions: np.ndarray, step: Step) -> None:
+            data = step.data
             batch["actions"][t] = actions
-            for e, stepped in enumerate(step.data):
-                if stepped is None:
-                    continue
-                live, rew, term, trunc, ended = stepped
-                for i in live:
-                    a, col = d.agents[i], e * N + i
-                    batch["valid"][t, col] = True
-                    batch["rewards"][t, col] = float(rew.get(a, 0.0))
-                    batch["terminated"][t, col] = bool(term.get(a, False))
-                    batch["dones"][t, col] = bool(term.get(a, False) or trunc.get(a, False))
-                if ended:
-                    batch["dones"][t, e * N:(e + 1) * N] = True
+            batch["valid"][t] = data.live.reshape(-1)
+            batch["rewards"][t] = data.rewards.reshape(-1)
+            batch["terminated"][t] = data.terminated.reshape(-1)
+            batch["dones"][t] = data.dones.reshape(-1)
 
         episodes, steps = rollout(self.vec, self.book, T, act, store, row=lambda e: {"version": self.version},
                                   to_env=self.dist.to_env)
-        obs, critic_obs, avail = self._rows(self.vec)  # after the last step: the bootstrap rows
-        batch["obs"] = np.stack(obs_l + [obs])
-        batch["critic_obs"] = np.stack(critic_l + [critic_obs])
-        if avail_l:
-            batch["avail"] = np.stack(avail_l)
+        self._fill(self.vec, obs[T], None if critic is None else critic[T], None if avail is None else avail[T])
+        batch["obs"] = obs.reshape(T + 1, rows, -1)
+        if critic is not None:
+            batch["critic_obs"] = critic.reshape(T + 1, rows, -1)
+        if avail is not None:
+            batch["avail"] = avail[:T].reshape(T, rows, -1)
         return batch, episodes, steps
 
     def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> list[float]:
@@ -322,12 +316,15 @@ class TeamWorker(ActorCriticWorker):
         (agents.rollout.evaluate); the env copies are reset with seeds drawn from ``seed`` (the
         training rollout's copies and book are left as they were)."""
         seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
-        vec = ParallelCopies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
+        vec = team_copies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
+        obs, _, avail = self._row_arrays(1)
+        rows = obs.shape[1] * obs.shape[2]
 
-        def mode(copies: ParallelCopies) -> np.ndarray:
-            obs, _, avail = self._rows(copies)
-            with torch.no_grad():
-                return self.dist.mode(self.actor(torch.from_numpy(obs)).numpy(), avail)
+        def mode(copies: TeamRows) -> np.ndarray:
+            self._fill(copies, obs[0], None, None if avail is None else avail[0])
+            with torch.inference_mode():
+                out = self.actor(torch.from_numpy(obs[0].reshape(rows, -1))).numpy()
+            return self.dist.mode(out, None if avail is None else avail[0].reshape(rows, -1))
 
         with eval_progress(episodes, progress) as bar:
             return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar)
@@ -341,12 +338,25 @@ class TeamWorker(ActorCriticWorker):
             env.close()
 
 
+class TurnWorker(TurnTaking, TeamWorker):
+    """A team worker on a turn-based game: the learner in one seat against opponents (agents/turn_based.py)."""
+
+    def agent_ids(self) -> Optional[np.ndarray]:
+        """The one-hot seat ids appended to the learner's rows (None without agent ids)."""
+        return np.eye(len(self.desc.agents), dtype=np.float32) if uses_ids(self.cfg) else None
+
+
 # ----------------------------------------------------------------------------- algorithm
 class TeamActorCritic(ActorCritic):
     """The actor-critic algorithm with a team rollout; the server side is ActorCritic's. Each
     critic estimates an agent's value from its own observation (ippo, ia2c)."""
 
     central_critic = False
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        super().__init__(cfg)
+        if turn_based(cfg):  # each episode's seat, opponent and outcome (agents/turn_based.py)
+            self.metric_fields = self.metric_fields + list(TURN_FIELDS)
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
@@ -366,13 +376,13 @@ class TeamActorCritic(ActorCritic):
         return actor, critic
 
     def make_worker(self, index: int) -> TeamWorker:
-        return TeamWorker(self.cfg, index)
+        return (TurnWorker if turn_based(self.cfg) else TeamWorker)(self.cfg, index)
 
     def evaluate_returns(self, episodes: int, seed: int) -> list[float]:
         """``episodes`` greedy team episodes of the server's current actor (marl_q.evaluation), played
         by a worker of its own whose environments are seeded from ``seed``."""
         if getattr(self, "_evaluator", None) is None:  # its models are seeded on their own (seeded_init)
-            self._evaluator = TeamWorker(self.cfg, 0)
+            self._evaluator = self.make_worker(0)
         worker = self._evaluator
         worker.flat.load(self.service.param.numpy())
         return worker.play_greedy(episodes, seed, self.cfg.run.progress)

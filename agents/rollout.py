@@ -168,7 +168,43 @@ class GymVector:
         return Step(valid, np.where(valid, rew, 0.0), done & valid, (rew, term, done))
 
 
-class ParallelCopies:
+@dataclass
+class TeamStep:
+    """A team vector's per-step details (``Step.data``), one (E, N) array per field, row-major as the
+    rows ``copy * N + agent``: which agents acted (``live``), their rewards, terminations, and
+    ``dones`` (terminated or truncated, and every agent of a copy whose episode ended there).
+    Copies that only restarted are all False/0."""
+
+    live: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    dones: np.ndarray
+
+
+def team_copies(envs: list[Any], agents: list[str], continuous: bool,
+                reset_seeds: Optional[list[int]] = None) -> "ParallelCopies | BatchedCopies":
+    """The team vector over these PettingZoo copies: ``BatchedCopies`` when their class steps copies
+    together (a ``batched(envs)`` classmethod, e.g. scenarios.spread_native.SpreadNative), else
+    ``ParallelCopies``. Both give the same steps, observations and data."""
+    kind = type(envs[0])
+    batched = getattr(kind, "batched", None)
+    if batched is not None and not continuous and all(type(env) is kind for env in envs):
+        return BatchedCopies(batched(envs), agents, reset_seeds)
+    return ParallelCopies(envs, agents, continuous, reset_seeds)
+
+
+class TeamRows:
+    """What both team vectors share: ``rows`` fills the arrays a team learner reads."""
+
+    def rows(self, obs_out: np.ndarray, state_out: Optional[np.ndarray] = None,
+             avail_out: Optional[np.ndarray] = None) -> None:
+        """Write every copy's current observations into ``obs_out`` (E, N, D) (zeros for an agent not
+        in play), its global state into ``state_out`` (E, S) when given, and the agents' action masks
+        into ``avail_out`` (E, N, A) when given (ones where the env hands none out)."""
+        raise NotImplementedError
+
+
+class ParallelCopies(TeamRows):
     """PettingZoo ``ParallelEnv`` copies whose agents (``agents``, a fixed order) act as rows
     ``copy * len(agents) + agent``. A copy starts pending: its first step resets it (``valid`` False),
     as does the step after its episode ended; ``reset_seeds`` resets every copy now instead.
@@ -195,16 +231,15 @@ class ParallelCopies:
         return self
 
     def step(self, env_actions: np.ndarray) -> Step:
-        """``env_actions``: one row per (copy, agent). ``data``: per copy None (a reset) or (the agents'
-        indices that acted, rewards, terminations, truncations, whether the episode ended)."""
+        """``env_actions``: one row per (copy, agent). ``data``: a ``TeamStep``."""
         E, N = self.num_envs, len(self.agents)
         valid, ended, reward = np.zeros(E, dtype=bool), np.zeros(E, dtype=bool), np.zeros(E)
-        data: list[Optional[tuple]] = []
+        data = TeamStep(np.zeros((E, N), dtype=bool), np.zeros((E, N)), np.zeros((E, N), dtype=bool),
+                        np.zeros((E, N), dtype=bool))
         for e, env in enumerate(self.envs):
             if self.pending_reset[e]:
                 self.obs[e], self.infos[e] = env.reset()
                 self.pending_reset[e] = False
-                data.append(None)
                 continue
             in_play = set(env.agents)
             live = [i for i, a in enumerate(self.agents) if a in self.obs[e] and a in in_play]
@@ -214,7 +249,79 @@ class ParallelCopies:
             reward[e] = float(sum(rew.values()))
             done = not env.agents or all(term.get(self.agents[i], False) or trunc.get(self.agents[i], False)
                                          for i in live)
+            for i in live:
+                a = self.agents[i]
+                data.live[e, i] = True
+                data.rewards[e, i] = float(rew.get(a, 0.0))
+                data.terminated[e, i] = bool(term.get(a, False))
+                data.dones[e, i] = bool(term.get(a, False) or trunc.get(a, False))
+            if done:
+                data.dones[e] = True
             self.pending_reset[e] = done
             valid[e], ended[e] = True, done
-            data.append((live, rew, term, trunc, done))
         return Step(valid, reward, ended, data)
+
+    def rows(self, obs_out: np.ndarray, state_out: Optional[np.ndarray] = None,
+             avail_out: Optional[np.ndarray] = None) -> None:
+        for e in range(self.num_envs):
+            for i, a in enumerate(self.agents):
+                info = self.infos[e].get(a) or {}
+                present = a in self.obs[e]
+                obs_out[e, i] = self.obs[e][a] if present else 0.0
+                if avail_out is not None:
+                    avail_out[e, i] = info["action_mask"] if present and "action_mask" in info else 1.0
+        if state_out is not None:
+            for e, env in enumerate(self.envs):
+                state_out[e] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
+
+
+class BatchedCopies(TeamRows):
+    """A team vector over a batch of copies that steps them together as arrays (``team_copies``):
+    ``batch`` has ``num_envs``, ``reset(e, seed)``, ``step(actions (E, N), active) -> (rewards (E, N),
+    truncated (E,))``, ``observations()`` (E, N, D) and ``states(obs)`` (E, S). Every agent plays
+    every step of an episode, which ends when it is truncated (no terminations: a fixed team under a
+    time limit, as simple_spread). Next-step autoreset as ``ParallelCopies``; a copy starts pending
+    (``reset_seeds``: every copy is reset now with its seed instead)."""
+
+    def __init__(self, batch: Any, agents: list[str], reset_seeds: Optional[list[int]] = None) -> None:
+        self.batch, self.agents = batch, agents
+        self.num_envs = batch.num_envs
+        self.pending_reset = np.ones(self.num_envs, dtype=bool)
+        self.started = np.zeros(self.num_envs, dtype=bool)  # a copy not yet reset here shows zeros, as ParallelCopies
+        if reset_seeds is not None:
+            for e in range(self.num_envs):
+                batch.reset(e, int(reset_seeds[e]))
+            self.pending_reset[:] = False
+            self.started[:] = True
+
+    def observe(self) -> "BatchedCopies":
+        return self
+
+    def step(self, env_actions: np.ndarray) -> Step:
+        """``env_actions``: one row per (copy, agent). ``data``: a ``TeamStep``."""
+        E, N = self.num_envs, len(self.agents)
+        pending = self.pending_reset
+        valid = ~pending
+        for e in np.flatnonzero(pending):
+            self.batch.reset(int(e))
+        self.started |= pending
+        rewards, truncated = self.batch.step(np.asarray(env_actions).reshape(E, N), valid)
+        reward = np.zeros(E)
+        for i in range(N):  # the agents' rewards summed in order, as sum(rewards.values())
+            reward = reward + rewards[:, i]
+        self.pending_reset = truncated.copy()
+        live = np.repeat(valid[:, None], N, axis=1)
+        dones = np.repeat(truncated[:, None], N, axis=1)
+        return Step(valid, np.where(valid, reward, 0.0), truncated,
+                    TeamStep(live, rewards, np.zeros((E, N), dtype=bool), dones))
+
+    def rows(self, obs_out: np.ndarray, state_out: Optional[np.ndarray] = None,
+             avail_out: Optional[np.ndarray] = None) -> None:
+        obs = self.batch.observations()
+        obs_out[...] = obs
+        if not self.started.all():
+            obs_out[~self.started] = 0.0
+        if state_out is not None:
+            state_out[...] = self.batch.states(obs)
+        if avail_out is not None:
+            avail_out[...] = 1.0

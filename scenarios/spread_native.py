@@ -200,6 +200,121 @@ class SpreadNative(ParallelEnv):
         return None
 
 
+    @classmethod
+    def batched(cls, envs: list["SpreadNative"]) -> "SpreadBatch":
+        """These copies stepped together as arrays (``SpreadBatch``); agents.rollout's team vector uses it."""
+        return SpreadBatch(envs)
+
+
+class SpreadBatch:
+    """E copies of ``SpreadNative`` as (E, N, ...) arrays: every copy and every agent stepped in one call.
+
+    It takes over the copies' random generators (the same objects: a copy's resets continue its
+    stream), so copy e here is ``envs[e]`` step for step: the same reset draws, and per element the
+    same floating-point operations in the same order as ``SpreadNative`` (equal bit for bit,
+    tests/scenarios/test_spread_native.py). What the copies' own ``pos``/``vel`` hold afterwards is
+    not kept up to date; the batch holds the state.
+
+    ``reset(e, seed)`` restarts copy e (a new generator from ``seed`` when one is given);
+    ``step(actions, active)`` steps the copies in ``active`` with actions (E, N) and returns their
+    rewards (E, N) and whether each episode was truncated there (E,); ``observations()`` (E, N, 6N)
+    float32 and ``states()`` (E, 6N N) are at the current positions.
+    """
+
+    def __init__(self, envs: list[SpreadNative]) -> None:
+        first = envs[0]
+        if any(env.n != first.n or env.local_ratio != first.local_ratio or env.max_cycles != first.max_cycles
+               for env in envs):
+            raise ValueError("SpreadBatch: the copies differ in N, local_ratio or max_cycles")
+        self.n, self.local_ratio, self.max_cycles = first.n, first.local_ratio, first.max_cycles
+        self.possible_agents = list(first.possible_agents)
+        self.num_envs = E = len(envs)
+        self.generators = [env.np_random for env in envs]
+        self.pos = np.stack([env.pos for env in envs])
+        self.landmarks = np.stack([env.landmarks for env in envs])
+        self.vel = np.stack([env.vel for env in envs])
+        self.steps = np.array([env.steps for env in envs], dtype=np.int64)
+        self._eye = first._eye
+        self._others = first._others
+        self._dist_min = first._dist_min
+        self._pairs: Optional[tuple[np.ndarray, np.ndarray]] = None
+        self._all = np.ones(E, dtype=bool)
+
+    def reset(self, e: int, seed: Optional[int] = None) -> None:
+        if seed is not None:
+            self.generators[e], _ = seeding.np_random(seed)
+        pos = self.generators[e].uniform(-1, +1, (2 * self.n, DIM_P))  # SpreadNative._reset_world's draw
+        self.pos[e] = pos[: self.n]
+        self.landmarks[e] = pos[self.n:]
+        self.vel[e] = 0.0
+        self.steps[e] = 0
+        self._pairs = None
+
+    def _pair_distances(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._pairs is None:
+            delta = self.pos[:, :, None, :] - self.pos[:, None, :, :]  # delta[e, i, j] = pos_i - pos_j
+            dist = np.sqrt(np.square(delta[..., 0]) + np.square(delta[..., 1]))
+            self._pairs = (delta, dist)
+        return self._pairs
+
+    def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Step the copies in ``active`` (None: all) with ``actions`` (E, N) ints in [0, 5); rewards
+        (E, N) (0 for a copy not stepped) and truncated (E,) (False for a copy not stepped)."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs, self.n) or not np.issubdtype(actions.dtype, np.integer) or \
+                actions.size and (actions.min() < 0 or actions.max() >= N_ACTIONS):
+            raise ValueError(f"SpreadBatch: actions must be ({self.num_envs}, {self.n}) integers in "
+                             f"[0, {N_ACTIONS}), got {actions.dtype} {actions.shape}")
+        active = self._all if active is None else active
+        sel = slice(None) if active.all() else np.flatnonzero(active)
+        pos, vel = self.pos[sel], self.vel[sel]
+        delta, dist = self._pair_distances()
+        delta, dist = delta[sel], dist[sel] + self._eye  # no self-contact, as SpreadNative._physics
+        k = CONTACT_MARGIN
+        penetration = np.logaddexp(0, -(dist - self._dist_min) / k) * k
+        contact = CONTACT_FORCE * delta / dist[..., None] * penetration[..., None]
+        force = _DIRECTIONS[actions[sel]] + 0.0
+        for j in range(self.n):  # partner order, as mpe2
+            force = contact[:, :, j] + force
+        pos += vel * DT
+        vel = vel * (1 - DAMPING)
+        vel += (force / MASS) * DT
+        self.pos[sel], self.vel[sel] = pos, vel
+        self.steps[sel] += 1
+        self._pairs = None
+        rewards = np.zeros((self.num_envs, self.n))
+        rewards[sel] = self._rewards(sel)
+        truncated = active & (self.steps >= self.max_cycles)
+        return rewards, truncated
+
+    def _rewards(self, sel: Any) -> np.ndarray:
+        pos, landmarks = self.pos[sel], self.landmarks[sel]
+        d_lm = pos[:, None, :, :] - landmarks[:, :, None, :]  # (E, L, N, 2): agent - landmark
+        nearest = np.sqrt(np.square(d_lm[..., 0]) + np.square(d_lm[..., 1])).min(axis=2)
+        global_reward = np.zeros(len(nearest))
+        for m in range(self.n):  # sequential, as mpe2 accumulates it
+            global_reward = global_reward - nearest[:, m]
+        _, dist = self._pair_distances()
+        collisions = (dist[sel] < self._dist_min).sum(axis=2) - 1
+        local = -collisions.astype(np.float64)
+        return global_reward[:, None] * (1 - self.local_ratio) + local * self.local_ratio
+
+    def observations(self) -> np.ndarray:
+        """(E, N, 6N) float32: [e, i] is agent i's observation in copy e (SpreadNative._observations)."""
+        E, n = self.num_envs, self.n
+        obs = np.zeros((E, n, 6 * n))
+        obs[..., 0:2] = self.vel
+        obs[..., 2:4] = self.pos
+        obs[..., 4:4 + 2 * n] = (self.landmarks[:, None, :, :] - self.pos[:, :, None, :]).reshape(E, n, 2 * n)
+        rel = self.pos[:, None, :, :] - self.pos[:, :, None, :]  # rel[e, i, j] = pos_j - pos_i
+        obs[..., 4 + 2 * n:2 + 4 * n] = rel[:, self._others[0], self._others[1]].reshape(E, n, 2 * (n - 1))
+        return obs.astype(np.float32)
+
+    def states(self, obs: Optional[np.ndarray] = None) -> np.ndarray:
+        """(E, 6N N): every copy's ``state()`` (its agents' observations concatenated)."""
+        return (self.observations() if obs is None else obs).reshape(self.num_envs, -1)
+
+
 def _time_env(env: ParallelEnv, steps: int, seed: int) -> float:
     """Seconds for ``steps`` env steps with uniform random actions, resetting at each episode end."""
     rng = np.random.default_rng(seed)

@@ -298,9 +298,12 @@ def test_critic_input_is_state_plus_id_for_mappo_and_obs_plus_id_for_ippo(alg):
     assert (obs_dim, N) == (21, 2) and state_dim == worker.desc.state_dim > 0
     assert batch["obs"].shape == (6, E * N, obs_dim + N)
     critic_width = (state_dim if alg == "mappo" else obs_dim) + N
-    assert batch["critic_obs"].shape == (6, E * N, critic_width)
+    # ippo's critic reads the actor's rows (the batch holds them once)
+    assert ("critic_obs" in batch) == (alg == "mappo")
+    critic_obs = batch.get("critic_obs", batch["obs"])
+    assert critic_obs.shape == (6, E * N, critic_width)
     # the bootstrap rows (after the last step) against the envs themselves
-    last = batch["critic_obs"][-1]
+    last = critic_obs[-1]
     for e, env in enumerate(worker.envs):
         for i, agent in enumerate(worker.desc.agents):
             row = last[e * N + i]

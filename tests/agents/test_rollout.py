@@ -8,10 +8,11 @@ import pytest
 
 from agents.actor_critic import ActorCriticWorker
 from agents.mappo import TeamWorker
-from agents.rollout import EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout
+from agents.rollout import BatchedCopies, EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout, team_copies
 from agents.vehicular import VehicularA3CWorker
 from marl_q.config import build_config
 from marl_q.rundir import load_snapshot, save_snapshot
+from marl_q.state_format import upgrade
 from tests.agents.test_mappo import REFERENCE, _raw as team_raw
 from tests.agents.test_vehicular import _raw as vehicular_raw
 
@@ -103,23 +104,107 @@ def test_parallel_copies_restart_on_the_next_step_and_sum_the_team_reward():
     worker = TeamWorker(build_config(team_raw("ippo", REFERENCE, envs_per_worker=2, n_steps=5)), 0)
     vec = ParallelCopies(worker.envs, worker.desc.agents, False)
     step = vec.step(np.zeros(4, dtype=np.int64))  # both copies start pending: this step only resets them
-    assert not step.valid.any() and step.data == [None, None] and not vec.pending_reset.any()
+    data = step.data
+    assert not step.valid.any() and not vec.pending_reset.any()
+    assert not data.live.any() and not data.dones.any() and not data.rewards.any()
     step = vec.step(np.zeros(4, dtype=np.int64))
-    assert step.valid.all()
-    for e, (live, rew, term, trunc, ended) in enumerate(step.data):
-        assert live == [0, 1] and step.reward[e] == sum(rew.values()) and not ended
+    assert step.valid.all() and step.data.live.all() and not step.ended.any() and not step.data.dones.any()
+    for e in range(2):
+        assert step.reward[e] == step.data.rewards[e, 0] + step.data.rewards[e, 1]
+
+
+
+def _spread_copies(n_copies: int, n_agents: int = 3, max_cycles: int = 25):
+    from scenarios.spread_native import SpreadNative
+    envs = []
+    for k in range(n_copies):
+        env = SpreadNative(N=n_agents, local_ratio=0.5, max_cycles=max_cycles)
+        env.reset(seed=1000 + k)
+        envs.append(env)
+    return envs
+
+
+@pytest.mark.parametrize("n_agents, max_cycles", [(3, 25), (4, 7)])
+def test_batched_spread_equals_the_copies_stepped_one_by_one(n_agents, max_cycles):
+    """The vectorised spread (every copy and agent in one call) against the same copies stepped one at
+    a time through ParallelCopies: observations, states, rewards, terminations, truncations (dones),
+    valid/ended and the team reward, equal bit for bit over 2,000 cycles of random actions."""
+    E = 5
+    agents = [f"agent_{i}" for i in range(n_agents)]
+    one_by_one = ParallelCopies(_spread_copies(E, n_agents, max_cycles), agents, False)
+    batched = team_copies(_spread_copies(E, n_agents, max_cycles), agents, False)
+    assert isinstance(batched, BatchedCopies) and type(one_by_one) is ParallelCopies
+    rng = np.random.default_rng(7)
+    D, S = 6 * n_agents, 6 * n_agents * n_agents
+    ended = 0
+    for t in range(2000):
+        got, want = np.empty((E, n_agents, D), np.float32), np.empty((E, n_agents, D), np.float32)
+        got_s, want_s = np.empty((E, S), np.float32), np.empty((E, S), np.float32)
+        batched.rows(got, got_s)
+        one_by_one.rows(want, want_s)
+        assert got.tobytes() == want.tobytes() and got_s.tobytes() == want_s.tobytes(), t
+        actions = rng.integers(0, 5, size=E * n_agents)
+        a, b = batched.step(actions), one_by_one.step(actions)
+        for field in ("valid", "reward", "ended"):
+            assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), (t, field)
+        for field in ("live", "rewards", "terminated", "dones"):
+            assert getattr(a.data, field).tobytes() == getattr(b.data, field).tobytes(), (t, field)
+        ended += int(a.ended.sum())
+    assert ended == E * (2000 // (max_cycles + 1))  # every episode ran to its time limit
+    with pytest.raises(ValueError, match="actions must be"):
+        batched.step(np.full(E * n_agents, 5))
+
+
+def test_batched_spread_evaluates_as_the_copies_do():
+    """Greedy evaluation through the batched vector (copies reset with seeds) gives the returns of the
+    copies stepped one by one."""
+    agents = ["agent_0", "agent_1", "agent_2"]
+    seeds = [11, 12, 13]
+    greedy = lambda vec: (lambda rows: rows.sum(axis=2).reshape(-1).astype(np.int64) % 5)  # noqa: E731
+
+    def play(vec):
+        buf = np.empty((3, 3, 18), np.float32)
+
+        def act(v):
+            v.rows(buf)
+            return greedy(v)(np.floor(buf * 10))
+        return evaluate(vec, 7, act)
+
+    a = play(team_copies(_spread_copies(3), agents, False, reset_seeds=seeds))
+    b = play(ParallelCopies(_spread_copies(3), agents, False, reset_seeds=seeds))
+    assert a == b and len(a) == 7
+
+
+def test_team_worker_rollouts_alike_on_both_vectors():
+    """A MAPPO worker on spread (native engine: the batched vector) gives the same rollout batches as
+    the same worker whose copies are stepped one by one."""
+    raw = team_raw("mappo", REFERENCE, envs_per_worker=3, n_steps=30)
+    raw["scenario"] = {"name": "spread", "n_agents": 3, "max_cycles": 25}
+    cfg = build_config(raw)
+    fast, slow = TeamWorker(cfg, 0), TeamWorker(cfg, 0)
+    assert isinstance(fast.vec, BatchedCopies)
+    slow.vec = ParallelCopies(slow.envs, slow.desc.agents, False)
+    for _ in range(3):
+        (b1, e1, s1), (b2, e2, s2) = fast.rollout(), slow.rollout()
+        assert sorted(b1) == sorted(b2) and e1 == e2 and s1 == s2
+        for key in b1:
+            assert b1[key].tobytes() == b2[key].tobytes(), key
+        fast.learn(b1)
+        slow.learn(b2)
+        assert fast.flat.numpy().tobytes() == slow.flat.numpy().tobytes()
 
 
 # ----------------------------------------------------------------------------- old snapshots
 def _continues_alike(worker, old_fields, tmp_path):
     """A worker snapshotted with its rollout state under the old field names continues exactly as the
     same snapshot in today's format: the same next rollouts (batch, episodes, steps) and book."""
-    digest = save_snapshot(tmp_path / "w.pkl", worker)
-    twin, loaded = load_snapshot(tmp_path / "w.pkl", digest), load_snapshot(tmp_path / "w.pkl", digest)
+    digest = save_snapshot(tmp_path / "w.pkl", {"worker": worker})
+    twin, loaded = (load_snapshot(tmp_path / "w.pkl", digest)["worker"] for _ in range(2))
     state = dict(loaded.__dict__)
     state.update(old_fields(state.pop("vec"), state.pop("book")))
     back = type(worker).__new__(type(worker))
-    back.__setstate__(state)  # what unpickling an old snapshot does
+    back.__dict__.update(state)  # what unpickling an old snapshot does
+    upgrade({"workers": [back]}, 0)  # and then its migration to state format 1
     assert "vec" in back.__dict__ and "ep_return" not in back.__dict__
     for _ in range(2):
         (b1, e1, s1), (b2, e2, s2) = twin.rollout(), back.rollout()
