@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
-from marl_q.errors import ConfigError, RunWriteError, UserError
+from marl_q.errors import ConfigError, RunLost, RunWriteError, UserError
 
 EXIT_OK, EXIT_FAIL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 BUILTIN = {"run", "resume", "sweep", "plot", "list", "bench"}
@@ -129,7 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as exc:
         print(f"marlq: error: {exc}", file=sys.stderr)
         return EXIT_USER
-    except RunWriteError as exc:  # the disk failed the run (no space, directory gone or read-only)
+    except (RunWriteError, RunLost) as exc:  # the disk or a node failed the run (no space, server's node lost)
         print(f"marlq: error: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt as exc:  # one line: whether and how the run can be continued

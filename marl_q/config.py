@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ class ComputeProfile:
     jitter: float = 0.0  # sigma of a mean-one lognormal factor
     stragglers: list[int] = field(default_factory=list)  # worker indices that run slower
     straggler_factor: float = 1.0  # how much slower
+    # `constant`: workers differ only by the factors above; `lognormal`: worker i's steps also take a
+    # factor drawn once per worker from a mean-one lognormal of sigma `speed_sigma` (seeded by run.seed)
+    speeds: Literal["constant", "lognormal"] = "constant"
+    speed_sigma: float = 1.0
 
 
 @dataclass
@@ -86,23 +91,27 @@ class FaultConfig:
     spike_s: float = 0.1
     crash: dict[int, float] = field(default_factory=dict)  # worker index -> virtual time of a crash
     restart_s: float = 0.1
+    # a worker leaves when a step ends with this probability (its push is never sent) and rejoins with
+    # its state after an exponential time of mean `rejoin_s`, saying hello for fresh parameters
+    dropout: float = 0.0
+    rejoin_s: float = 1.0
 
     def validate(self) -> None:
-        for key in ("loss", "duplicate", "spike_p"):
+        for key in ("loss", "duplicate", "spike_p", "dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ValueError(f"{key}: a probability in [0, 1), got {getattr(self, key)}")
-        for key in ("retransmit_s", "dup_delay_s", "spike_s", "restart_s"):
+        for key in ("retransmit_s", "dup_delay_s", "spike_s", "restart_s", "rejoin_s"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)}")
 
     @property
     def any(self) -> bool:
-        return bool(self.loss or self.duplicate or self.spike_p or self.crash)
+        return bool(self.loss or self.duplicate or self.spike_p or self.crash or self.dropout)
 
     @property
     def sim_only(self) -> list[str]:
         """The faults set here that only the sim backend can inject."""
-        return [k for k in ("loss", "spike_p", "crash") if getattr(self, k)]
+        return [k for k in ("loss", "spike_p", "crash", "dropout") if getattr(self, k)]
 
 
 @dataclass
@@ -165,6 +174,11 @@ class BackendConfig:
     kill: list[KillConfig] = field(default_factory=list)
     faults: FaultConfig = field(default_factory=FaultConfig)  # sim: all; local, ray: duplicate
     ray: RayConfig = field(default_factory=RayConfig)
+    # ray: which nodes take the worker actors: `default` (Ray's own scheduler), `spread` (the least loaded
+    # node first), `pack` (fill one node before the next) or a custom resource label (only nodes that have it)
+    placement: str = "default"
+    # ray: the server actor's node: `driver` (where `marlq run` runs), `head`, or a custom resource label
+    server_placement: str = "driver"
 
 
 @dataclass
@@ -418,6 +432,7 @@ def validate_cross(cfg: ExperimentConfig) -> None:
     if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:
         raise ConfigError(f"server.max_staleness: must be >= 0 or null, got {cfg.server.max_staleness}")
     validate_faults(cfg)
+    validate_placement(cfg)
     for i in cfg.backend.compute.stragglers:
         if not 0 <= i < cfg.backend.workers:
             raise ConfigError(
@@ -426,6 +441,7 @@ def validate_cross(cfg: ExperimentConfig) -> None:
     nonneg = {
         "backend.compute.step_s": cfg.backend.compute.step_s,
         "backend.compute.jitter": cfg.backend.compute.jitter,
+        "backend.compute.speed_sigma": cfg.backend.compute.speed_sigma,
         "backend.network.latency_s": cfg.backend.network.latency_s,
         "backend.network.jitter": cfg.backend.network.jitter,
     }
@@ -473,6 +489,29 @@ def validate_faults(cfg: ExperimentConfig) -> None:
             found = False
         if not found:
             raise ConfigError(RAY_MISSING)
+
+
+WORKER_PLACEMENTS = ("default", "spread", "pack")
+SERVER_PLACEMENTS = ("driver", "head")
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def validate_placement(cfg: ExperimentConfig) -> None:
+    """backend.placement and backend.server_placement: a keyword or a custom resource label, on ray only."""
+    b = cfg.backend
+    for key, value, keywords in (("placement", b.placement, WORKER_PLACEMENTS),
+                                 ("server_placement", b.server_placement, SERVER_PLACEMENTS)):
+        if value in keywords:
+            if value != keywords[0] and b.name != "ray":
+                raise ConfigError(f"backend.{key}: {value!r} places Ray actors; it needs backend.name: ray "
+                                  f"(got {b.name!r})")
+            continue
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", value) or value in RAY_BUILTIN_RESOURCES:
+            raise ConfigError(f"backend.{key}: expected {', '.join(keywords)} or a custom resource label "
+                              f"(letters, digits, _ . -; not {', '.join(RAY_BUILTIN_RESOURCES)}), got {value!r}")
+        if b.name != "ray":
+            raise ConfigError(f"backend.{key}: a resource label ({value!r}) places Ray actors; it needs "
+                              f"backend.name: ray (got {b.name!r})")
 
 
 # ----------------------------------------------------------------------------- typed coercion

@@ -46,3 +46,8 @@ class RunWriteError(Exception):
         else:
             self.reason = str(exc)
         super().__init__(f"cannot write {path} ({self.reason})" + (f"; {hint}" if hint else ""))
+
+
+class RunLost(Exception):
+    """The machine under the run failed it (a cluster node that hosted the server was lost): exit code 1, one
+    line naming the last good checkpoint and the resume command. Not a UserError: the input was fine."""

@@ -21,7 +21,9 @@ from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, build_algori
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
                   "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes",
-                  "run.tensorboard")
+                  "run.tensorboard",
+                  # where a ray run's actors go (a resume on the nodes that remain): not what it computes
+                  "backend.placement", "backend.server_placement", "backend.ray.address")
 RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "quantum.csv", "quantum_wall.csv",
              "train.csv", "train_wall.csv", "summary.json")
 

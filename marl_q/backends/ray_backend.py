@@ -42,8 +42,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+from marl_q.config import SERVER_PLACEMENTS, WORKER_PLACEMENTS
 from marl_q.driver import Arrived, Driver, Event, Failed, Started, Stepped, Tick
-from marl_q.errors import RAY_MISSING, ConfigError, import_extra
+from marl_q.errors import RAY_MISSING, ConfigError, RunLost, import_extra
 from marl_q.messages import Message, stamp_life
 from marl_q.progress import RunProgress
 from marl_q.registry import BACKENDS
@@ -56,6 +57,8 @@ POLL_S = 0.5  # the driver's loop: kills, liveness, progress
 MAIL_WAIT_S = 1.0  # a blocked worker's long poll for mail
 POLL_EVERY_S = 0.001  # how often a worker that can go on looks for completed calls
 CALLS_IN_FLIGHT = 2  # a worker's submit calls outstanding; what it produces meanwhile waits for the next one
+LABEL_SHARE = 0.001  # what an actor placed by a custom resource label asks of it (a node with 1 takes 1000)
+HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of the head node
 
 
 def import_ray() -> Any:
@@ -200,6 +203,10 @@ def check_resources(ray: Any, cfg: ExperimentConfig) -> None:
     if short:
         raise ConfigError(f"backend.ray: the cluster cannot place {cfg.backend.workers} worker actors "
                           f"({'; '.join(short)}); lower backend.ray.num_cpus_per_worker / resources or add nodes")
+    for key, label in (("placement", cfg.backend.placement), ("server_placement", cfg.backend.server_placement)):
+        if label not in WORKER_PLACEMENTS + SERVER_PLACEMENTS and have.get(label, 0) <= 0:
+            raise ConfigError(f"backend.{key}: no node of the cluster has the resource {label!r}; start one with "
+                              f"`ray start ... --resources='{{\"{label}\": 1}}'` or choose another placement")
 
 
 # ----------------------------------------------------------------------------- the actors
@@ -327,6 +334,12 @@ class ServerHost:
         if kind:
             self.rt.record_fault(kind, name, detail, self.now())
 
+    async def where(self) -> str:
+        """The id of the node this actor runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     async def wait_started(self) -> bool:
         await self.started.wait()
         return True
@@ -370,6 +383,12 @@ class WorkerHost:
         self.server, self.life = server, life
         self.crash_after = cfg.backend.crash_after_steps.get(index) if life == 0 else None
         self.max_in_flight = cfg.backend.ray.max_in_flight
+
+    def where(self) -> str:
+        """The id of the node this actor runs on (answered once the actor is up)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def run(self) -> int:
         """Step, push, collect until the server says stop; returns the steps taken.
@@ -453,13 +472,23 @@ class RayTransport:
         self.actor_cfg = copy.deepcopy(self.cfg.to_dict())
         self.actor_cfg["run"]["progress"] = False  # the driver draws the bar; an actor's stderr goes to Ray's logs
         resume = rt.resume
-        out = rt.retire()  # the server actor's Runtime owns the run directory from here on
-        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        self.out = rt.retire()  # the server actor's Runtime owns the run directory from here on
+        out = self.out
+        where = self.cfg.backend.server_placement
+        if where == "driver":  # the run directory is written where `marlq run` runs
+            server_opts = {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+                node_id=ray.get_runtime_context().get_node_id(), soft=False)}
+        else:  # elsewhere: the run directory must be storage that node and the driver's both see
+            server_opts = {"resources": {HEAD_RESOURCE if where == "head" else where: LABEL_SHARE}}
         self.server = (ray.remote(ServerHost)
-                       .options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
+                       .options(num_cpus=0, max_restarts=0, **server_opts)
                        .remote(self.actor_cfg, str(out) if out else None, type(rt), resume))
-        self.worker_cls = ray.remote(WorkerHost).options(num_cpus=rc.num_cpus_per_worker,
-                                                         resources=dict(rc.resources), max_restarts=0)
+        self.placer = Placer(ray, self.cfg)
+        self.worker_cls = ray.remote(WorkerHost)
+        self.worker_opts = {"num_cpus": rc.num_cpus_per_worker, "resources": self.placer.need_resources,
+                            "max_restarts": 0}
+        self.placements = PlacementLog(out, ray)
+        self.where_refs: dict[Any, tuple[str, int]] = {self.server.where.remote(): ("server", 0)}  # -> (who, life)
         self.handles: dict[str, Any] = {}
         self.runs: dict[Any, str] = {}  # run() ref -> worker
         self.life = {n: 0 for n in self.names}
@@ -472,15 +501,36 @@ class RayTransport:
         self.driver = Driver(None, self, cfg=self.cfg, names=self.names)  # the messages: the server actor's driver
 
     def run(self) -> dict:
+        from ray.exceptions import RayActorError
+
         try:
             status = self.driver.run()
             summary = self.ray.get(self.server.finish.remote(status))
+        except RayActorError as exc:  # the server actor died (its node was lost): what it wrote is all there is
+            raise RunLost(self.server_lost(exc)) from None
         except BaseException as exc:
             self.flush(exc)
             raise
         finally:
             self.close()
         return summary
+
+    def server_lost(self, exc: BaseException) -> str:
+        """The one line of a run whose server actor died: why, and the checkpoint a resume continues from."""
+        from marl_q.rundir import latest_checkpoint
+        from marl_q.runtime import one_line
+
+        node = self.placements.server_node
+        why = f"its node {node[:12]} was lost" if node and not self.placer.alive(node) else \
+            f"it died ({one_line(str(exc))[:160]})"
+        if self.out is None:
+            return f"the server actor was lost: {why}; the run had no run directory, so nothing to resume"
+        last = latest_checkpoint(self.out)
+        if last is None:
+            return (f"the server actor was lost: {why}; no checkpoint was written before it, so nothing to "
+                    f"resume: run it again (set run.checkpoint_every)")
+        return (f"the server actor was lost: {why}; the last good checkpoint is {last}: continue with "
+                f"`marlq resume {self.out}` on the nodes that remain")
 
     # ------------------------------------------------------------------------- the events
     def start(self, driver: Driver) -> Iterator[Event]:
@@ -494,6 +544,7 @@ class RayTransport:
     def turn(self, driver: Driver) -> Iterator[Event]:
         """What is ready (waiting at most until the next kill or poll) as events, a Tick, the bar."""
         ready = self.wait(driver.wait_s(time.perf_counter(), POLL_S))
+        self.placements.collect(self.where_refs)
         if self.done_ref in ready:
             self.ray.get(self.done_ref)  # raises what broke the server, if anything did
             self.finished = True
@@ -522,7 +573,9 @@ class RayTransport:
                 self.ray.get(ref)
                 continue  # it was told to stop: the run is ending
             except RayActorError:
+                node = self.placer.nodes.get(name)
                 detail = (f"killed by backend.kill at {self.killed.pop(name)} s (ray.kill)" if name in self.killed
+                          else f"actor died: its node {node[:12]} was lost" if node and not self.placer.alive(node)
                           else "actor died (process exited or its node was lost)")
             except RayTaskError as exc:
                 detail = f"raised an exception:\n{exc}"
@@ -558,8 +611,13 @@ class RayTransport:
 
     # ------------------------------------------------------------------------- the worker actors
     def spawn(self, i: int) -> None:
+        """Start worker ``i``'s actor on the node backend.placement chooses (Ray's choice for `default`)."""
         name = self.names[i]
-        self.handles[name] = self.worker_cls.remote(self.actor_cfg, i, self.life[name], self.server)
+        strategy = self.placer.strategy(name)
+        opts = self.worker_opts if strategy is None else {**self.worker_opts, "scheduling_strategy": strategy}
+        self.handles[name] = self.worker_cls.options(**opts).remote(self.actor_cfg, i, self.life[name], self.server)
+        # where() first: the actor runs its calls in order, and run() returns only at the end
+        self.where_refs[self.handles[name].where.remote()] = (name, self.life[name])
         self.runs[self.handles[name].run.remote()] = name
 
     # ------------------------------------------------------------------------- the end
@@ -573,11 +631,110 @@ class RayTransport:
             print(f"marlq: the server actor could not flush the run files ({flush_exc})", file=sys.stderr)
 
     def close(self) -> None:
+        self.placements.collect(self.where_refs)
+        self.placements.close()
         if self.bar is not None:
             self.bar.close()
         for h in self.handles.values():
             self.ray.kill(h, no_restart=True)
         self.ray.kill(self.server, no_restart=True)
+
+
+class Placer:
+    """backend.placement: the node each worker actor goes to.
+
+    `default` leaves it to Ray's scheduler. `spread` and `pack` choose among the live nodes that can still
+    hold the worker's CPUs and resources next to this run's other workers there (the nodes' totals, from
+    ``ray.nodes()``): `spread` the node with the fewest of this run's workers, `pack` the first that fits
+    (nodes in id order). A custom resource label is `spread` over the nodes that have it, and each worker
+    asks for LABEL_SHARE of it, so Ray too keeps it there. The affinity is soft: a node lost between
+    the choice and the start leaves the worker to Ray's scheduler rather than failing it."""
+
+    def __init__(self, ray: Any, cfg: ExperimentConfig) -> None:
+        self.ray = ray
+        self.mode = cfg.backend.placement
+        rc = cfg.backend.ray
+        self.need_resources = dict(rc.resources)
+        if self.mode not in WORKER_PLACEMENTS:
+            self.need_resources[self.mode] = LABEL_SHARE
+        self.need = {"CPU": rc.num_cpus_per_worker, **self.need_resources}
+        self.nodes: dict[str, str] = {}  # worker -> the node chosen for its current actor
+
+    def live_nodes(self) -> dict[str, dict[str, float]]:
+        """node id -> total resources of every live node, in id order."""
+        return {n["NodeID"]: n["Resources"] for n in sorted(self.ray.nodes(), key=lambda n: n["NodeID"])
+                if n["Alive"]}
+
+    def alive(self, node: str) -> bool:
+        try:
+            return node in self.live_nodes()
+        except Exception:  # the cluster cannot say: do not claim the node was lost
+            return True
+
+    def strategy(self, name: str) -> Any:
+        """The scheduling strategy for ``name``'s next actor; None for Ray's own."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.nodes.pop(name, None)
+        if self.mode == "default":
+            return None
+        live = self.live_nodes()
+        count = {n: 0 for n in live}
+        for node in self.nodes.values():
+            if node in count:
+                count[node] += 1
+        fits = [n for n, total in live.items()
+                if all(count[n] * v + v <= total.get(k, 0) + 1e-9 for k, v in self.need.items() if v > 0)
+                and (self.mode in WORKER_PLACEMENTS or total.get(self.mode, 0) > 0)]
+        if not fits:
+            return None  # nowhere this run can see: Ray's scheduler places it when it can
+        node = fits[0] if self.mode == "pack" else min(fits, key=lambda n: count[n])
+        self.nodes[name] = node
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+
+
+class PlacementLog:
+    """``placement.csv`` in the run directory: the node each worker actor (and the server) really runs on,
+    as each actor answers ``where()``; a row per actor: time, session, worker, life, node."""
+
+    def __init__(self, out: Optional[Path], ray: Any) -> None:
+        self.session = uuid.uuid4().hex[:8]
+        self.t0 = time.perf_counter()
+        self.server_node: Optional[str] = None
+        self.fh = None
+        if out is not None:
+            path = Path(out) / "placement.csv"
+            new = not path.exists()
+            self.fh = open(path, "a", encoding="utf-8")
+            if new:
+                self.fh.write("t_s,session,worker,life,node\n")
+
+    def row(self, worker: str, life: int, node: str) -> None:
+        if self.fh is not None:
+            self.fh.write(f"{time.perf_counter() - self.t0:.3f},{self.session},{worker},{life},{node}\n")
+            self.fh.flush()
+
+    def collect(self, refs: dict[Any, tuple[str, int]]) -> None:
+        """The rows of the actors that have answered where they run (those that died first give none)."""
+        import ray
+
+        if not refs:
+            return
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in done:
+            worker, life = refs.pop(ref)
+            try:
+                node = ray.get(ref)
+            except Exception:  # the actor died before it said where it was
+                continue
+            if worker == "server":
+                self.server_node = node
+            self.row(worker, life, node)
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
 
 
 def _say(kind: str, name: str, detail: str) -> None:

@@ -1,0 +1,279 @@
+"""The ray backend on a cluster of several nodes on this machine (``ray.cluster_utils.Cluster``: one raylet per
+node, each with its own resources; ``remove_node`` takes one away as a lost machine would be).
+
+One cluster for the module, three raylets (Ray starts slowly on a busy 2-core machine): the head (the driver's
+node, one CPU), node "wk" (one CPU, removed in the worker-loss test) and node "srv" (no CPUs, resource ``srv``:
+the server's node in the server-loss test, removed there). The cluster requires a token (RAY_AUTH_MODE=token),
+so a join without it can be tested. Nothing here asserts a wall-clock time: the tests wait on conditions.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs the optional extra [ray] (Ray is not installed): pip install -e .[ray]")
+
+from marl_q.backends.ray_backend import Placer  # noqa: E402
+from marl_q.bench.soak_checks import (accounted, applied_once, metrics_continuous,  # noqa: E402
+                                      read_metrics_columns)
+from marl_q.cli import main  # noqa: E402
+from marl_q.config import build_config  # noqa: E402
+from marl_q.errors import ConfigError  # noqa: E402
+from marl_q.ledger import ledger_audit  # noqa: E402
+
+WORKER_PORTS = (29100, 29199)  # every node's worker port range: what a cluster may bind beyond its fixed ports
+WAIT_S = 240.0  # generous: conditions, not durations, are what the tests check
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head + "wk" + "srv", token authentication on; the test process is connected to it as the driver."""
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+                                            "RAY_USAGE_STATS_ENABLED")}
+    os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex,
+                       "RAY_USAGE_STATS_ENABLED": "0"})
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    _reset_auth()
+    ports = {"min_worker_port": WORKER_PORTS[0], "max_worker_port": WORKER_PORTS[1]}
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **ports})
+    nodes = {"wk": c.add_node(num_cpus=1, resources={"wk": 1}, **ports),
+             "srv": c.add_node(num_cpus=0, resources={"srv": 1}, **ports)}
+    ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
+    c.named = nodes
+    c.head_id = ray.get_runtime_context().get_node_id()
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reset_auth()
+
+
+def _reset_auth() -> None:
+    """Ray caches the token mode and token per process: make it read the environment again."""
+    try:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+    except ImportError:  # a Ray without token authentication
+        return
+    reset_auth_token_state()
+
+
+def _raw(small_raw: dict, **backend) -> dict:
+    small_raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 0.5}, **backend})
+    small_raw["server"]["aggregation"] = "sync"  # every round needs every worker: none can be lost unnoticed
+    return small_raw
+
+
+def _placement(run_dir: Path) -> list[dict[str, str]]:
+    path = run_dir / "placement.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r.get("node")]
+
+
+def _when(condition, action, box: dict) -> threading.Thread:
+    """Run ``action`` in a thread once ``condition()`` holds (checked every 0.2 s, for WAIT_S at most)."""
+    def go() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            if condition():
+                box["result"] = action()
+                return
+            time.sleep(0.2)
+        box["result"] = "timed out"
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def _audit_passes(run_dir: Path, updates: int, sync_workers: int = 0) -> None:
+    """The soak's ledger audit (marl_q/bench/soak_checks.py). Under ``sync`` an update takes one push of each
+    of ``sync_workers`` workers, so applied_once's count is per round: distinct accepted keys = workers x
+    updates, plus a round cut short at the end and a lost worker's push that its restart replaced."""
+    audit = ledger_audit(run_dir)
+    if sync_workers:
+        assert not audit.repeated_keys, audit.repeated_keys[:5]
+        assert 0 <= audit.distinct_accepted - sync_workers * updates <= sync_workers, (audit.distinct_accepted, updates)
+        checks = []
+    else:
+        checks = [applied_once(updates, audit)]
+    for check in checks + [accounted(audit), metrics_continuous(*read_metrics_columns(run_dir / "metrics.csv"))]:
+        assert check.ok, f"{check.name}: {check.detail}"
+
+
+# ----------------------------------------------------------------------------- placement, without a cluster
+class _FakeRay:
+    def __init__(self, nodes: dict[str, dict[str, float]]) -> None:
+        self._nodes = nodes
+
+    def nodes(self) -> list[dict]:
+        return [{"NodeID": k, "Alive": True, "Resources": v} for k, v in self._nodes.items()]
+
+
+def _placer(small_raw: dict, placement: str, nodes: dict[str, dict[str, float]], workers: int) -> list[str]:
+    raw = _raw(small_raw, placement=placement, workers=workers)
+    placer = Placer(_FakeRay({k * 56: v for k, v in nodes.items()}), build_config(raw))  # ids: 56 hex digits
+    return [placer.strategy(f"w{i}").node_id[0] for i in range(workers)]
+
+
+def test_spread_pack_and_a_label_choose_nodes_as_documented(small_raw):
+    import copy
+
+    nodes = {"a": {"CPU": 0.0}, "b": {"CPU": 2.0, "gpu_box": 1.0}, "c": {"CPU": 2.0}}
+    # spread: fewest of this run's workers first (ties in node order); a node without CPUs never
+    assert _placer(copy.deepcopy(small_raw), "spread", nodes, 4) == ["b", "c", "b", "c"]
+    # pack: the first node until it is full (2 CPUs at 0.5 each: 4 workers), then the next
+    assert _placer(copy.deepcopy(small_raw), "pack", nodes, 5) == ["b", "b", "b", "b", "c"]
+    # a label: only the nodes that have it
+    assert _placer(copy.deepcopy(small_raw), "gpu_box", nodes, 3) == ["b", "b", "b"]
+
+
+def test_placement_keys_are_validated(small_raw):
+    import copy
+
+    for backend, message in (({"name": "local", "placement": "spread"}, "backend.placement: 'spread'"),
+                             ({"name": "ray", "placement": "CPU"}, "backend.placement: expected"),
+                             ({"name": "ray", "server_placement": "two words"}, "backend.server_placement: expected"),
+                             ({"name": "sim", "server_placement": "srv"}, "backend.server_placement: a resource")):
+        raw = copy.deepcopy(small_raw)
+        raw["backend"].update(backend)
+        with pytest.raises(ConfigError, match=message):
+            build_config(raw)
+
+
+# ----------------------------------------------------------------------------- on the cluster
+def test_a_lost_worker_node_restarts_its_worker_on_the_remaining_node(cluster, small_raw, tmp_path):
+    """Workers spread over the head and "wk", the server on "srv"; "wk" is removed as soon as its worker
+    runs there. Its worker is restarted on the head, and the ledger audit passes."""
+    from marl_q.experiment import run_experiment
+
+    raw = _raw(small_raw, placement="spread", server_placement="srv", max_restarts=2)
+    raw["run"]["total_env_steps"] = 3000
+    out = tmp_path / "r"
+    wk = cluster.named["wk"].node_id
+    box: dict = {}
+    thread = _when(lambda: any(r["node"] == wk for r in _placement(out)),
+                   lambda: cluster.remove_node(cluster.named["wk"]), box)
+    summary = run_experiment(build_config(raw), out, plots=False)
+    thread.join()
+    assert box.get("result") is None, box  # the node was removed (remove_node returns None)
+    assert summary["status"] == "completed" and summary["env_steps"] >= 3000
+    rows = _placement(out)
+    srv = cluster.named["srv"].node_id
+    assert [r["node"] for r in rows if r["worker"] == "server"] == [srv]
+    first = {r["worker"]: r["node"] for r in rows if r["life"] == "0" and r["worker"] != "server"}
+    assert sorted(first.values()) == sorted([cluster.head_id, wk])  # spread: one worker per node with CPUs
+    lost = next(w for w, n in first.items() if n == wk)
+    restarted = [r["node"] for r in rows if r["worker"] == lost and r["life"] != "0"]
+    assert restarted and set(restarted) == {cluster.head_id}
+    faults = [f for f in summary["faults"] if f["kind"] == "worker_restarted"]
+    assert [f["worker"] for f in faults] == [lost] and "was lost" in faults[0]["detail"]
+    audit = ledger_audit(out)
+    # the node went as soon as the worker ran there: its first life may have said nothing yet (then the ledger
+    # knows one life of it, the restarted one); either way the restarted life's pushes were applied
+    assert audit.lives[lost] in (1, 2)
+    assert (audit.accepted_after_restart[lost] if audit.lives[lost] == 2 else audit.workers[lost]["accepted"]) > 0
+    _audit_passes(out, summary["updates"], sync_workers=2)
+
+
+def test_listening_ports_are_the_documented_ones(cluster):
+    """Every TCP port the cluster's processes listen on: the GCS port, each node's node-manager,
+    object-manager, runtime-env-agent, metrics and dashboard-agent ports as Ray reports them, or a worker
+    port in the nodes' --min/max-worker-port range (docs/runtime.md lists them). marl-q itself opens none."""
+    import psutil
+
+    from ray._private.services import parse_address as ray_parse
+
+    allowed = {int(ray_parse(cluster.address)[1])}
+    for n in ray.nodes():
+        for key in ("NodeManagerPort", "ObjectManagerPort", "RuntimeEnvAgentPort", "MetricsExportPort",
+                    "DashboardAgentListenPort", "DashboardAgentGrpcPort"):
+            if n.get(key, -1) and n.get(key, -1) > 0:
+                allowed.add(int(n[key]))
+    roots = {p.pid for p in psutil.process_iter(["cmdline"])
+             if any(s in " ".join(p.info["cmdline"] or []) for s in ("gcs_server", "raylet"))
+             and cluster.head_node.get_session_dir_path() in " ".join(p.info["cmdline"] or [])}
+    pids = {os.getpid()}
+    for pid in roots:
+        proc = psutil.Process(pid)
+        pids |= {pid} | {c.pid for c in proc.children(recursive=True)}
+    listening = {(c.pid, c.laddr.port) for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.pid in pids}
+    assert roots and listening
+    extra = sorted((pid, port) for pid, port in listening
+                   if port not in allowed and not WORKER_PORTS[0] <= port <= WORKER_PORTS[1])
+    assert not extra, [(pid, port, psutil.Process(pid).name()) for pid, port in extra]
+
+
+def test_a_join_without_the_clusters_token_is_refused(cluster, small_raw, tmp_path, monkeypatch, capsys):
+    """`marlq run` against the cluster with a wrong token: exit 2, one line saying a token is wanted, nothing run."""
+    import yaml
+
+    raw = _raw(small_raw, ray={"num_cpus_per_worker": 0.5, "address": cluster.address, "connect_timeout_s": 60})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "not-the-token-" + uuid.uuid4().hex)
+    code = main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "backend.ray.address" in err and "token" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r" / "metrics.csv").exists()
+
+
+def test_a_lost_server_node_ends_the_run_naming_its_checkpoint_and_resume_continues(cluster, small_raw, tmp_path,
+                                                                                      capsys):
+    """The server on "srv", removed once a checkpoint exists: one line naming it, exit 1; `marlq resume` on
+    the nodes that remain (the server on the driver's node) continues from it and passes the audit."""
+    import yaml
+
+    from marl_q.bench.soak_checks import checkpoint_facts, file_sha256, first_row_at, resumed_from_checkpoint
+    from marl_q.rundir import latest_checkpoint
+
+    raw = _raw(small_raw, placement="pack", server_placement="srv")
+    raw["server"]["aggregation"] = "hogwild"  # one push, one update: the soak's applied_once as it is
+    raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 5})  # ends only by losing its server
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "r"
+    box: dict = {}
+    thread = _when(lambda: (out / "checkpoints").is_dir() and len(list((out / "checkpoints").glob("ckpt_*.npz"))) >= 2,
+                   lambda: cluster.remove_node(cluster.named["srv"]), box)
+    code = main(["run", str(cfg), "--out", str(out), "--quiet"])
+    thread.join()
+    err = capsys.readouterr().err
+    assert box.get("result") is None, box
+    lines = [line for line in err.strip().splitlines() if line.startswith("marlq: error")]
+    last = latest_checkpoint(out)
+    assert code == 1 and len(lines) == 1, err
+    assert "server actor was lost" in lines[0] and str(last) in lines[0] and f"marlq resume {out}" in lines[0]
+    before = checkpoint_facts(last)
+    sha = file_sha256(last)
+    budget = before["env_steps"] + 600
+    code = main(["resume", str(out), "--quiet", "--set", "backend.server_placement=driver",
+                 "--set", f"run.total_env_steps={budget}"])
+    assert code == 0, capsys.readouterr().err
+    import json
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["env_steps"] >= budget
+    check = resumed_from_checkpoint(before, sha, summary["resumes"][-1],
+                                    first_row_at(out / "comm.csv", before["comm_position"]),
+                                    first_row_at(out / "metrics.csv", before["metrics_position"]))
+    assert check.ok, check.detail
+    _audit_passes(out, summary["updates"])
+    assert {r["node"] for r in _placement(out) if r["worker"] == "server"} == {cluster.named["srv"].node_id,
+                                                                                cluster.head_id}
