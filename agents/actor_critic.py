@@ -256,7 +256,29 @@ def _descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch
 
 
 # ----------------------------------------------------------------------------- worker
-class ActorCriticWorker(Worker):
+class PullingWorker(Worker):
+    """A worker that says hello, then acts with the parameters the server sends (``PARAMS``, loaded into
+    ``self.flat``; ``pulled`` takes what else the reply carries) and waits for new ones after each push
+    (its ``step`` sets ``waiting``)."""
+
+    def start(self) -> list[Message]:
+        return [Message(self.name, SERVER, HELLO)]
+
+    def deliver(self, msg: Message) -> None:
+        if msg.kind == PARAMS:
+            self.flat.load(msg.payload[PARAMS])
+            self.version = msg.base_version
+            self.pulled(msg)
+            self.waiting = False
+
+    def pulled(self, msg: Message) -> None:
+        """Read the rest of a parameters message (nothing here)."""
+
+    def ready(self) -> bool:
+        return not self.waiting
+
+
+class ActorCriticWorker(PullingWorker):
     """Rolls out `n_steps` in `num_envs` vectorised environments with the last pulled parameters,
     then pushes a gradient or a parameter delta and waits for fresh parameters."""
 
@@ -347,18 +369,6 @@ class ActorCriticWorker(Worker):
         """Start the environment (``self.vec``, agents.rollout) and the per-episode bookkeeping."""
         self.vec = GymVector(self.env, self.seed)
         self.book = EpisodeBook(self.vec.num_envs)
-
-    def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, HELLO)]
-
-    def deliver(self, msg: Message) -> None:
-        if msg.kind == PARAMS:
-            self.flat.load(msg.payload[PARAMS])
-            self.version = msg.base_version
-            self.waiting = False
-
-    def ready(self) -> bool:
-        return not self.waiting
 
     def step(self) -> Work:
         batch, episodes, steps = self.rollout()

@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from agents.actor_critic import PullingWorker
 from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, critic_in_dim, critic_out_dim,
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
@@ -33,9 +34,9 @@ from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
-from marl_q.messages import HELLO, SERVER, Message
+from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name,
+from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name,
                              worker_names)
 from marl_q.registry import AGGREGATIONS, ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
 
 TRAJECTORY = "trajectory"
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------- config
@@ -125,6 +127,16 @@ class EnvDescription:
 def make_env(cfg: ExperimentConfig, seed: int) -> Any:
     """The scenario's PettingZoo ParallelEnv; any other kind is a config error naming the scenario."""
     return make_scenario_env(cfg, seed, "parallel")
+
+
+def described(cfg: ExperimentConfig, make: Callable[[Any, int], Any], describe: Callable[[Any, Any], T]) -> T:
+    """``describe(cfg, env)`` of the env ``make(cfg, run.seed)`` opens, closed afterwards (also on error):
+    what a server sizes its networks from."""
+    env = make(cfg, cfg.run.seed)
+    try:
+        return describe(cfg, env)
+    finally:
+        env.close()
 
 
 def describe_env(cfg: ExperimentConfig, env: Any) -> EnvDescription:
@@ -282,7 +294,7 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
 
 
 # ----------------------------------------------------------------------------- worker
-class ComaWorker(Worker):
+class ComaWorker(PullingWorker):
     """An actor process: plays one episode per step with the last pulled actor, pushes it, waits."""
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
@@ -318,18 +330,8 @@ class ComaWorker(Worker):
         if "resources" not in state:
             self.resources = resumed_heads({"actor": self.actor})
 
-    def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, HELLO)]
-
-    def deliver(self, msg: Message) -> None:
-        if msg.kind == PARAMS:
-            self.flat.load(msg.payload[PARAMS])
-            self.version = msg.base_version
-            self.epsilon = float(msg.info.get("epsilon", self.epsilon))
-            self.waiting = False
-
-    def ready(self) -> bool:
-        return not self.waiting
+    def pulled(self, msg: Message) -> None:
+        self.epsilon = float(msg.info.get("epsilon", self.epsilon))
 
     def step(self) -> Work:
         seed = self.seed if self.episodes_played == 0 else None  # later episodes continue the env's RNG
@@ -505,11 +507,7 @@ class CentralizedCriticAlgorithm(Algorithm):
             choices = [e.name for e in AGGREGATIONS if holds_rounds(e.obj)]
             raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the trajectory "
                               f"service (choices: {', '.join(choices)})")
-        env = make_env(cfg, cfg.run.seed)
-        try:
-            dims = describe_env(cfg, env).dims
-        finally:
-            env.close()
+        dims = described(cfg, make_env, describe_env).dims
         kind = cfg.algorithm.name
         dueling = cfg.algorithm.critic_dueling
         for section, in_dim, out_dim in (("actor", dims.obs_dim + dims.n_agents, dims.n_actions),
@@ -521,9 +519,7 @@ class CentralizedCriticAlgorithm(Algorithm):
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
-        env = make_env(cfg, cfg.run.seed)
-        self.desc = describe_env(cfg, env)
-        env.close()
+        self.desc = described(cfg, make_env, describe_env)
         self.service: Optional[TrajectoryService] = None
 
     def make_service(self) -> TrajectoryService:

@@ -10,6 +10,8 @@ rows into its buffer (uniform or prioritized), updates the target network every
 ``algorithm.replay.ratio`` gradient updates per env step received once ``replay.learning_starts``
 steps are in (a fractional credit carries over), then replies with the online network's parameters.
 With ``chunk_steps`` 256 and ratio 0.5 this is SB3's DQN loop (train_freq 256, gradient_steps 128).
+The acting loop is ``agents.rollout``'s ``rollout`` with epsilon-greedy hooks (``collect_chunk``), and
+``run.eval_every``'s greedy episodes are its ``evaluate`` through an evaluator worker's acting path.
 
 - ``dqn``: one agent on a single-agent vector env (Gymnasium); Double DQN unless ``double: false``.
 - ``iql`` / ``vdn`` / ``qmix``: the agents of a PettingZoo ParallelEnv share one Q-network (agent id
@@ -28,19 +30,22 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.actor_critic import PullingWorker
+from agents.coma import described, stack_obs, team_reward
 from agents.coma_learner import DuelingQ
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.losses import diagnostics
 from agents.numpy_heads import numpy_acting_head
 from agents.replay import (Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError, n_step_chunk,
                            n_step_windows, transition_fields)
+from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
-                                  linear_schedule, q_taken, td_loss, td_target)
+                                  linear_schedule, masked_argmax, q_taken, td_loss, td_target)
 from marl_q.errors import ConfigError
-from marl_q.messages import HELLO, SERVER, Message
+from marl_q.evaluation import eval_progress
+from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.protocol import (ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker,
-                             worker_name)
+from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
 from marl_q.seeding import derive
 from marl_q.services import PARAMS
@@ -239,63 +244,32 @@ def q_forward(net: nn.Module, obs: torch.Tensor, dims: QDims, agent_id: bool) ->
 
 
 # ----------------------------------------------------------------------------- acting
-class VectorEnvAdapter:
-    """A Gymnasium vector env (next-step autoreset) as arrays: the step after an episode's end only
-    resets its copy, so it is marked invalid and never stored."""
+class TeamEnv:
+    """One PettingZoo ParallelEnv as a one-copy vector for ``agents.rollout``, restarted (unseeded: its
+    own RNG continues) in the step that ends an episode, so every step is valid and a chunk of
+    ``max_cycles`` steps is one episode (``ParallelCopies`` instead spends a step on each reset).
 
-    def __init__(self, env: Any, seed: int) -> None:
-        self.env = env
-        self.n = env.num_envs
-        obs, _ = env.reset(seed=seed)
-        self.obs = np.asarray(obs, dtype=np.float32).reshape(self.n, -1)
-        self.prev_done = np.zeros(self.n, dtype=bool)
-        self.ep_return = np.zeros(self.n)
-        self.ep_length = np.zeros(self.n, dtype=np.int64)
-        self.avail = None
-        self.state = None
+    ``observe()``: obs (1, n_agents, obs_dim) float32 (zeros for an agent not in play), avail
+    (1, n_agents, A) bool from ``infos[agent]["action_mask"]`` (all True without one), and the global
+    state (1, state_dim) float32 for qmix, else None. A step's reward is the team's (``coma.team_reward``);
+    the episode ends when an agent terminates (``terminated``), or every agent is truncated or none
+    is left (``truncated``). ``data``: the transition's ``next_obs``, ``next_avail``, ``next_state``
+    (qmix), ``reward`` (float32), ``terminated`` and ``truncated``, each with the copy axis."""
 
-    def step(self, actions: np.ndarray) -> dict[str, Any]:
-        next_obs, rew, term, trunc, _ = self.env.step(actions)
-        next_obs = np.asarray(next_obs, dtype=np.float32).reshape(self.n, -1)
-        valid = ~self.prev_done
-        done = np.asarray(term, dtype=bool) | np.asarray(trunc, dtype=bool)
-        self.ep_return += np.where(valid, rew, 0.0)
-        self.ep_length += valid
-        episodes = []
-        for i in np.flatnonzero(done & valid):
-            episodes.append((float(self.ep_return[i]), int(self.ep_length[i])))
-            self.ep_return[i], self.ep_length[i] = 0.0, 0
-        self.prev_done = done
-        out = {"next_obs": next_obs, "reward": np.asarray(rew, dtype=np.float32), "terminated": np.asarray(term, bool),
-               "truncated": np.asarray(trunc, bool), "valid": valid, "episodes": episodes}
-        self.obs = next_obs
-        return out
+    num_envs = 1
 
-    def close(self) -> None:
-        self.env.close()
-
-
-class ParallelEnvAdapter:
-    """One PettingZoo ParallelEnv as arrays with one env axis: obs (1, n_agents, obs_dim), action masks
-    from ``infos[agent]["action_mask"]``, the team reward, and a reset after each episode."""
-
-    def __init__(self, env: Any, dims: QDims, seed: int, how: str) -> None:
+    def __init__(self, env: Any, dims: QDims, seed: Optional[int], how: str) -> None:
         self.env, self.dims, self.how = env, dims, how
-        self.n = 1
-        self.ep_return, self.ep_length = 0.0, 0
         self._reset(seed)
 
     def _arrays(self, obs_d: dict, infos: dict) -> tuple[np.ndarray, np.ndarray]:
         d = self.dims
-        obs = np.zeros((1, d.n_agents, d.obs_dim), dtype=np.float32)
         avail = np.ones((1, d.n_agents, d.n_actions), dtype=bool)
         for i, a in enumerate(d.agents):
-            if a in obs_d:
-                obs[0, i] = np.asarray(obs_d[a], dtype=np.float32).reshape(-1)
             mask = (infos.get(a) or {}).get("action_mask")
             if mask is not None:
                 avail[0, i] = np.asarray(mask) != 0
-        return obs, avail
+        return stack_obs(obs_d, list(d.agents), d.obs_dim)[None], avail
 
     def _global_state(self) -> Optional[np.ndarray]:
         if self.dims.state_dim is None:
@@ -307,66 +281,86 @@ class ParallelEnvAdapter:
         self.obs, self.avail = self._arrays(obs_d, infos)
         self.state = self._global_state()
 
-    def step(self, actions: np.ndarray) -> dict[str, Any]:
-        d = self.dims
+    def observe(self) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+        return self.obs, self.avail, self.state
+
+    def step(self, actions: np.ndarray) -> Step:
+        agents = list(self.dims.agents)
         live = set(self.env.agents)
         obs_d, rewards, term_d, trunc_d, infos = self.env.step(
-            {a: int(actions[0, i]) for i, a in enumerate(d.agents) if a in live})
-        values = [float(rewards.get(a, 0.0)) for a in d.agents]
-        reward = float(np.sum(values) if self.how == "sum" else np.mean(values))
-        terminated = any(bool(term_d.get(a, False)) for a in d.agents)
-        truncated = not terminated and (not self.env.agents or all(bool(trunc_d.get(a, False)) for a in d.agents))
+            {a: int(actions[0, i]) for i, a in enumerate(agents) if a in live})
+        reward = team_reward(rewards, agents, self.how)
+        terminated = any(bool(term_d.get(a, False)) for a in agents)
+        truncated = not terminated and (not self.env.agents or all(bool(trunc_d.get(a, False)) for a in agents))
         next_obs, next_avail = self._arrays(obs_d, infos)
-        out = {"next_obs": next_obs, "next_avail": next_avail, "reward": np.array([reward], np.float32),
-               "terminated": np.array([terminated]), "truncated": np.array([truncated]),
-               "valid": np.ones(1, bool), "episodes": []}
+        data = {"next_obs": next_obs, "next_avail": next_avail, "reward": np.array([reward], np.float32),
+                "terminated": np.array([terminated]), "truncated": np.array([truncated])}
         if self.dims.state_dim is not None:
-            out["next_state"] = self._global_state()
-        self.ep_return += reward
-        self.ep_length += 1
+            data["next_state"] = self._global_state()
         if terminated or truncated:
-            out["episodes"] = [(self.ep_return, self.ep_length)]
-            self.ep_return, self.ep_length = 0.0, 0
-            self._reset(None)  # the env's own RNG continues
+            self._reset(None)
         else:
-            self.obs, self.avail, self.state = next_obs, next_avail, out.get("next_state")
-        return out
+            self.obs, self.avail, self.state = next_obs, next_avail, data.get("next_state")
+        return Step(np.ones(1, dtype=bool), np.array([reward]), np.array([terminated or truncated]), data)
 
-    def close(self) -> None:
-        self.env.close()
+
+def q_vector(dims: QDims, env: Any, seed: Optional[int], how: str) -> Any:
+    """The vector the acting loop steps (agents.rollout): the single-agent vector env as a ``GymVector``
+    (next-step autoreset), the multi-agent env as a ``TeamEnv``; reset now with ``seed``."""
+    return GymVector(env, seed) if dims.n_agents is None else TeamEnv(env, dims, seed, how)
+
+
+def seen(vec: Any, observed: Any) -> tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
+    """(obs (E, [n_agents,] obs_dim), avail or None, state or None) of what ``vec.observe()`` gave."""
+    if isinstance(vec, TeamEnv):
+        return observed
+    return observed.reshape(vec.num_envs, -1), None, None
+
+
+def transition(vec: Any, obs: np.ndarray, avail: Optional[np.ndarray], state: Optional[np.ndarray],
+               action: np.ndarray, step: Step) -> dict[str, np.ndarray]:
+    """One step of every copy as the replay fields (E, ...), with ``valid`` (False: a step that only
+    restarted a Gymnasium copy, never sent) and ``truncated`` (for the n-step windows)."""
+    if isinstance(vec, TeamEnv):
+        out = {"obs": obs, "action": action.astype(np.int64), **step.data, "avail": avail}
+        if state is not None:
+            out["state"] = state
+    else:
+        rew, term, done = step.data
+        term = np.asarray(term, dtype=bool)
+        out = {"obs": obs, "action": action.astype(np.int64), "next_obs": vec.observe().reshape(vec.num_envs, -1),
+               "reward": np.asarray(rew, dtype=np.float32), "terminated": term,
+               "truncated": np.asarray(done, dtype=bool) & ~term}  # both: terminated (n_step_windows)
+    out["valid"] = step.valid
+    return out
 
 
 def collect_chunk(worker: "QWorker", steps: int) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
-    """The acting loop: ``steps`` epsilon-greedy steps of every env copy with the worker's Q-network.
+    """``steps`` epsilon-greedy steps of every env copy with the worker's Q-network, by ``agents.rollout``.
 
-    Returns the chunk as arrays (T, N, ...) (obs, action, reward, next_obs, terminated, truncated,
-    valid, and avail/next_avail/state/next_state where the env has them), the finished episodes' metric
+    Returns the chunk as arrays (T, E, ...) (``transition``'s fields), the finished episodes' metric
     rows and the valid env steps taken. Epsilon at each step follows the schedule at the server's env
     step count (from the last parameters) plus the steps this worker took since; before
     ``replay.learning_starts`` every action is uniform."""
-    env, hp = worker.adapter, worker.hp
+    hp, vec = worker.hp, worker.vec
     rows: dict[str, list[np.ndarray]] = {}
-    episodes: list[dict[str, Any]] = []
-    taken = 0
-    for _ in range(steps):
+    eps = 1.0
+
+    def act(observed: Any) -> np.ndarray:
+        nonlocal eps
         now = worker.server_steps + worker.steps_since
         eps = 1.0 if now < hp.replay.learning_starts else hp.epsilon(now)
-        q = worker.q_values(env.obs)
-        action = epsilon_greedy(q, env.avail, eps, worker.rng)
-        obs, avail, state = env.obs, env.avail, env.state
-        out = env.step(action if worker.dims.n_agents else action.astype(np.int64))
-        record = {"obs": obs, "action": action.astype(np.int64), **{k: v for k, v in out.items() if k != "episodes"}}
-        if avail is not None:
-            record["avail"] = avail
-        if state is not None:
-            record["state"] = state
-        for key, value in record.items():
+        obs, avail, _ = seen(vec, observed)
+        return epsilon_greedy(worker.q_values(obs), avail, eps, worker.rng)
+
+    def store(t: int, observed: Any, action: np.ndarray, step: Step) -> None:
+        for key, value in transition(vec, *seen(vec, observed), action, step).items():
             rows.setdefault(key, []).append(value)
-        for ret, length in out["episodes"]:
-            episodes.append({"return": ret, "length": length, "version": worker.version, "epsilon": eps})
-        valid = int(out["valid"].sum())
-        taken += valid
-        worker.steps_since += valid
+        worker.steps_since += int(step.valid.sum())
+
+    episodes, taken = rollout(vec, worker.book, steps, act, store, row=lambda i: {"version": worker.version,
+                                                                                  "epsilon": eps},
+                              to_env=(lambda a: a) if worker.dims.n_agents else (lambda a: a.astype(np.int64)))
     return {k: np.stack(v) for k, v in rows.items()}, episodes, taken
 
 
@@ -394,7 +388,7 @@ class NStepAssembler:
         return {k: v[mask] for k, v in rows.items()}
 
 
-class QWorker(Worker):
+class QWorker(PullingWorker):
     """An actor: epsilon-greedy chunks with the last pulled Q-network, pushed as replay rows; waits."""
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
@@ -408,10 +402,9 @@ class QWorker(Worker):
         self.resources = worker_heads({"critic": self.net}, cfg.run.seed, index)
         self.flat = FlatParameters(self.net)
         self._np_net = numpy_acting_head(self.net.net if isinstance(self.net, DuelingQ) else self.net)
-        if self.dims.n_agents is None:
-            self.adapter: Any = VectorEnvAdapter(env, self.seed)
-        else:
-            self.adapter = ParallelEnvAdapter(env, self.dims, self.seed, self.hp.team_reward)
+        self.env = env
+        self.vec = q_vector(self.dims, env, self.seed, self.hp.team_reward)
+        self.book = EpisodeBook(self.vec.num_envs)
         self.assembler = NStepAssembler(self.hp.gamma, self.hp.replay.n_step)
         self.names = [f.name for f in replay_fields(self.dims)]
         self.version = -1
@@ -434,19 +427,10 @@ class QWorker(Worker):
                 out = self.net(torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32))).numpy()
         return out.reshape(*x.shape[:-1], -1)
 
-    def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, HELLO)]
-
-    def deliver(self, msg: Message) -> None:
-        if msg.kind == PARAMS:
-            self.flat.load(msg.payload[PARAMS])
-            self.version = msg.base_version
-            self.server_steps = int(msg.info.get(ENV_STEPS, self.server_steps))
-            self.steps_since = 0
-            self.waiting = False
-
-    def ready(self) -> bool:
-        return not self.waiting
+    def pulled(self, msg: Message) -> None:
+        """The server's env step count rides with the parameters (the epsilon schedule's clock)."""
+        self.server_steps = int(msg.info.get(ENV_STEPS, self.server_steps))
+        self.steps_since = 0
 
     def step(self) -> Work:
         chunk, episodes, taken = collect_chunk(self, self.hp.chunk_steps)
@@ -458,8 +442,21 @@ class QWorker(Worker):
                       info={ENV_STEPS: taken})
         return Work([msg], env_steps=taken, episodes=episodes, resources=head_report(self.resources))
 
+    def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> list[float]:
+        """Returns of the first ``episodes`` episodes with every agent's masked argmax of its Q-values
+        (agents.rollout.evaluate), in this worker's env reset with ``seed``: a worker kept for evaluation
+        (its training vector no longer matches the env after this)."""
+        vec = q_vector(self.dims, self.env, seed, self.hp.team_reward)
+
+        def greedy(observed: Any) -> np.ndarray:
+            obs, avail, _ = seen(vec, observed)
+            return masked_argmax(self.q_values(obs), avail)
+
+        with eval_progress(episodes, progress) as bar:
+            return evaluate(vec, episodes, greedy, bar=bar)
+
     def close(self) -> None:
-        self.adapter.close()
+        self.env.close()
 
 
 # ----------------------------------------------------------------------------- learner
@@ -700,18 +697,11 @@ class QLearning(Algorithm):
         if cfg.server.aggregation != "hogwild":
             raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the replay "
                               "service (choices: hogwild)")
-        env = make_q_env(cfg, cfg.run.seed)
-        try:
-            dims = describe(cfg, env)
-        finally:
-            env.close()
-        build_q_network(cfg, dims)
+        build_q_network(cfg, described(cfg, make_q_env, describe))
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
-        env = make_q_env(cfg, cfg.run.seed)
-        self.dims = describe(cfg, env)
-        env.close()
+        self.dims = described(cfg, make_q_env, describe)
         self.service: Optional[ReplayService] = None
 
     def make_service(self) -> ReplayService:
@@ -746,6 +736,16 @@ class QLearning(Algorithm):
 
         return ActingPolicy(logits, agents=list(dims.agents) or None, models={"q": net},
                             info={"env_steps": service.env_steps})
+
+    def evaluate_returns(self, episodes: int, seed: int) -> list[float]:
+        """``episodes`` greedy episodes (the masked argmax of Q) of the server's current online network
+        (marl_q.evaluation), played by a worker of its own through the acting path (``QWorker.play_greedy``)
+        in its env reset with ``seed``; the run's workers, buffer and generators are left alone."""
+        if getattr(self, "_evaluator", None) is None:
+            self._evaluator = QWorker(self.cfg, 0)
+        worker = self._evaluator
+        worker.flat.load(self.service.params_vector())
+        return worker.play_greedy(episodes, seed, self.cfg.run.progress)
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         out = episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window)

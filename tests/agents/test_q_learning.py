@@ -6,6 +6,8 @@
   over the whole sequence would;
 - the learner's VDN/QMIX update uses the mixers and targets of agents/value_targets.py (by hand);
 - the buffer pickles its filled rows only, and comes back identical;
+- evaluation during training (run.eval_every) plays greedy episodes (the masked argmax of the server's
+  Q-network, as a plain loop over the raw env computes them) and leaves the run's bytes as they were;
 - config errors exit 2 with one line.
 """
 from __future__ import annotations
@@ -314,3 +316,73 @@ def test_load_trained_acts_greedily_on_the_checkpoints_q_values(name, overrides,
     assert [acts[a] for a in sorted(obs)] == expected.tolist()
     # the server's count: the steps of the chunks it received (the last ones may still be in flight)
     assert 0 < trained.info["env_steps"] <= summary["env_steps"]
+
+
+@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX)])
+def test_eval_every_writes_greedy_rows_and_leaves_the_run_unchanged(name, overrides, tmp_path):
+    from marl_q.evaluation import FIELDS, read_eval_csv
+
+    plain = run_experiment(load_config(SCEN / name, overrides), tmp_path / "plain")
+    evaluated = run_experiment(load_config(SCEN / name, overrides + ["run.eval_every=400", "run.eval_episodes=3"]),
+                               tmp_path / "eval")
+    assert _files(tmp_path / "plain") == _files(tmp_path / "eval")
+    assert plain["transitions_inserted"] == evaluated["transitions_inserted"]
+    assert (tmp_path / "eval" / "eval.csv").read_text().splitlines()[0] == ",".join(FIELDS)
+    rows = read_eval_csv(tmp_path / "eval" / "eval.csv")
+    # one row each time the run's env steps cross a multiple of 400, at the first count at or past it
+    assert [int(r["env_steps"]) // 400 for r in rows] == list(range(1, evaluated["env_steps"] // 400 + 1))
+    assert all(r["episodes"] == 3 and r["eval_min"] <= r["eval_return"] <= r["eval_max"] for r in rows)
+    assert rows[-1]["updates"] > rows[0]["updates"]
+
+
+def _greedy_by_hand(cfg, net, episodes: int, seed: int) -> list[float]:
+    """The greedy returns by a plain loop over the raw env (no agents.rollout): torch's argmax of Q."""
+    from agents.q_learning import make_q_env
+
+    env = make_q_env(cfg, seed)
+    returns: list[float] = []
+    if cfg.algorithm.name == "dqn":  # a Gymnasium vector env of one copy, next-step autoreset
+        obs, _ = env.reset(seed=seed)
+        ret, restarting = 0.0, False
+        while len(returns) < episodes:
+            with torch.no_grad():
+                a = net(torch.from_numpy(np.asarray(obs, np.float32))).argmax(-1).numpy()
+            obs, rew, term, trunc, _ = env.step(a)
+            if not restarting:
+                ret += float(rew[0])
+                if term[0] or trunc[0]:
+                    returns.append(ret)
+                    ret = 0.0
+            restarting = bool(term[0] or trunc[0]) and not restarting
+    else:  # a PettingZoo ParallelEnv, one-hot agent ids, the team reward summed
+        agents = list(env.possible_agents)
+        obs, _ = env.reset(seed=seed)
+        ret = 0.0
+        while len(returns) < episodes:
+            x = np.stack([np.concatenate([obs[a], np.eye(len(agents))[i]]) for i, a in enumerate(agents)])
+            with torch.no_grad():
+                a = net(torch.from_numpy(x.astype(np.float32))).argmax(-1).numpy()
+            obs, rew, term, trunc, _ = env.step({ag: int(a[i]) for i, ag in enumerate(agents)})
+            ret += sum(float(r) for r in rew.values())
+            if not env.agents or any(term.values()) or all(trunc.values()):
+                returns.append(ret)
+                ret = 0.0
+                obs, _ = env.reset()
+    env.close()
+    return returns
+
+
+@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX)])
+def test_evaluate_returns_are_the_greedy_returns_of_the_servers_q_network(name, overrides):
+    from marl_q.registry import ALGORITHMS
+
+    cfg = load_config(SCEN / name, overrides)
+    algo = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
+    service = algo.make_service()
+    with torch.no_grad():  # parameters of their own, so the greedy actions are not the initial network's
+        for p in service.learner.online.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(5)) * 0.3)
+    service._snapshot = None
+    for seed in (11, 12):
+        got = algo.evaluate_returns(4, seed)
+        assert got == _greedy_by_hand(cfg, service.learner.online, 4, seed)
