@@ -37,11 +37,20 @@ def eval_progress(total: int, enabled: bool, desc: str = "eval") -> Progress:
 EvalProgress = Progress  # what an evaluation loop is handed (agents/routing.py's type hints)
 
 
+class EvalReturns(list):
+    """An evaluation's returns carrying columns of their own for eval.csv, after FIELDS (a turn-based
+    game's win, draw and loss rates against each opponent: agents/turn_based.py)."""
+
+    def __init__(self, returns: list[float], columns: dict[str, Any]) -> None:
+        super().__init__(returns)
+        self.columns = dict(columns)
+
+
 def eval_row(t: float, env_steps: int, updates: int, returns: list[float]) -> dict[str, Any]:
     r = np.asarray(returns, dtype=np.float64)
     return {"t": t, "env_steps": env_steps, "updates": updates, "episodes": len(r),
             "eval_return": float(r.mean()), "eval_std": float(r.std(ddof=1)) if len(r) > 1 else 0.0,
-            "eval_min": float(r.min()), "eval_max": float(r.max())}
+            "eval_min": float(r.min()), "eval_max": float(r.max()), **getattr(returns, "columns", {})}
 
 
 class EvalWriter:
@@ -61,7 +70,7 @@ class EvalWriter:
 
         try:
             size = self.path.stat().st_size if self.path.exists() else 0  # a resumed run's, cut to its checkpoint
-            writer = MetricsWriter(self.path, list(FIELDS), base=list(FIELDS), resume_at=(size,) if size else None,
+            writer = MetricsWriter(self.path, list(row), base=list(FIELDS), resume_at=(size,) if size else None,
                                    flush_every=1, sidecar=False)
         except OSError as exc:  # no space, directory gone: the run ends naming the file
             from marl_q.errors import RunWriteError

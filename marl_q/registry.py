@@ -175,7 +175,8 @@ ALL = {
 }
 
 
-ENV_KINDS = {"parallel": "a multi-agent PettingZoo ParallelEnv", "gym_vector": "a single-agent vector environment"}
+ENV_KINDS = {"parallel": "a multi-agent PettingZoo ParallelEnv", "gym_vector": "a single-agent vector environment",
+             "aec": "a turn-based (AEC) game"}
 
 
 def make_env(cfg: Any, seed: int, kind: str) -> Any:
@@ -183,6 +184,9 @@ def make_env(cfg: Any, seed: int, kind: str) -> Any:
     the scenario is not of ``kind`` (``parallel`` | ``gym_vector``) or its name is unknown."""
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
     actual = spec.kind_for(cfg.scenario.params)  # gymnasium: single-agent, or multi-agent (Tuple spaces)
+    if actual == "aec" and kind != "aec":  # the families that take turns ask for kind aec (agents/turn_based.py)
+        raise ConfigError(f"algorithm {cfg.algorithm.name} cannot take turns: scenario {cfg.scenario.name!r} "
+                          f"({getattr(cfg.scenario.params, 'env', '')}) is a turn-based (AEC) game; use ippo or ia2c")
     if actual != kind:
         hint = "; use scenario.name: pettingzoo" if kind == "parallel" else "; use scenario.name: gymnasium"
         raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not "

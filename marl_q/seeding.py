@@ -34,7 +34,7 @@ from typing import Iterator
 
 import numpy as np
 
-STREAMS = ("worker", "env_copy", "eval", "timing", "shots")
+STREAMS = ("worker", "env_copy", "eval", "timing", "shots", "opponents")
 
 
 def derive(seed: int, stream: str, *path: int) -> int:

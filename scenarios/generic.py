@@ -42,7 +42,9 @@ The factory is called once when the config is loaded, so that a path that does n
 factory that raises, or a space marl-q cannot drive is an error (exit 2) before a run directory
 exists; a module of a PettingZoo family that the installed version lacks (``pettingzoo.sisl.waterworld_v4``)
 or an unknown id is named with what the installed PettingZoo (or mpe2) has. An AEC environment is
-converted with PettingZoo's ``aec_to_parallel``; every parallel env goes through
+converted with PettingZoo's ``aec_to_parallel``, except a turn-based game (one PettingZoo will not
+convert: tictactoe_v3, connect_four_v3), which is played natively (``scenario.turns``, kind ``aec``:
+scenarios/aec.py); every parallel env goes through
 ``scenarios.adapt.FlatParallelEnv`` (flat float32 observations, a global state). Gymnasium
 observations are flattened (``FlattenObservation``) when they are a Box of rank > 1.
 """
@@ -70,6 +72,7 @@ from pettingzoo.utils.conversions import aec_to_parallel
 
 from scenarios.adapt import (FlatParallelEnv, SpaceError, TupleParallelEnv, check_action_space, flat_obs_size,
                              tuple_agents)
+from scenarios.aec import TurnGame, TurnsConfig, make_turn_game, turn_based_env
 from scenarios.spec import ScenarioSpec
 
 
@@ -318,11 +321,25 @@ class PettingZooConfig:
     agent_id: bool = False
     state: Literal["auto", "concat", "env"] = "auto"
     module_dir: Optional[str] = None
+    # a turn-based (AEC) game's opponents (scenarios/aec.py, TurnsConfig); set, defaults filled in, when
+    # validated on such a game: the scenario is then of kind aec
+    turns: Optional[dict[str, Any]] = None
 
     def validate(self, source_dir: Optional[Path] = None) -> None:
         if not self.env:
             raise ValueError("env: missing; " + env_forms("PettingZoo"))
         resolve_module_dir(self, source_dir)
+        env = raw_env(self)
+        if turn_based_env(env):  # played natively (scenarios/aec.py), not converted
+            try:
+                self.turns = TurnsConfig.from_dict(self.turns).as_dict()
+                TurnGame(env)
+            finally:
+                env.close()
+            return
+        env.close()
+        if self.turns is not None:
+            raise ValueError(f"turns: {self.env!r} is not a turn-based game (an AEC env PettingZoo cannot make parallel)")
         make_parallel(self, seed=0).close()  # import, build and check the spaces now, before any run
 
 
@@ -337,6 +354,16 @@ def _make_pettingzoo(env_id: str, **kwargs: Any) -> Any:
 
 def raw_parallel_env(cfg: PettingZooConfig) -> ParallelEnv:
     """The user's env as a ParallelEnv (AEC converted), before marl-q's adapter."""
+    env = raw_env(cfg)
+    if isinstance(env, AECEnv):
+        env = aec_to_parallel(env)
+    if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
+        raise ValueError(f"scenario.env: {cfg.env!r} returned a {type(env).__name__}, not a PettingZoo env")
+    return env
+
+
+def raw_env(cfg: PettingZooConfig) -> Any:
+    """The user's env as its factory returns it."""
     what = "PettingZoo"
     module_dir = getattr(cfg, "module_dir", None)  # absent from a snapshot's config taken before it existed
     with module_path(module_dir):
@@ -347,12 +374,7 @@ def raw_parallel_env(cfg: PettingZooConfig) -> ParallelEnv:
             if cfg.env not in registered:
                 raise ValueError(_unknown_id(cfg.env, registered, what, registry_hint(cfg.env, registered)))
             factory = functools.partial(_make_pettingzoo, cfg.env)
-        env = _call(factory, repr(cfg.env), dict(cfg.kwargs))
-    if isinstance(env, AECEnv):
-        env = aec_to_parallel(env)
-    if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
-        raise ValueError(f"scenario.env: {cfg.env!r} returned a {type(env).__name__}, not a PettingZoo env")
-    return env
+        return _call(factory, repr(cfg.env), dict(cfg.kwargs))
 
 
 def make_parallel(cfg: PettingZooConfig, seed: int) -> FlatParallelEnv:
@@ -365,6 +387,18 @@ def make_parallel(cfg: PettingZooConfig, seed: int) -> FlatParallelEnv:
         raise ValueError(f"scenario.env {cfg.env!r}: {exc}") from None
     env.reset(seed=seed)
     return env
+
+
+def pettingzoo_kind(cfg: PettingZooConfig) -> str:
+    """``aec`` for a turn-based game (``turns`` set when validated), else ``parallel``."""
+    return "aec" if getattr(cfg, "turns", None) is not None else "parallel"
+
+
+def make_pettingzoo(cfg: PettingZooConfig, seed: int) -> FlatParallelEnv | TurnGame:
+    """``make_parallel``, or for a turn-based game its ``scenarios.aec.TurnGame``, reset with ``seed``."""
+    if pettingzoo_kind(cfg) == "aec":
+        return make_turn_game(raw_env(cfg), seed)
+    return make_parallel(cfg, seed)
 
 
 # ----------------------------------------------------------------------------- Gymnasium
@@ -491,8 +525,9 @@ def make_gymnasium(cfg: GymnasiumConfig, seed: int) -> gym.vector.VectorEnv | Fl
 
 
 SCENARIOS = {
-    "pettingzoo": ScenarioSpec(PettingZooConfig, make_parallel, "parallel",
-                               "any PettingZoo env: scenario.env an import path or a registered id"),
+    "pettingzoo": ScenarioSpec(PettingZooConfig, make_pettingzoo, "parallel",
+                               "any PettingZoo env: scenario.env an import path or a registered id",
+                               kind_of=pettingzoo_kind),
     "gymnasium": ScenarioSpec(GymnasiumConfig, make_gymnasium, "gym_vector",
                               "any Gymnasium env: scenario.env an id or an import path; single-agent (a2c/a3c/ppo), "
                               "or multi-agent with Tuple spaces (lbforaging, rware: ippo/mappo/...)",

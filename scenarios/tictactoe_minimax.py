@@ -1,0 +1,74 @@
+"""A perfect tic-tac-toe player for PettingZoo's ``tictactoe_v3``: minimax with random tie-breaks.
+
+``minimax(observation, action_mask, rng)`` is a scripted opponent (``scenario.turns``, scenarios/aec.py):
+``observation`` is the env's (3, 3, 2) planes from the mover's side (plane 0 its own marks, plane 1 the
+opponent's; ``board_of`` reads them in action order), and the move is drawn uniformly among those of the best game-theoretic value (win 1,
+draw 0, loss -1 for the mover, perfect play on both sides), so it never loses and varies its games.
+
+``values(board)`` gives every legal move's value; boards are 9-tuples of 0 (empty), 1 (mover),
+2 (opponent), cells in the action order 0..8. Memoised negamax over the at most 3^9 positions.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional
+
+import numpy as np
+
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def board_of(observation: np.ndarray) -> tuple[int, ...]:
+    """The 9-tuple board (action order) of a ``tictactoe_v3`` observation: ``observation.reshape(9, 2)``
+    is (own mark, opponent's mark) per cell in action order (checked against the env in the tests)."""
+    planes = np.asarray(observation).reshape(9, 2)
+    return tuple(int(1 if planes[a, 0] else (2 if planes[a, 1] else 0)) for a in range(9))
+
+
+def winner(board: tuple[int, ...]) -> Optional[int]:
+    """1 or 2 when that side has three in a line, else None."""
+    for a, b, c in LINES:
+        if board[a] and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
+@lru_cache(maxsize=None)
+def value(board: tuple[int, ...]) -> int:
+    """The mover's (side 1's) game value with perfect play: 1 win, 0 draw, -1 loss."""
+    if winner(board) == 2:
+        return -1
+    if winner(board) == 1:
+        return 1
+    moves = [a for a in range(9) if board[a] == 0]
+    if not moves:
+        return 0
+    return max(-value(_swap(_put(board, a))) for a in moves)
+
+
+def _put(board: tuple[int, ...], a: int) -> tuple[int, ...]:
+    return board[:a] + (1,) + board[a + 1:]
+
+
+def _swap(board: tuple[int, ...]) -> tuple[int, ...]:
+    """The same board from the other side (1 and 2 exchanged)."""
+    return tuple((0, 2, 1)[c] for c in board)
+
+
+def values(board: tuple[int, ...]) -> dict[int, int]:
+    """Each legal move's value for the mover."""
+    return {a: -value(_swap(_put(board, a))) for a in range(9) if board[a] == 0}
+
+
+def best_moves(board: tuple[int, ...]) -> list[int]:
+    """The legal moves of the best value, in action order."""
+    vals = values(board)
+    top = max(vals.values())
+    return [a for a, v in vals.items() if v == top]
+
+
+def minimax(observation: np.ndarray, action_mask: np.ndarray, rng: np.random.Generator) -> int:
+    """A best move (uniformly among the ties) of the side to move."""
+    board = board_of(observation)
+    moves = [a for a in best_moves(board) if action_mask[a]]
+    return int(moves[rng.integers(len(moves))])

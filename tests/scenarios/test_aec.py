@@ -1,0 +1,407 @@
+"""Turn-based (AEC) games: scenarios/aec.py (the game, opponents, scenario.turns), agents/turn_based.py
+(the vector of game copies, self-play pool, evaluation), the masks of agents/distributions.py, and the
+minimax player of scenarios/tictactoe_minimax.py.
+
+Turn order and reward credit are checked by hand on ``ThreeMoves``, a 3-move AEC game written here."""
+from __future__ import annotations
+
+import itertools
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from pettingzoo import AECEnv
+from pettingzoo.classic import tictactoe_v3
+
+from agents.distributions import MASKED_LOGIT, Categorical
+from agents.turn_based import Pool, TurnCopies, make_opponent
+from marl_q.cli import main as cli_main
+from marl_q.config import build_config
+from marl_q.errors import ConfigError
+from marl_q.experiment import resume_experiment, run_experiment
+from scenarios import tictactoe_minimax as ttt
+from scenarios.aec import Opponent, TurnGame, TurnsConfig, turn_based_env
+
+HERE = "tests.scenarios.test_aec"
+TTT = "pettingzoo.classic.tictactoe_v3:env"
+
+
+# ----------------------------------------------------------------------------- a 3-move game
+class ThreeMoves(AECEnv):
+    """Two agents a, b moving a, b, a (actions 0/1), then the game ends for both. Rewards, following
+    PettingZoo's conventions (``rewards`` of the last step, accumulated into ``_cumulative_rewards``,
+    an agent's own cleared when it moves):
+
+    - a's 1st move gives b +0.5 (arriving on a's turn);
+    - b's move gives a -1 (arriving on b's turn);
+    - a's 2nd move (action x) gives a 2 + x and b -2, and ends the game.
+
+    On a's 2nd move action 1 is legal only if a's 1st move was 1 (the mask). ``log`` records who moved."""
+
+    metadata = {"name": "three_moves_v0", "is_parallelizable": False}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        self.log: list[tuple[str, int]] = []
+
+    def observation_space(self, agent):
+        return spaces.Dict({"observation": spaces.Box(0, 1, (3,), np.float32),
+                            "action_mask": spaces.Box(0, 1, (2,), np.int8)})
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def observe(self, agent):
+        obs = np.zeros(3, dtype=np.float32)
+        obs[min(self.moves, 2)] = 1.0
+        mask = np.array([1, 1 if self.moves != 2 or self.first == 1 else 0], dtype=np.int8)
+        return {"observation": obs, "action_mask": mask}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {} for a in self.agents}
+        self.moves, self.first = 0, 0
+        self.agent_selection = "a"
+        self.log = []
+
+    def step(self, action):
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        self.rewards = {a: 0.0 for a in self.agents}
+        self.log.append((agent, int(action)))
+        if self.moves == 0:
+            self.first = int(action)
+            self.rewards["b"] = 0.5
+        elif self.moves == 1:
+            self.rewards["a"] = -1.0
+        else:
+            self.rewards["a"], self.rewards["b"] = 2.0 + action, -2.0
+            self.terminations = {a: True for a in self.agents}
+        self.moves += 1
+        self.agent_selection = "b" if agent == "a" else "a"
+        self._accumulate_rewards()
+
+
+def three_moves() -> ThreeMoves:
+    return ThreeMoves()
+
+
+class Always(Opponent):
+    """Plays ``action`` and records who it was asked to move for."""
+
+    name = "always"
+
+    def __init__(self, action: int = 0) -> None:
+        self.action, self.asked = action, []
+
+    def move(self, agent, observation, mask, flat):
+        self.asked.append(agent)
+        return self.action
+
+
+def first_legal(observation, action_mask, rng) -> int:
+    """A scripted opponent (import path tests.scenarios.test_aec:first_legal)."""
+    return int(np.flatnonzero(action_mask)[0])
+
+
+def test_three_moves_is_a_turn_based_game_and_tictactoe_too():
+    assert turn_based_env(ThreeMoves()) and turn_based_env(tictactoe_v3.env())
+
+
+def test_only_the_seat_to_move_acts_and_rewards_are_credited_to_who_earned_them():
+    # learner in seat a: its moves 1 and 3; the opponent is asked for b's move only
+    opp = Always(0)
+    vec = TurnCopies([TurnGame(ThreeMoves())], ["a", "b"], lambda: opp, seat=0)
+    step = vec.step(np.array([0]))  # the restart step: not valid, nothing played by the learner
+    assert not step.valid[0] and step.data == [None] and vec.games[0].env.log == []
+    np.testing.assert_array_equal(vec.obs[0], [1, 0, 0])
+    step = vec.step(np.array([1]))  # a plays 1, b (opponent) plays 0: a is credited b's -1
+    assert vec.games[0].env.log == [("a", 1), ("b", 0)] and opp.asked == ["b"]
+    assert step.valid[0] and step.reward[0] == -1.0 and not step.ended[0]
+    np.testing.assert_array_equal(vec.mask[0], [1, 1])  # a's first move was 1: action 1 legal
+    step = vec.step(np.array([1]))  # a's last move: 2 + 1, and the game ends for both
+    assert step.reward[0] == 3.0 and step.ended[0] and step.data[0] == (3.0, True, True)
+    assert vec.games[0].totals == {"a": 2.0, "b": -1.5}
+    assert vec.outcome(0) == {"seat": 0, "opponent": "always", "win": 1, "draw": 0, "loss": 0, "illegal": 0}
+    assert not vec.step(np.array([0])).valid[0]  # the next step restarts the game
+
+
+def test_a_reward_arriving_before_the_seats_first_move_goes_into_its_first_transition():
+    # learner in seat b: b's +0.5 arrives on a's turn, before b ever moved; b's only transition then
+    # holds it and the -2 of a's last move (arriving on a's turn): -1.5
+    opp = Always(1)
+    vec = TurnCopies([TurnGame(ThreeMoves())], ["a", "b"], lambda: opp, seat=1)
+    vec.step(np.array([0]))
+    assert vec.games[0].env.log == [("a", 1)] and opp.asked == ["a"]
+    step = vec.step(np.array([0]))
+    assert vec.games[0].env.log == [("a", 1), ("b", 0), ("a", 1)] and opp.asked == ["a", "a"]
+    assert step.reward[0] == -1.5 and step.ended[0]
+    assert vec.outcome(0)["loss"] == 1 and vec.games[0].totals == {"a": 2.0, "b": -1.5}
+
+
+def test_an_illegal_move_is_counted_and_masked_sampling_never_makes_one():
+    vec = TurnCopies([TurnGame(ThreeMoves())], ["a", "b"], lambda: Always(0), seat=0)
+    vec.step(np.array([0]))
+    vec.step(np.array([0]))  # a's first move 0: on its last move action 1 is illegal
+    np.testing.assert_array_equal(vec.mask[0], [1, 0])
+    vec.step(np.array([1]))
+    assert vec.outcome(0)["illegal"] == 1
+    dist, rng = Categorical(2), np.random.default_rng(0)
+    draws = dist.sample(np.tile([[0.0, 30.0]], (5000, 1)), rng, np.tile([[1.0, 0.0]], (5000, 1)))
+    assert (draws == 0).all()
+    assert dist.mode(np.array([[0.0, 30.0]]), np.array([[1.0, 0.0]]))[0] == 0
+
+
+def test_masked_log_probabilities_and_entropies_are_those_of_the_distribution_over_legal_moves():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(6, 5))
+    avail = (rng.random((6, 5)) < 0.6).astype(np.float32)
+    avail[:, 2] = 1.0  # at least one legal move per row
+    actions = np.array([np.flatnonzero(a)[k % int(a.sum())] for k, a in enumerate(avail)])
+    out = torch.tensor(logits, dtype=torch.float64, requires_grad=True)
+    logp, ent = Categorical(5).log_prob_entropy(out, torch.from_numpy(actions), torch.from_numpy(avail))
+    for i in range(6):  # reference: softmax over the legal entries alone
+        legal = np.flatnonzero(avail[i])
+        z = logits[i, legal] - logits[i, legal].max()
+        p = np.exp(z) / np.exp(z).sum()
+        assert logp[i].item() == pytest.approx(np.log(p[list(legal).index(actions[i])]), abs=1e-12)
+        assert ent[i].item() == pytest.approx(-(p * np.log(p)).sum(), abs=1e-12)
+    (logp.sum() + ent.sum()).backward()
+    assert (out.grad.numpy()[avail == 0] == 0).all()  # an illegal move's logit gets no gradient
+    assert MASKED_LOGIT < -1e8
+
+
+def test_the_learners_batch_carries_each_turns_legal_moves(tmp_path):
+    from agents.mappo import TurnWorker
+
+    cfg = build_config(_raw(f"{HERE}:three_moves", steps=40, opponents=[f"{HERE}:first_legal"]))
+    worker = TurnWorker(cfg, 0)
+    batch, episodes, steps = worker.rollout()
+    valid = batch["valid"]
+    # rows where the learner holds seat a at its 2nd move after playing 0 first: action 1 masked
+    assert batch["avail"].shape == (cfg.algorithm.params.n_steps, 2, 2)
+    assert (batch["avail"][valid].sum(axis=1) >= 1).all()
+    assert ((batch["avail"][valid] == 0).sum()) > 0
+    picked = np.take_along_axis(batch["avail"], batch["actions"][..., None], axis=2)[..., 0]
+    assert (picked[valid] == 1).all()  # never an illegal move sampled
+    assert episodes and all(e["illegal"] == 0 for e in episodes) and steps == valid.sum()
+
+
+# ----------------------------------------------------------------------------- opponents and config
+def test_the_self_play_pool_keeps_the_newest_snapshots_and_plays_the_one_it_drew():
+    actor = torch.nn.Linear(3, 2)
+    critic = torch.nn.Linear(3, 1)
+    # flat layout: actor weight (6), actor bias (2), critic weight (3), critic bias (1)
+    pool = Pool((actor, critic, Categorical(2)), np.zeros(12, dtype=np.float32), 2, None, ["a", "b"],
+                np.random.default_rng(0))
+    for k in (1, 2, 3):
+        pool.add(np.full(12, float(k), dtype=np.float32))
+    assert [s[0] for s in pool.snapshots] == [2.0, 3.0]
+    frozen = pool.draw()
+    assert frozen.generation in (2, 3)
+    # a snapshot whose actor says action 1 always, action 0 masked out or not
+    pool.snapshots[-1] = np.concatenate([np.zeros(6), [-50.0, 50.0], np.zeros(4)]).astype(np.float32)
+    pool.loaded = None
+    assert pool.move(3, "a", np.zeros(3, np.float32), np.array([1.0, 1.0])) == 1
+    assert pool.move(3, "a", np.zeros(3, np.float32), np.array([1.0, 0.0])) == 0
+
+
+@pytest.mark.parametrize("turns,match", [
+    ({"opponents": ["no_such_module_xyz:player"]}, r"cannot import module 'no_such_module_xyz'"),
+    ({"opponents": [f"{HERE}:no_such_player"]}, r"has no attribute 'no_such_player'"),
+    ({"opponents": ["minimax"]}, r"neither 'self_play', 'random' nor an import path"),
+    ({"eval_opponents": ["self_play"]}, r"self_play is a training opponent"),
+    ({"pool_size": 0}, r"turns.pool_size: must be a positive integer"),
+    ({"opponent": "random"}, r"unknown key 'opponent'"),
+])
+def test_bad_turns_keys_are_config_errors(turns, match):
+    with pytest.raises(ConfigError, match=match):
+        build_config(_raw(TTT, **turns))
+
+
+def test_turns_on_a_game_that_is_not_turn_based_is_a_config_error():
+    raw = _raw("mpe2.simple_spread_v3:parallel_env", opponents=["random"])
+    with pytest.raises(ConfigError, match="is not a turn-based game"):
+        build_config(raw)
+
+
+def _write(tmp_path: Path, scenario: str, algorithm: str) -> Path:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(textwrap.dedent(f"""
+        run: {{total_env_steps: 100}}
+        scenario: {scenario}
+        algorithm: {{name: {algorithm}}}
+    """))
+    return cfg
+
+
+def test_a_scripted_opponent_that_does_not_import_exits_2_with_one_line(tmp_path, capsys):
+    cfg = _write(tmp_path, f'{{name: pettingzoo, env: "{TTT}", turns: {{opponents: ["no_such_module_xyz:play"]}}}}',
+                 "ippo")
+    assert cli_main(["run", str(cfg), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot import module 'no_such_module_xyz'" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "maa2c", "iql", "coma", "ppo"])
+def test_a_turn_based_game_given_to_a_learner_that_cannot_take_turns_exits_2_with_one_line(algorithm, tmp_path,
+                                                                                           capsys):
+    cfg = _write(tmp_path, f'{{name: pettingzoo, env: "{TTT}"}}', algorithm)
+    assert cli_main(["run", str(cfg), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("turn-based (AEC) game" in err or "kind 'aec'" in err), err
+    assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------- runs
+def _raw(env: str, algorithm: str = "ippo", steps: int = 400, **turns) -> dict:
+    algo = {"name": algorithm, "envs_per_worker": 2, "n_steps": 8}
+    if algorithm == "ippo":
+        algo.update(epochs=2, minibatches=2)
+    scenario = {"name": "pettingzoo", "env": env}
+    if turns:
+        scenario["turns"] = turns
+    return {"run": {"seed": 0, "total_env_steps": steps, "progress": False, "plots": False},
+            "backend": {"name": "sim", "workers": 1}, "scenario": scenario, "algorithm": algo,
+            "actor": {"head": "mlp", "hidden": [16]}, "critic": {"head": "mlp", "hidden": [16]}}
+
+
+@pytest.mark.parametrize("algorithm", ["ippo", "ia2c"])
+def test_a_tictactoe_run_reports_each_episodes_seat_opponent_and_outcome(algorithm, tmp_path):
+    raw = _raw(TTT, algorithm, steps=300, opponents=["self_play", "random"], refresh=2,
+               eval_opponents=["random", "scenarios.tictactoe_minimax:minimax"])
+    raw["run"].update(eval_every=150, eval_episodes=6)
+    summary = run_experiment(build_config(raw), tmp_path / "r")
+    assert summary["status"] == "completed"
+    import csv
+    rows = list(csv.DictReader((tmp_path / "r" / "metrics.csv").open()))
+    assert rows and {r["opponent"] for r in rows} == {"self_play", "random"}
+    assert {r["seat"] for r in rows} == {"0", "1"}
+    for r in rows:
+        assert int(r["win"]) + int(r["draw"]) + int(r["loss"]) == 1 and r["illegal"] == "0"
+        assert float(r["return"]) == {"1": 1.0, "0": 0.0}[r["win"]] - int(r["loss"])  # tictactoe: +1/0/-1
+    evals = list(csv.DictReader((tmp_path / "r" / "eval.csv").open()))
+    assert len(evals) == 2
+    for e in evals:
+        for name in ("random", "minimax"):
+            assert sum(float(e[f"{k}_{name}"]) for k in ("win", "draw", "loss")) == pytest.approx(1.0)
+        assert e["illegal"] == "0" and e["episodes"] == "12"
+        assert float(e["win_minimax"]) == 0.0  # a perfect player is never beaten
+
+
+def test_a_turn_based_run_on_sim_is_byte_identical_and_resumes_exactly(tmp_path):
+    raw = _raw(TTT, steps=320, opponents=["self_play", "random"], refresh=2, pool_size=2)
+    raw["run"].update(eval_every=160, eval_episodes=4)
+    files = ("metrics.csv", "comm.csv", "train.csv", "eval.csv")
+    run_experiment(build_config(raw), tmp_path / "one")
+    run_experiment(build_config(raw), tmp_path / "two")
+    for f in files:
+        one = (tmp_path / "one" / f).read_bytes()
+        assert one == (tmp_path / "two" / f).read_bytes() and one.count(b"\n") > 2, f
+    part = run_experiment(build_config({**raw, "run": {**raw["run"], "stop_after_updates": 7}}), tmp_path / "part")
+    assert part["status"] == "stopped"
+    resumed = resume_experiment(tmp_path / "part")
+    assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is True
+    for f in files:
+        assert (tmp_path / "part" / f).read_bytes() == (tmp_path / "one" / f).read_bytes(), f
+
+
+def test_a_scripted_opponent_resumes_from_its_import_path(tmp_path):
+    raw = _raw(TTT, steps=160, opponents=["scenarios.tictactoe_minimax:minimax"])
+    run_experiment(build_config(raw), tmp_path / "one")
+    part = run_experiment(build_config({**raw, "run": {**raw["run"], "stop_after_updates": 4}}), tmp_path / "part")
+    resume_experiment(tmp_path / "part")
+    one = (tmp_path / "one" / "metrics.csv").read_bytes()
+    assert (tmp_path / "part" / "metrics.csv").read_bytes() == one and part["status"] == "stopped"
+    assert b",minimax," in one and b",1,0,0,0\n" not in one  # never a win against minimax
+
+
+# ----------------------------------------------------------------------------- the minimax player
+def _brute(board: tuple[int, ...]) -> int:
+    """The mover's (1's) value by full enumeration of every continuation, no memo, no swap trick:
+    players alternate 1, 2 from here; +1 if 1 completes a line first, -1 if 2 does, 0 on a full board."""
+    def search(b: list[int], mover: int) -> int:
+        for line in ttt.LINES:
+            marks = {b[i] for i in line}
+            if len(marks) == 1 and 0 not in marks:
+                return 1 if marks == {1} else -1
+        moves = [i for i in range(9) if b[i] == 0]
+        if not moves:
+            return 0
+        outcomes = []
+        for i in moves:
+            b[i] = mover
+            outcomes.append(search(b, 3 - mover))
+            b[i] = 0
+        return max(outcomes) if mover == 1 else min(outcomes)
+    return search(list(board), 1)
+
+
+def _positions(min_marks: int) -> list[tuple[int, ...]]:
+    """Every legal position with the mover (1) to play, not yet won, with at least ``min_marks`` marks:
+    the mover has as many marks as the opponent (it moved first) or one fewer."""
+    out = []
+    for board in itertools.product((0, 1, 2), repeat=9):
+        ones, twos = board.count(1), board.count(2)
+        if ones + twos < min_marks or twos - ones not in (0, 1) or ttt.winner(board) or ones + twos == 9:
+            continue
+        out.append(board)
+    return out
+
+
+def test_minimax_values_and_best_moves_match_brute_force_on_small_positions():
+    positions = _positions(5)
+    assert len(positions) > 1000
+    for board in positions:
+        vals = ttt.values(board)
+        for a, v in vals.items():
+            after = board[:a] + (1,) + board[a + 1:]
+            brute = 1 if ttt.winner(after) == 1 else (0 if 0 not in after else -_brute(tuple((0, 2, 1)[c] for c in after)))
+            assert v == brute, (board, a)
+        assert ttt.value(board) == _brute(board)
+
+
+def test_minimax_reads_the_envs_board_never_loses_and_draws_against_itself():
+    def game(players, seed):
+        env = tictactoe_v3.env()
+        env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        totals = {a: 0.0 for a in env.possible_agents}
+        for agent in env.agent_iter():
+            obs, rew, term, trunc, _ = env.last()
+            totals[agent] += rew
+            if term or trunc:
+                env.step(None)
+                continue
+            board = ttt.board_of(obs["observation"])
+            assert board.count(0) == int(obs["action_mask"].sum())  # the empty cells are the legal moves
+            env.step(players[agent](obs["observation"], obs["action_mask"], rng))
+        return totals
+
+    rand = make_opponent("random", np.random.default_rng(5))
+
+    def random_player(o, m, r):
+        return rand.move("", o, m, o)
+
+    for seed in range(60):
+        first = game({"player_1": ttt.minimax, "player_2": random_player}, seed)
+        second = game({"player_1": random_player, "player_2": ttt.minimax}, seed)
+        assert first["player_1"] >= 0 and second["player_2"] >= 0
+    for seed in range(10):
+        assert game({"player_1": ttt.minimax, "player_2": ttt.minimax}, seed) == {"player_1": 0.0, "player_2": 0.0}
+
+
+def test_turns_defaults_are_filled_in_when_validated():
+    cfg = build_config(_raw(TTT))
+    assert cfg.scenario.params.turns == TurnsConfig().as_dict()
