@@ -1,7 +1,12 @@
 """`ray`: the server and every worker as Ray actors, on a local Ray instance or an existing cluster.
 
 The server actor hosts the Runtime (admission, service, ledger, checkpoints and run-dir files) and is
-pinned to the driver's node, so the run directory is written where `marlq run` was started. Each
+pinned to the driver's node by default, so the run directory is written where `marlq run` was started
+(``backend.server_placement``: the head or a labelled node instead; the run directory must then be shared
+storage). Worker actors go where ``backend.placement`` says (Placer: spread, pack, a label, or Ray's own
+choice); ``placement.csv`` records where each actor ran. A lost worker node is a RayActorError of each of
+its workers, restarted by the policy below on the nodes that remain; a lost server (its node gone) ends
+the run with RunLost, one line naming the last good checkpoint to resume from. Each
 worker actor rebuilds its Worker from the resolved config dict (as local.py's worker processes do)
 and is truly asynchronous: it submits its step's messages to the server actor without blocking,
 collects replies as they complete (``ray.wait`` with timeout 0) and blocks only when
