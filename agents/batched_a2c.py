@@ -30,6 +30,7 @@ the one-step A2C, heads without a numpy pass, jitter, faults, evaluation, lr sch
 """
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from dataclasses import dataclass
@@ -42,16 +43,18 @@ from torch import nn
 
 from agents.actor_critic import ActorCriticConfig, build_models, make_server_optimizer
 from agents.heads import FlatParameters, head_report, worker_heads
-from agents.losses import diagnostics
 from agents.numpy_heads import NumpyMLP, numpy_head
 from marl_q.errors import ConfigError
-from marl_q.messages import HELLO, SERVER, TRAIN, Message
+from marl_q.messages import HELLO, SERVER, Message
+from marl_q.metrics import DIAGNOSTICS
 from marl_q.protocol import Work, worker_name
 from marl_q.registry import SCENARIOS
 from marl_q.seeding import worker_seed
 from marl_q.services import PARAMS
 
 BATCHED_SCENARIOS = ("cartpole",)
+W0 = worker_name(0)  # the one worker of every seed
+BLOCK = 256  # steps of Gumbel noise drawn at once per seed (the same draws as one (1, A) call per step)
 
 
 # ----------------------------------------------------------------------------- what can be batched
@@ -307,12 +310,28 @@ class BatchedA2C:
         rt.ledger.record(hello, t, 0, accepted=True)
         rt.ledger.record(Message(SERVER, name, PARAMS, self._params_payload, base_version=0), t, 0)
 
-    def _record_update(self, s: int, t: float, seq: int, version: int, diag: dict) -> None:
-        rt, name = self.rts[s], worker_name(0)
-        push = Message(name, SERVER, "grad", self._grad_payload, base_version=version - 1, seq=seq)
-        rt.ledger.record(push, t, version - 1, 0, accepted=True)
-        rt.train.write(t, name, rt.env_steps, version, 0, [diag])
-        rt.ledger.record(Message(SERVER, name, PARAMS, self._params_payload, base_version=version), t, version)
+    def _record_update(self, s: int, t: float, version: int, diag: tuple) -> None:
+        """The k-th push of seed s reaches its server at t: the ledger's two rows (push, answer) and the
+        train.csv row, the very text ``Server.receive`` (``Ledger.record``, ``TrainLog.write``) writes;
+        written as value rows (the writers' ``write_values``) to skip the per-row dicts."""
+        rt = self.rts[s]
+        led, n = rt.ledger, self.nbytes
+        tt = f"{t:.6f}"
+        led.file.write_values((led.count, tt, W0, SERVER, "grad", version, n, version - 1, version - 1, 0, 1, ""))
+        led.file.write_values((led.count + 1, tt, SERVER, W0, PARAMS, 0, n, version, version, "", 1, ""))
+        led.count += 2
+        led.bytes_up += n
+        led.bytes_down += n
+        for kind in ("grad", PARAMS):
+            tally = led.by_kind.setdefault(kind, [0, 0])
+            tally[0] += 1
+            tally[1] += n
+        train = rt.train
+        if train.writer is None:  # the first row makes the file (TrainLog's lazy writer)
+            train.write(t, W0, rt.env_steps, version, 0, [dict(zip(DIAGNOSTICS, diag))])
+            return
+        train.updates += 1
+        train.writer.write_values((repr(t), W0, rt.env_steps, train.updates, version, 0, *diag))
 
     def _sync_service(self, s: int, updates: int) -> None:
         """Seed s's Runtime holds its server's state (parameters, optimizer, counters) for a checkpoint."""
@@ -328,7 +347,7 @@ class BatchedA2C:
         service._snapshot = None
         rt.server.version = updates
         rt.server.staleness_counts = {0: updates} if updates else {}
-        rt.server._last_seq = {(worker_name(0), "grad"): updates} if updates else {}
+        rt.server._last_seq = {(W0, "grad"): updates} if updates else {}
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> list[dict[str, Any]]:
@@ -354,7 +373,10 @@ class BatchedA2C:
             obs64 = self.obs.astype(np.float64)[:, None, :]
             logits, actor_cache = self.actor.forward(params, obs64)
             logits = logits[:, 0, :]
-            noise = np.stack([rng.random((1, self.n_actions))[0] for rng in self.rngs])
+            j = (k - 1) % BLOCK
+            if j == 0:  # the next BLOCK steps' uniforms of every seed: its generator's stream in the same order
+                block = np.stack([rng.random((BLOCK, self.n_actions)) for rng in self.rngs])
+            noise = block[:, j]
             actions = np.argmax(logits - np.log(-np.log(noise)), axis=1)
             next_obs, rew, term, trunc = self.env.step(actions)
             done = term | trunc
@@ -377,7 +399,8 @@ class BatchedA2C:
             returns = adv + v
             grad_logits = np.zeros((S, 1, self.n_actions))
             grad_values = np.zeros((S, 2, 1))
-            diags: list[dict] = [diagnostics(None, None)] * S
+            no_diag = ("", "", "", "", "", "")  # a step that only reset the env: no valid sample, empty cells
+            diags: list[tuple] = [no_diag] * S
             if valid.any():
                 z = logits - logits.max(axis=1, keepdims=True)
                 logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
@@ -393,12 +416,13 @@ class BatchedA2C:
                 gv = (2.0 * ac.vf_coef / 1) * error
                 grad_logits[valid, 0] = g[valid]
                 grad_values[valid, 0, 0] = gv[valid]
-                for s in np.flatnonzero(valid & active):
-                    a = actions[s]
-                    pol = -float(np.dot(adv[s:s + 1], logp[s:s + 1, a])) / 1
-                    val = float(np.dot(error[s:s + 1], error[s:s + 1])) / 1
+                # agents.losses.a2c_loss_grad's terms: a one-element np.dot is the product itself; the
+                # entropy's two-term sum stays np.vdot (a BLAS dot, which may fuse), seed by seed
+                policy = (-(adv * logp[rows, actions]) / 1).tolist()
+                value = ((error * error) / 1).tolist()
+                for s in np.flatnonzero(valid & active).tolist():
                     ent = float(-np.vdot(p[s:s + 1], logp[s:s + 1]) if entropy is None else entropy[s:s + 1].sum()) / 1
-                    diags[s] = diagnostics(pol, val, ent, 0.0, None, None)
+                    diags[s] = (repr(policy[s]), repr(value[s]), repr(ent), "0.0", "", "")
             self.grad[:] = 0.0
             self.critic.backward(params, critic_cache, grad_values, self.grad)
             self.actor.backward(params, actor_cache, grad_logits, self.grad)
@@ -407,26 +431,30 @@ class BatchedA2C:
             t_done = t + cost * clock.step_s * clock.factor * 1.0
             t_server = t_done + net
             t_next = t_server + net
-            for s in np.flatnonzero(active):
+            for s in np.flatnonzero(active).tolist():
                 rt = self.rts[s]
-                episodes = []
-                if ended[s]:
-                    episodes.append({"return": float(self.returns[s]), "length": int(self.lengths[s]), "version": k - 1})
-                    self.returns[s], self.lengths[s] = 0.0, 0
-                res = head_report(self.resources[s]) if self.resources[s] is not None else None
-                rt.record_work(worker_name(0), Work([], env_steps=int(valid[s]), episodes=episodes, resources=res),
-                               float(t_done[s]))
+                res = self.resources[s]
+                if ended[s] or res is not None:  # a metrics row (or the circuits' counts): the run's own path
+                    episodes = []
+                    if ended[s]:
+                        episodes.append({"return": float(self.returns[s]), "length": int(self.lengths[s]),
+                                         "version": k - 1})
+                        self.returns[s], self.lengths[s] = 0.0, 0
+                    rt.record_work(W0, Work([], env_steps=int(valid[s]), episodes=episodes, resources=head_report(res)),
+                                   float(t_done[s]))
+                else:
+                    rt.env_steps += int(valid[s])
                 if rt.done():  # its last push is never delivered (the sim stops at the step that ends it)
                     active[s] = False
                     summaries[s] = self._finish(s, k - 1, float(t_done[s]))
             # the server: one optimizer step on every row (finished seeds' rows are no longer read)
             self.optimizer.step(torch.from_numpy(self.grad))
-            for s in np.flatnonzero(active):
-                rt = self.rts[s]
-                self._record_update(s, float(t_server[s]), k, k, diags[s])
-                if rt._checkpoint_due():
+            t_srv = t_server.tolist()
+            for s in np.flatnonzero(active).tolist():
+                self._record_update(s, t_srv[s], k, diags[s])
+                if self.rts[s]._checkpoint_due():
                     self._sync_service(s, k)
-                    rt.checkpoint(float(t_server[s]))
+                    self.rts[s].checkpoint(t_srv[s])
             t = t_next
             if progress and time.perf_counter() - last_note > 30.0:
                 last_note = time.perf_counter()
@@ -445,6 +473,19 @@ class BatchedA2C:
         return rt.finish(now, virtual=True, checkpoint=False)
 
 
+def config_texts(cfgs: list[Any]) -> dict[int, str]:
+    """Each seed's config.yaml text (``cfg.to_yaml()``): rendered once and the run's seed put in per seed,
+    checked against a full rendering for the first seeds (else every seed is rendered)."""
+    first = cfgs[0].to_yaml()
+    head = f"run:\n  seed: {cfgs[0].run.seed}\n"
+    if not first.startswith(head):
+        return {c.run.seed: c.to_yaml() for c in cfgs}
+    texts = {c.run.seed: f"run:\n  seed: {c.run.seed}\n" + first[len(head):] for c in cfgs}
+    if any(texts[c.run.seed] != c.to_yaml() for c in cfgs[1:3]):
+        return {c.run.seed: c.to_yaml() for c in cfgs}
+    return texts
+
+
 def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs: list[Path],
                       progress: bool = True) -> list[dict[str, Any]]:
     """Run ``seeds`` of ``config`` in one process, seed ``seeds[i]`` into ``outs[i]`` (new run
@@ -454,12 +495,15 @@ def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs:
     from marl_q.rundir import check_new_run_dir, lock_run_dir, make_run_dir
     from marl_q.runtime import Runtime, build_algorithm
 
+    base = load_config(config, list(overrides), seed=seeds[0])
+    check_batchable(base)
     cfgs = []
-    for seed in seeds:
-        cfg = load_config(config, list(overrides), seed=seed)
+    for seed in seeds:  # the file is read once: each seed's config is a copy with its run.seed
+        cfg = copy.deepcopy(base)
+        cfg.run.seed = seed
         cfg.run.progress = False  # as `marlq run --quiet` (what a sweep runs) writes it
         cfgs.append(cfg)
-    check_batchable(cfgs[0])
+    texts = config_texts(cfgs)
     for out in outs:
         check_new_run_dir(Path(out))
     torch.set_num_threads(cfgs[0].backend.threads_per_worker)
@@ -468,7 +512,7 @@ def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs:
         for cfg, out in zip(cfgs, outs):
             built = build_algorithm(cfg)
             out = make_run_dir(Path(out))
-            (out / "config.yaml").write_text(cfg.to_yaml())
+            (out / "config.yaml").write_text(texts[cfg.run.seed])
             locks.append(lock_run_dir(out))
             rts.append(Runtime(cfg, out, built=built))
         return BatchedA2C(cfgs, rts).run(progress=progress)
