@@ -134,7 +134,7 @@ class TurnCopies:
     def _start(self, e: int) -> None:
         """A new episode in copy ``e``: reset, the learner's seat, an opponent, the opponents' first moves."""
         game = self.games[e]
-        while True:
+        for _ in range(100):
             seed = self.reset_seeds[e] if self.reset_seeds is not None and self.started[e] == 0 else None
             game.reset(seed=seed)
             N = len(self.agents)
@@ -146,6 +146,8 @@ class TurnCopies:
             if turn is not None:  # (a game the opponents end before the learner's first turn is played again)
                 self.obs[e], self.mask[e] = turn
                 return
+        raise RuntimeError(f"turn-based game: 100 games in a row ended before seat {self.agents[self.seat[e]]!r} "
+                           "had a turn")
 
     def step(self, actions: np.ndarray) -> Step:
         """``actions``: the learner's move per copy. ``data``: per copy None (a restart) or (the learner's

@@ -405,3 +405,21 @@ def test_minimax_reads_the_envs_board_never_loses_and_draws_against_itself():
 def test_turns_defaults_are_filled_in_when_validated():
     cfg = build_config(_raw(TTT))
     assert cfg.scenario.params.turns == TurnsConfig().as_dict()
+
+
+def test_matches_of_a_finished_run_per_seat_and_a_bad_opponent_path_exit_2(tmp_path, capsys):
+    import json
+
+    from agents.turn_based import main as matches_main
+
+    raw = _raw(TTT, steps=64, opponents=["random"])
+    run_experiment(build_config(raw), tmp_path / "r")
+    capsys.readouterr()
+    assert matches_main([str(tmp_path / "r"), "--opponent", "scenarios.tictactoe_minimax:minimax", "--games", "6"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for agent in ("player_1", "player_2"):
+        assert out[agent]["games"] == 6 and out[agent]["illegal"] == 0 and out[agent]["win"] == 0.0
+        assert out[agent]["draw"] + out[agent]["loss"] == pytest.approx(1.0)
+    assert matches_main([str(tmp_path / "r"), "--opponent", "no_such_module_xyz:f"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot import module 'no_such_module_xyz'" in err
