@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.heads import FlatParameters, build_head, count_params, head_report, resumed_heads, worker_heads
-from agents.distributions import Categorical, Distribution, LogStd, distribution_for
+from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
+from agents.distributions import Distribution, LogStd, distribution_for
 from agents.losses import actor_critic_loss, categorical, diagnostics, explained_variance, ratio_stats
 from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
@@ -319,24 +319,10 @@ class ActorCriticWorker(PullingWorker):
         return (ac.n_steps == 1 and ac.update == "grad" and ac.epochs == 1 and ac.minibatches == 1
                 and ac.clip is None and ac.value_clip is None)
 
-    def __setstate__(self, state: dict) -> None:
-        # a snapshot from before the forward reuse or the numpy path: take them up on resume
-        self.__dict__.update(state)
-        if "_reuse_act_forward" not in state:
-            self._reuse_act_forward = self._one_step_reuse(self.ac)
-            self._rollout_logits = None
-        if "_np_heads" not in state:
-            self._init_numpy_path()
-        if "resources" not in state:  # before the quantum-resource ledger
-            self.resources = resumed_heads({"actor": self.actor, "critic": self.critic})
-        if "dist" not in state:  # before continuous actions: every actor-critic policy was a softmax
-            self.dist = Categorical(int(self.env.single_action_space.n))
-        if "book" not in state and "ep_return" in state:  # before agents.rollout: the loop's state sat on the worker
-            self.adopt_rollout_state(state)
-
     def adopt_rollout_state(self, state: dict) -> None:
         """Move an old snapshot's rollout state (its fields on the worker) into the vector and the book
-        (a subclass whose loop kept other fields moves its own)."""
+        (a subclass whose loop kept other fields moves its own); the snapshot's migration to state
+        format 1 (``marl_q.state_format``) calls it."""
         if "prev_done" not in state:
             return
         self.vec = GymVector.__new__(GymVector)

@@ -27,7 +27,7 @@ from agents.actor_critic import PullingWorker
 from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, critic_in_dim, critic_out_dim,
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
-from agents.heads import FlatParameters, build_head, count_params, head_report, resumed_heads, worker_heads
+from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.rollout import EpisodeBook, Step, rollout
 from agents.numpy_heads import numpy_acting_head
 from circuits.vqc import mark_acting_only
@@ -321,14 +321,6 @@ class ComaWorker(PullingWorker):
         self._np_actor = numpy_acting_head(self.actor) if getattr(self.hp, "fast_path", True) else None
         if self._np_actor is None:  # a circuit acting through torch: workers never differentiate it
             mark_acting_only(self.actor)
-
-    def __setstate__(self, state: dict) -> None:
-        # a snapshot from before the numpy actor or the quantum-resource ledger: take them up on resume
-        self.__dict__.update(state)
-        if "_np_actor" not in state:
-            self._init_numpy_actor()
-        if "resources" not in state:
-            self.resources = resumed_heads({"actor": self.actor})
 
     def pulled(self, msg: Message) -> None:
         self.epsilon = float(msg.info.get("epsilon", self.epsilon))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
-from agents.heads import FlatParameters, count_params, head_report, resumed_heads, worker_heads
+from agents.heads import FlatParameters, count_params, head_report, worker_heads
 from marl_q.errors import ConfigError, UserError
 from marl_q.evaluation import EvalProgress, eval_progress
 from marl_q.messages import HELLO, SERVER, TRAIN, Message
@@ -380,14 +380,6 @@ class RoutingPPOWorker(Worker):
         self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
         self._rows: list[dict[str, Any]] = []
         self._trained: list[dict[str, Any]] = []  # diagnostics of the updates not yet uploaded
-
-    def __setstate__(self, state: dict) -> None:
-        # a snapshot from before the quantum-resource ledger or train.csv: take them up on resume
-        self.__dict__.update(state)
-        if "resources" not in state:
-            self.resources = resumed_heads({"actor": self.actor, "critic": self.critic})
-        if "_trained" not in state:  # before train.csv
-            self._trained = []
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, HELLO)]

@@ -166,13 +166,6 @@ class CompiledCircuit(nn.Module):
         state.pop("_kernel_program", None)
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # pickled before ``options`` existed (a sim snapshot): the rotation was kept; the entangler was
-        # only read at construction (into the permutation buffers), so None stands for it
-        if "options" not in state:
-            state["options"] = LayerOptions(state["rotation"], None)
-        super().__setstate__(state)
-
     def entangle(self, psi: torch.Tensor, layer: int) -> torch.Tensor:
         """Apply layer ``layer``'s entangling block."""
         sign = None if self.signs_trivial[layer] else getattr(self, f"sign_{layer}")

@@ -12,7 +12,7 @@ row in n vectorised calls, instead of s categorical draws.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -36,14 +36,6 @@ class ShotSampler:
         """Restart the stream from ``seed``."""
         self.seed = int(seed)
         self.generator = torch.Generator().manual_seed(self.seed)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"seed": self.seed, "state": self.generator.get_state()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.seed = state["seed"]
-        self.generator = torch.Generator()
-        self.generator.set_state(state["state"])
 
     def counts(self, probabilities: torch.Tensor, shots: int) -> torch.Tensor:
         """Bitstring counts (B, 2^n), one multinomial(shots, p_b) per row, in float64 on the CPU."""

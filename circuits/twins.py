@@ -70,19 +70,6 @@ class NumpyVQC:
         state.pop("_planner", None)
         return state
 
-    LEGACY_BLOCKS = "adjoint"  # what twins pickled by earlier versions called ``use_blocks``
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # a twin pickled before the block sweeps or the kernels existed (a sim snapshot; its flags were
-        # then ``LEGACY_BLOCKS`` and ``kernels``) keeps the executors it ran on: the resumed run computes
-        # what the snapshot's would have, to the bit
-        if "use_kernels" not in state:
-            state["use_blocks"] = state.pop(self.LEGACY_BLOCKS, False)
-            state["use_kernels"] = state.pop("kernels", False)
-            state.pop("adjoint", None)
-        state.pop("_planner", None)
-        self.__dict__.update(state)
-
     def plan(self, rows: int) -> Plan:
         """The planner's answer for ``rows`` rows (kept per row count)."""
         planner = self.__dict__.get("_planner")
@@ -240,17 +227,6 @@ class NumpyVQCActing(NumpyVQC):
         state = super().__getstate__()
         state["_per_weights"] = None  # a cache: rebuilt from the weights on the next act (the same matrices)
         return state
-
-    LEGACY_BLOCKS = "statevector"
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # a twin pickled before it could act by the state vector or the kernels (a sim snapshot): it keeps
-        # its executors (``NumpyVQC.__setstate__``), so the resumed run acts exactly as the snapshot's
-        # would have. Blocks pickled by an earlier version (``_blocks``) lack what the current forward
-        # reads: rebuilt
-        state.pop("_blocks", None)
-        state["_per_weights"] = None
-        super().__setstate__(state)
 
     def _built(self, key: str, make: Any) -> Any:
         """make(weights as float64 numpy) for the head's current weights, cached until they change."""

@@ -17,7 +17,6 @@ from torch import nn
 
 from circuits import statevector
 from circuits.blocks import ANSATZE
-from circuits.density import DensityCircuit
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseGradient
 from circuits.gradients import Hardware, count, needs_hardware, new_counts
 from circuits.planner import ADDED, ANALYTIC_MAX_BATCH, STATEVECTOR_MIN_QUBITS, Facts, Plan, Planner, analytic_fits, dense_applies
@@ -322,22 +321,6 @@ class VQC(nn.Module):
         state["_act_blocks"] = None  # numpy caches, rebuilt on the next call
         state.pop("_planner", None)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # pickled before shots and noise existed (a sim snapshot): an exact head with fresh counters
-        super().__setstate__(state)
-        if "hardware" not in self.__dict__ and "hardware" not in self._modules:
-            self.hardware = None
-        if "resource_counts" not in self.__dict__:
-            self.resource_counts = new_counts()
-        self.__dict__.setdefault("_act_weights", None)
-        self.__dict__.setdefault("_act_blocks", None)
-        hardware = self._modules.get("hardware")
-        density = getattr(hardware, "density", None)
-        if density is not None and not hasattr(density, "diagonal_noise"):
-            # pickled before the density path held Pauli components: rebuilt for this spec (the same
-            # channels; values agree to float rounding)
-            hardware.density = DensityCircuit(self.cfg, COMPLEX_DTYPES[self.cfg.dtype])
 
     @property
     def sampler(self):

@@ -3,9 +3,10 @@
 Checkpoints are .npz archives of plain arrays plus one JSON header; loading uses
 ``allow_pickle=False``, so a checkpoint can never run code. Writes go to a temporary file that is
 renamed into place, so a crash mid-write leaves the previous checkpoint intact. A sim run's
-checkpoint also points to a pickled snapshot of the simulation (workers, environments, events in
-flight) for exact resume; its SHA-256 sits in the checkpoint's header and is checked before the
-snapshot is unpickled, so only a snapshot this run wrote is ever loaded.
+checkpoint also points to a snapshot of the simulation (workers, environments, events in flight)
+for exact resume, in the versioned state format of ``marl_q.state_format`` (older versions are
+upgraded by its one migration table); its SHA-256 sits in the checkpoint's header and is checked
+before the snapshot is unpickled, so only a snapshot this run wrote is ever loaded.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from marl_q.errors import CheckpointError, RunDirError, RunWriteError, UserError
+from marl_q.state_format import pack, unpack
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -450,16 +452,16 @@ def _ckpt_updates(path: Path) -> int:
         return -1
 
 
-def save_snapshot(path: Path, obj: Any) -> str:
-    """Pickle a sim backend's full in-memory state (workers, events in flight, RNGs) atomically;
-    return its SHA-256, which the checkpoint's header records and `load_snapshot` checks before it
-    unpickles anything."""
+def save_snapshot(path: Path, state: dict[str, Any]) -> str:
+    """Write a sim backend's full state (workers, events in flight, RNGs; ``marl_q.state_format``)
+    atomically, under the current format version; return its SHA-256, which the checkpoint's header
+    records and `load_snapshot` checks before it unpickles anything."""
     import torch  # its pickler stores each tensor storage once, so views stay views and stay small
 
     path = Path(path)
     buf = io.BytesIO()
     try:
-        torch.save(obj, buf, pickle_module=_FullStatePickle, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+        torch.save(pack(state), buf, pickle_module=_FullStatePickle, pickle_protocol=pickle.HIGHEST_PROTOCOL)
     except (TypeError, pickle.PicklingError, AttributeError) as exc:  # e.g. an env holding a Box2D world
         raise SnapshotUnavailable(f"{type(exc).__name__}: {exc}") from None
     blob = buf.getvalue()
@@ -524,9 +526,10 @@ class SnapshotUnavailable(Exception):
     fresh workers, as on ``local`` (not byte-identical)."""
 
 
-def load_snapshot(path: Path, sha256: str) -> Any:
-    """Unpickle a snapshot only if its bytes hash to what the (pickle-free) checkpoint header says:
-    a truncated, corrupted or swapped file is refused before any of it is unpickled."""
+def load_snapshot(path: Path, sha256: str) -> dict[str, Any]:
+    """A snapshot's state, upgraded to the current format version (``marl_q.state_format``). It is
+    unpickled only if its bytes hash to what the (pickle-free) checkpoint header says: a truncated,
+    corrupted or swapped file is refused before any of it is unpickled."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: the checkpoint's sim snapshot is missing")
@@ -537,10 +540,18 @@ def load_snapshot(path: Path, sha256: str) -> Any:
 
     try:
         if blob[:2] == b"PK":  # torch.save's zip container
-            return torch.load(io.BytesIO(blob), weights_only=False)
-        return pickle.loads(blob)  # snapshots written before torch's pickler: plain pickle (hash checked above)
+            obj = torch.load(io.BytesIO(blob), weights_only=False)
+        else:
+            obj = pickle.loads(blob)  # snapshots written before torch's pickler: plain pickle (hash checked above)
     except Exception as exc:  # the hash matched, so this is a version mismatch of the code
         raise CheckpointError(f"{path}: sim snapshot cannot be read by this version of marl-q "
+                              f"({type(exc).__name__}: {exc})") from None
+    try:
+        return unpack(obj, str(path))
+    except CheckpointError:
+        raise
+    except Exception as exc:  # a migration met a state it does not know: the file's, not the code's
+        raise CheckpointError(f"{path}: sim snapshot cannot be upgraded to this marl-q's state format "
                               f"({type(exc).__name__}: {exc})") from None
 
 

@@ -29,6 +29,7 @@ from marl_q.protocol import Work, Worker
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
 from marl_q.seeding import timing_seed
+from marl_q.state_format import rng_from_state, rng_state
 
 
 @BACKENDS.register("sim", help="one process, virtual clock, deterministic (the default)")
@@ -70,12 +71,24 @@ class _Timing:
         return (n.latency_s + msg.nbytes / n.bandwidth_bytes_per_s) * self._jitter(n.jitter)
 
 
+RNGS = ("timing_rng", "pick_rng")  # the sims' generators (STATE names them)
+
+
 def _restore(sim, snap: dict) -> None:
-    """Take a sim's state back from a checkpoint's snapshot (the attributes its STATE names)."""
+    """Take a sim's state back from a checkpoint's snapshot (the attributes its STATE names; its
+    generators, RNGS, as data: ``marl_q.state_format.rng_state``)."""
     for key in sim.STATE:
-        setattr(sim, key, snap[key])
+        setattr(sim, key, rng_from_state(snap[key]) if key in RNGS else snap[key])
     sim.timing.rng = sim.timing_rng
     sim.started = True
+
+
+def _capture(sim, mode: str) -> dict:
+    """A sim's state for a checkpoint's snapshot: the attributes its STATE names, generators as data."""
+    sim.timing_rng = sim.timing.rng
+    return {"mode": mode, **{key: rng_state(getattr(sim, key)) if key in RNGS else getattr(sim, key)
+                             for key in sim.STATE}}
+
 
 
 class _EventSim:
@@ -109,8 +122,7 @@ class _EventSim:
         self.index = {w.name: i for i, w in enumerate(self.workers)}
 
     def capture(self) -> dict:
-        self.timing_rng = self.timing.rng
-        return {"mode": "events", **{key: getattr(self, key) for key in self.STATE}}
+        return _capture(self, "events")
 
     def send(self, reply: Message, t: float) -> None:
         """An answer of the server, addressed to the incarnation alive now: a worker that crashes before
@@ -255,8 +267,7 @@ class _ScheduleSim:
         self.queue: list[Message] = []  # the messages of one step and their answers, in order (see route)
 
     def capture(self) -> dict:
-        self.timing_rng = self.timing.rng
-        return {"mode": self.rt.cfg.backend.schedule, **{key: getattr(self, key) for key in self.STATE}}
+        return _capture(self, self.rt.cfg.backend.schedule)
 
     def pick(self, k: int) -> int:
         b = self.rt.cfg.backend

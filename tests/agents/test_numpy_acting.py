@@ -7,6 +7,7 @@ import torch
 
 from agents.numpy_heads import NumpyVQCActing, numpy_acting_head
 from circuits import VQC, kernels
+from marl_q.state_format import upgrade
 
 
 
@@ -58,7 +59,8 @@ def test_a_twin_pickled_before_the_state_vector_forward_keeps_its_dense_matrix()
     for key in ("use_blocks", "_per_weights", "use_kernels"):
         old.pop(key)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
-    legacy.__setstate__(old)
+    legacy.__dict__.update(old)
+    upgrade({"twin": legacy}, 0)  # a version-0 snapshot's migration
     with torch.no_grad():
         want = module(torch.from_numpy(x).float()).double().numpy()
     assert legacy.use_blocks is False
@@ -89,7 +91,8 @@ def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them(monkeypa
     old_state["statevector"] = old_state.pop("use_blocks")
     old_state["_blocks"] = (weights, blocks)
     legacy = NumpyVQCActing.__new__(NumpyVQCActing)
-    legacy.__setstate__(old_state)
+    legacy.__dict__.update(old_state)
+    upgrade({"twin": legacy}, 0)  # a version-0 snapshot's migration
     assert not hasattr(legacy, "_blocks") and legacy.use_kernels is False
     np.testing.assert_array_equal(legacy.forward(x)[0], want)
     assert pickle.loads(pickle.dumps(twin))._per_weights is None

@@ -14,6 +14,7 @@ from agents.heads import FlatParameters, MLPConfig, build_mlp
 from agents.numpy_heads import NumpyMLP, NumpyVQC, a2c_gradient, numpy_head
 from circuits.vqc import VQC
 from marl_q.metrics import DIAGNOSTICS
+from marl_q.state_format import upgrade
 
 
 def _autograd_grads(module, x: np.ndarray, grad_out: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -100,7 +101,8 @@ def test_twin_pickled_before_the_adjoint_form_keeps_the_dense_path():
     state = dict(head.__dict__)
     del state["use_blocks"], state["use_kernels"]  # what a snapshot from before the adjoint twin holds
     old = NumpyVQC.__new__(NumpyVQC)
-    old.__setstate__(state)
+    old.__dict__.update(state)
+    upgrade({"twin": old}, 0)  # a version-0 snapshot's migration
     x = np.random.default_rng(0).normal(size=(2, 6))
     for p in module.parameters():
         p.grad = torch.zeros_like(p)

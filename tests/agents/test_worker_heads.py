@@ -22,6 +22,7 @@ from marl_q.experiment import run_experiment
 from marl_q.messages import SERVER, Message
 from marl_q.registry import ALGORITHMS
 from marl_q.seeding import derive
+from marl_q.state_format import upgrade
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +118,7 @@ def as_before_the_ledger(worker: Any) -> Any:
     del state["resources"]
     old = type(worker).__new__(type(worker))
     old.__dict__.update(state)
-    return pickle.loads(pickle.dumps(old))  # a class with __setstate__ routes the dict through it
+    return upgrade({"workers": [pickle.loads(pickle.dumps(old))]}, 0)["workers"][0]  # a version-0 snapshot's migration
 
 
 def test_an_old_coma_worker_snapshot_resumes_and_reports_from_then_on():

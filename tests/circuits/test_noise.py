@@ -119,7 +119,9 @@ def test_a_head_pickled_with_the_old_density_path_resumes_on_the_current_one():
     for name in ("noise_ptm", "z_strings", "walsh", "start"):
         old._buffers.pop(name, None)
     del old.__dict__["diagonal_noise"]
-    again = pickle.loads(pickle.dumps(head))
+    from marl_q.state_format import upgrade
+
+    again = upgrade({"head": pickle.loads(pickle.dumps(head))}, 0)["head"]  # a version-0 snapshot's migration
     assert again.hardware.density is not old and hasattr(again.hardware.density, "diagonal_noise")
     with torch.no_grad():
         torch.testing.assert_close(again(x), want, atol=1e-6, rtol=0)

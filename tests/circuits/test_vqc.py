@@ -192,7 +192,9 @@ def test_a_vqc_pickled_before_layer_options_existed_still_runs():
     module = VQC(3, 2, n_qubits=3, layers=2, ansatz="basic_entangler", rotation="ry", entangler="cz", engine="gates")
     x = torch.randn(4, 3)
     expected = module(x)
+    from marl_q.state_format import upgrade
+
     del module.circuit.__dict__["options"]  # as a snapshot written before circuits.blocks
-    back = pickle.loads(pickle.dumps(module))
+    back = upgrade({"head": pickle.loads(pickle.dumps(module))}, 0)["head"]  # a version-0 snapshot's migration
     assert back.circuit.options.rotation == "ry"
     torch.testing.assert_close(back(x), expected, atol=0, rtol=0)

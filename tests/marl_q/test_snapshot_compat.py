@@ -11,6 +11,7 @@ import pytest
 from agents.actor_critic import ActorCriticWorker
 from marl_q.config import build_config
 from marl_q.rundir import CheckpointError, load_snapshot, save_snapshot
+from marl_q.state_format import upgrade
 
 
 def test_plain_pickle_snapshots_load_and_are_hash_checked(tmp_path):
@@ -35,8 +36,8 @@ def test_a_worker_pickled_before_reuse_and_numpy_path_takes_them_up(small_raw):
         del state[key]
     old = ActorCriticWorker.__new__(ActorCriticWorker)
     old.__dict__.update(state)
-    # pickling an object whose class has __setstate__ routes its dict through it
-    back = pickle.loads(pickle.dumps(old))
+    # a version-0 snapshot unpickles the worker as it was, then migrates it (marl_q.state_format)
+    back = upgrade({"workers": [pickle.loads(pickle.dumps(old))]}, 0)["workers"][0]
     assert back._reuse_act_forward and back._np_heads is not None and back._rollout_np is None
     from marl_q.messages import SERVER, Message
 
