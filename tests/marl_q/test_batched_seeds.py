@@ -150,3 +150,16 @@ def test_sweep_jobs_deal_the_seeds_round_robin(tmp_path):
     assert seeds == ["0,2,4", "1,3"]
     assert all(cmd[-2:] == ["--set", "run.total_env_steps=10"] for _, cmd in jobs)
     assert len(batch_jobs("c.yaml", [], [7], tmp_path, 4)) == 1
+
+
+def test_sweep_batch_seeds_writes_every_seed_and_a_rerun_skips_them(tmp_path, capsys):
+    out = tmp_path / "sw"
+    args = ["sweep", str(QA2C), "--seeds", "3", "--batch-seeds", "--jobs", "2", "--out", str(out), "--no-plot",
+            "--set", "run.total_env_steps=150", "--set", "run.plots=false"]
+    assert main(args) == 0
+    assert "3 runs in" in capsys.readouterr().out
+    single(QA2C, 2, ["run.total_env_steps=150", "run.plots=false"], tmp_path / "s2")
+    assert_same_run_files(out / "base" / "seed2", tmp_path / "s2")
+    assert sorted(p.name for p in (out / "base").iterdir() if p.is_dir()) == ["seed0", "seed1", "seed2"]
+    assert main(args) == 0
+    assert "3 already complete, 0 to run" in capsys.readouterr().out
