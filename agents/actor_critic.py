@@ -278,11 +278,67 @@ class PullingWorker(Worker):
         return not self.waiting
 
 
+class SharedModels:
+    """One actor, critic and flat buffer for every worker of a process that keeps nothing of its own in
+    them: workers that push gradients (no optimizer of their own) through ``mlp`` heads (no shot
+    streams, no caches). Each such worker holds only a reference to the parameters it last pulled (the
+    server's array of that version, shared by every worker at it and never written) and loads them
+    into the shared buffer when its step starts; the step computes what it computed with models of its
+    own, bit for bit. In sim, 1,000 workers then hold one copy of the models and build them once
+    (docs/runtime.md, "Many workers on sim")."""
+
+    def __init__(self) -> None:
+        self.models: Optional[tuple[nn.Module, nn.Module, Distribution, FlatParameters]] = None
+
+    @staticmethod
+    def fits(cfg: ExperimentConfig) -> bool:
+        return cfg.algorithm.params.update == "grad" and cfg.actor.name == "mlp" and cfg.critic.name == "mlp"
+
+
+class SharedFlat:
+    """A sharing worker's ``flat``: its parameters by reference (``load`` copies nothing), the gradient
+    and everything else the shared ``FlatParameters``'. ``activate`` copies the parameters into the
+    shared buffer (the worker's step starts with it)."""
+
+    def __init__(self, shared: FlatParameters) -> None:
+        self.shared = shared
+        self.values: Optional[np.ndarray] = None
+
+    def load(self, values: np.ndarray) -> None:
+        self.values = values  # the server's array of one version: every worker at it holds the same one
+
+    def activate(self) -> None:
+        if self.values is not None:
+            self.shared.load(self.values)
+
+    def numpy(self) -> np.ndarray:
+        return self.shared.numpy() if self.values is None else np.array(self.values, dtype=np.float32)
+
+    @property
+    def flat(self) -> nn.Parameter:
+        return self.shared.flat
+
+    @property
+    def size(self) -> int:
+        return self.shared.size
+
+    def zero_grad(self) -> None:
+        self.shared.zero_grad()
+
+    def grad_view(self) -> np.ndarray:
+        return self.shared.grad_view()
+
+    def grad_numpy(self) -> np.ndarray:
+        return self.shared.grad_numpy()
+
+
 class ActorCriticWorker(PullingWorker):
     """Rolls out `n_steps` in `num_envs` vectorised environments with the last pulled parameters,
     then pushes a gradient or a parameter delta and waits for fresh parameters."""
 
-    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
+    shares_models = False  # True: actor and critic are a SharedModels', flat a SharedFlat onto its buffer
+
+    def __init__(self, cfg: ExperimentConfig, index: int, shared: Optional[SharedModels] = None) -> None:
         self.cfg = cfg
         self.ac: ActorCriticConfig = cfg.algorithm.params
         self.name = worker_name(index)
@@ -290,10 +346,18 @@ class ActorCriticWorker(PullingWorker):
         self.seed = worker_seed(cfg.run.seed, index)
         self.rng = np.random.default_rng(self.seed)  # torch's global stream is left alone: builds are seeded_init's
         self.build_env()
-        self.actor, self.critic, self.dist = self.make_models()
+        if shared is not None and shared.models is not None:
+            self.actor, self.critic, self.dist, flat = shared.models
+        else:
+            self.actor, self.critic, self.dist = self.make_models()
         # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
         self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
-        self.flat = FlatParameters(self.actor, self.critic)
+        if shared is None or shared.models is None:
+            flat = FlatParameters(self.actor, self.critic)
+        self.flat = flat
+        if shared is not None:
+            shared.models = shared.models or (self.actor, self.critic, self.dist, flat)
+            self.flat, self.shares_models = SharedFlat(flat), True
         self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
         self.version = -1
         self.waiting = True
@@ -357,6 +421,8 @@ class ActorCriticWorker(PullingWorker):
         self.book = EpisodeBook(self.vec.num_envs)
 
     def step(self) -> Work:
+        if self.shares_models:  # the shared models take this worker's parameters for its step
+            self.flat.activate()
         batch, episodes, steps = self.rollout()
         before = self.flat.numpy() if self.ac.update == "delta" else None
         diag = self.learn(batch)
@@ -491,8 +557,16 @@ class ActorCritic(Algorithm):
                                         server_lr=cfg.server.server_lr, lr_schedule=ac.lr_schedule)
         return self.service
 
+    _shared: Optional[SharedModels] = None
+
     def make_worker(self, index: int) -> ActorCriticWorker:
-        return ActorCriticWorker(self.cfg, index)
+        """A worker; where it keeps nothing of its own in its models (``SharedModels.fits``), the workers of
+        this process share one actor and critic (sim: a thousand workers, one copy of the models)."""
+        if not SharedModels.fits(self.cfg):
+            return ActorCriticWorker(self.cfg, index)
+        if self._shared is None:
+            self._shared = SharedModels()
+        return ActorCriticWorker(self.cfg, index, self._shared)
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         out = dict(getattr(self, "param_counts", {}))

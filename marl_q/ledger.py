@@ -133,6 +133,8 @@ class LedgerAuditor:
         self.result = LedgerAudit()
         self._accepted: set[tuple[str, int, str]] = set()
         self._top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
+        # worker -> seq of the push it left with (fault:dropout): it rejoins numbering on from there
+        self._left_at: dict[str, int] = {}
 
     def feed(self, r: dict[str, str]) -> None:
         """One comm.csv row, as csv.DictReader gives it."""
@@ -143,6 +145,10 @@ class LedgerAuditor:
             audit.faults[name] = audit.faults.get(name, 0) + 1
             if name == "duplicate" and not r["reason"].startswith("hello"):
                 audit.workers.setdefault(src, _worker_row())["duplicated"] += 1
+            elif name == "dropout":
+                self._left_at[src] = max(self._left_at.get(src, 0), int(r["seq"]))
+            elif name == "crash":  # its successor numbers from 1
+                self._left_at.pop(src, None)
             return
         if r["dst"] != SERVER:
             return
@@ -150,6 +156,8 @@ class LedgerAuditor:
             if r["accepted"] != "1":
                 return  # a hello handed over twice: the server answered the first copy only
             audit.lives[src] = audit.lives.get(src, 0) + 1
+            if src in self._left_at:  # a worker back from a drop-out: the push it left with was never sent
+                self._top[(src, audit.lives[src])] = self._left_at.pop(src)
             audit.workers.setdefault(src, _worker_row())
             audit.accepted_after_restart.setdefault(src, 0)
             return

@@ -28,7 +28,7 @@ from marl_q.messages import SERVER, Message, stamp_life
 from marl_q.protocol import Work, Worker
 from marl_q.registry import BACKENDS
 from marl_q.runtime import Runtime
-from marl_q.seeding import timing_seed
+from marl_q.seeding import derive, timing_seed
 from marl_q.state_format import rng_from_state, rng_state
 
 
@@ -58,6 +58,10 @@ class _Timing:
         self.rng = np.random.default_rng(timing_seed(rt.cfg.run.seed))
         self.compute, self.network = b.compute, b.network
         self.factor = [b.compute.straggler_factor if i in b.compute.stragglers else 1.0 for i in range(b.workers)]
+        if b.compute.speeds == "lognormal":  # a fleet of fixed, heterogeneous speeds: one mean-one factor a worker
+            sigma = b.compute.speed_sigma  # (from a stream of its own: the timing generator's draws stay as they were)
+            draws = np.random.default_rng(derive(rt.cfg.run.seed, "timing", 0)).normal(-0.5 * sigma * sigma, sigma, b.workers)
+            self.factor = [f * float(math.exp(d)) for f, d in zip(self.factor, draws)]
 
     def _jitter(self, sigma: float) -> float:
         # mean-one lognormal: exp(N(-sigma^2/2, sigma))
@@ -183,6 +187,20 @@ class _EventSim:
         self.life[i] += 1
         self.push(now + self.faults.restart_s, "restart", i)
 
+    def drop_out(self, i: int, msgs: list[Message], now: float) -> None:
+        """The worker leaves as its step ends (faults.dropout): the step's messages are never sent and
+        those waiting for it are lost; it keeps its state and rejoins after an exponential time of mean
+        faults.rejoin_s as a new incarnation (answers addressed to the old one are void)."""
+        ledger, name = self.rt.ledger, self.workers[i].name
+        for m in msgs:
+            ledger.record_fault("dropout", now, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} not sent: {name} left")
+        for m in self.inbox[i]:
+            ledger.record_fault("undeliverable", now, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} to a worker that left")
+        self.inbox[i].clear()
+        self.alive[i] = False
+        self.life[i] += 1
+        self.push(now + self.faults.rejoin_s * float(self.timing.rng.exponential()), "rejoin", (i, self.life[i]))
+
     def start(self, driver: Driver):
         if not self.started:  # (a resumed snapshot has started)
             self.start_workers()
@@ -210,6 +228,13 @@ class _EventSim:
         if kind == "crash":
             self.crash(item, now)
             return
+        if kind == "rejoin":
+            i, life = item
+            if life != self.life[i]:  # it crashed while away: its restart said hello
+                return
+            self.alive[i] = True
+            self.send_up(stamp_life(workers[i].start(), str(life)), now)
+            return  # it waits for the parameters its hello asks for
         if kind == "restart":
             i = item
             workers[i] = rt.algorithm.make_worker(i)
@@ -233,6 +258,9 @@ class _EventSim:
                 return  # the worker crashed while computing: that work is lost
             self.busy[i] = False
             yield Stepped(workers[i].name, work, now)
+            if self.faults.dropout and self.timing.rng.random() < self.faults.dropout:
+                self.drop_out(i, work.messages, now)
+                return
             self.send_up(work.messages, now)
             for m in self.inbox[i]:
                 workers[i].deliver(m)
