@@ -180,10 +180,11 @@ def plot_returns(rows: list[dict[str, Any]], path: Path, args: argparse.Namespac
 
     from matplotlib.ticker import NullFormatter
 
-    from analysis.plots import new_figure, plt, read_csv_columns
+    from analysis.plots import new_figure, plt, read_csv_columns, wrap
 
     variants = list(dict.fromkeys(r["variant"] for r in rows))
-    fig, axes = new_figure((5.2 * len(variants), 4.4), ncols=len(variants))
+    width = max(7.0, 5.2 * len(variants))
+    fig, axes = new_figure((width, 4.6), ncols=len(variants))
     for ax, name in zip(axes.ravel(), variants):
         for r in (r for r in rows if r["variant"] == name):
             cols = read_csv_columns(Path(r["run_dir"]) / "metrics.csv")
@@ -202,8 +203,8 @@ def plot_returns(rows: list[dict[str, Any]], path: Path, args: argparse.Namespac
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, title="backend.workers", title_fontsize=8)
     budget = f"{args.episodes:,} episodes" if args.episodes is not None else f"{args.steps:,} env steps"
-    fig.suptitle(f"sim backend at scale: {Path(args.config).name}, {budget} per run, "
-                 f"seed {args.seed_label} (one run per line)", fontsize=11)
+    fig.suptitle(wrap(f"sim backend at scale: {Path(args.config).name}, {budget} per run, "
+                      f"seed {args.seed_label} (one run per line)", int(11 * width)), fontsize=11)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
