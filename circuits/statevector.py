@@ -131,6 +131,7 @@ class BlockMatrices:
         # the first layer's rotation of each wire times the encoding's 2 x 2 (final_state, rotations first)
         self.first_wires = (None if program.entangle_first or not layers
                             else (rotations[0] @ program.state_map).astype(dtype))
+        self.first_rotations = None if self.first_wires is None else rotations[0]  # (n, 2, 2) complex128
         self.groups = width_groups(self.layout)
         self.exact: list[np.ndarray] = []  # per group: (L, count, 2^w, 2^w) complex128
         self.blocks: list[np.ndarray] = []  # per block: (L, 2^w, 2^w) in the state's dtype
@@ -143,23 +144,25 @@ class BlockMatrices:
             self.blocks += [block[:, b] for b in range(count)]
             self.adjoints += [adjoints[:, b] for b in range(count)]
 
-    def weight_gradient(self, grads: list[np.ndarray]) -> np.ndarray:
+    def weight_gradient(self, grads: list[np.ndarray], start: int = 0) -> np.ndarray:
         """d loss / d weights (L, n, k) from each block's G (L, 2^w, 2^w), torch's convention for complex grads.
 
         A weight of wire i changes the block K to K Gen (Gen = g on wire i, the identity elsewhere,
         g = R^dagger dR/dw), so its gradient Re sum conj(G) (K Gen) is Re sum conj(H_i) g with H = K^dagger G
         and H_i its partial trace over the block's other wires: per group of blocks of one width, one
         GEMM for H, one for every wire's partial trace (``partial_trace_selector``) and one contraction
-        with the generators."""
+        with the generators. With ``start``, ``grads`` hold layers ``start`` on, and so are the rows of the
+        result filled (the others are left for the caller)."""
         layers, _, k = self.shape
+        layers -= start
         out = np.empty(self.shape)
-        start = 0
+        block = 0
         for (first, width, count), exact in zip(self.groups, self.exact):
             wires = slice(first, first + width * count)
-            h = np.conj(np.swapaxes(exact, -1, -2)) @ np.stack(grads[start : start + count], axis=1).astype(np.complex128)
+            h = np.conj(np.swapaxes(exact[start:], -1, -2)) @ np.stack(grads[block : block + count], axis=1).astype(np.complex128)
             partial = (h.reshape(-1, 4**width) @ partial_trace_selector(width)).reshape(layers, width * count, 1, 4)
-            out[:, wires] = (partial.conj() * self.generators[:, wires].reshape(layers, width * count, k, 4)).sum(-1).real
-            start += count
+            out[start:, wires] = (partial.conj() * self.generators[start:, wires].reshape(layers, width * count, k, 4)).sum(-1).real
+            block += count
         return out
 
 
@@ -325,6 +328,114 @@ def readouts_np(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> 
     return readouts_of(final_state(program, angles, blocks)[0], program)
 
 
+def trains_on_product(program: Program) -> bool:
+    """Whether a training call runs ``training_forward`` / ``training_backward``: the first layer's
+    rotations come before its gates (every shipped ansatz but ``rzryrz_ring``)."""
+    return not program.entangle_first and program.layers >= 1
+
+
+class Tape(NamedTuple):
+    """What ``training_forward`` keeps for ``training_backward``."""
+
+    vectors: np.ndarray  # (n, 2, B) real: each wire's (cos(t/2), sin(t/2))
+    factors: np.ndarray  # (n, 2, B): each wire's vector after the first layer, u_i = R_i F v_i
+    kept: list[np.ndarray]  # every block's input state, layers 1 on, layer by layer, block by block
+    psi: np.ndarray  # (2^n, B): the state before the last layer's gates
+    readout: np.ndarray  # (2^n, m): the readout matrix with the last layer's gates folded in
+
+
+def folded_readout(program: Program) -> np.ndarray:
+    """The readout matrix of the state *before* the last layer's signed permutation E: probabilities
+    are |E psi|^2 = P |psi|^2 (signs square away), so R^T |E psi|^2 = R[forward]^T |psi|^2."""
+    return np.ascontiguousarray(program.readout[program.forward[program.layers - 1]])
+
+
+def training_forward(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> tuple[np.ndarray, Tape]:
+    """Readouts (B, m) of encoding angles (B, n) for a training call of a rotations-first program
+    (``trains_on_product``), and the tape of its backward. The same circuit as ``final_state``, with
+    two savings for the backward: the first layer stays a product of per-wire vectors (its gradient is
+    taken from those, ``factor_gradients``, not by un-applying its blocks), and the last layer's gates
+    are folded into the readout (``folded_readout``). Every later block's input state is kept, so the
+    backward un-applies blocks to lambda alone."""
+    vectors = gates.half_angle_vectors(angles, batch_last=True)  # (n, 2, B)
+    factors = blocks.first_wires @ vectors.astype(program.complex_dtype)
+    psi = gates.kron_vectors(factors, batch_last=True)
+    last = program.layers - 1
+    kept: list[np.ndarray] = []
+    for layer in range(program.layers):
+        if layer:
+            for (first, width), matrix in zip(blocks.layout, blocks.blocks):
+                kept.append(psi)
+                psi = apply_block(psi, matrix[layer], first, width)
+        if layer < last:
+            psi = entangle(psi, program, layer)
+    readout = folded_readout(program)
+    out = np.ascontiguousarray((readout.T @ (psi.real**2 + psi.imag**2)).T)
+    return out, Tape(vectors, factors, kept, psi, readout)
+
+
+def factor_gradients(lam: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """g (n, 2, B): for a product state psi = u_0 (x) ... (x) u_{n-1} (factors (n, 2, B), wire 0 the most
+    significant bit) and lam = d loss / d conj(psi) (2^n, B, torch's convention), each factor's
+    gradient in the same convention, g_i[a] = sum over the other wires' indices of lam conj(prod_{j!=i} u_j).
+    Walking the wires in order, ``left`` has the wires before i contracted with their conjugate
+    factors, met by the product of the wires after i: O(2^n B) in all."""
+    n, _, batch = factors.shape
+    conj = factors.conj()
+    suffixes: list[np.ndarray] = [None] * n  # type: ignore[list-item]
+    suffix = np.ones((1, batch), dtype=factors.dtype)
+    for wire in reversed(range(n)):
+        suffixes[wire] = suffix
+        if wire:
+            suffix = (conj[wire][:, None] * suffix[None]).reshape(-1, batch)
+    out = np.empty_like(factors)
+    left = lam
+    for wire in range(n):
+        view = left.reshape(2, -1, batch)
+        out[wire] = (view * suffixes[wire]).sum(axis=1)
+        if wire < n - 1:
+            left = view[0] * conj[wire, 0] + view[1] * conj[wire, 1]
+    return out
+
+
+def training_backward(program: Program, tape: Tape, grad_readouts: np.ndarray, blocks: BlockMatrices,
+                      weights: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """d loss / d angles (B, n) and, with ``weights``, d loss / d weights (L, n, k) of a
+    ``training_forward`` call. Layers 1 on: the adjoint method on lambda with the kept states
+    (``block_gradient``, ``BlockMatrices.weight_gradient``). Layer 0: u_i = A_i v_i with A_i = R_i F,
+    so from each factor's gradient g_i (``factor_gradients``), d loss / d v_i = Re(A_i^dagger g_i)
+    (then d v / d t = (-sin, cos) / 2) and the wire's weights get Re sum conj(H) gen with
+    H = R_i^dagger sum_rows g_i (F v_i)^dagger, the rule of ``BlockMatrices.weight_gradient``."""
+    layers, count = program.layers, len(blocks.layout)
+    lam = tape.psi * (2.0 * (tape.readout @ grad_readouts.T))
+    grads: list[list[np.ndarray]] = [[None] * (layers - 1) for _ in blocks.layout]  # type: ignore[list-item]
+    for layer in reversed(range(1, layers)):
+        if layer < layers - 1:
+            lam = unentangle(lam, program, layer)
+        for b in reversed(range(count)):
+            first, width = blocks.layout[b]
+            if weights:
+                grads[b][layer - 1] = block_gradient(lam, tape.kept[(layer - 1) * count + b], first, width)
+            lam = apply_block(lam, blocks.adjoints[b][layer], first, width)
+    if layers > 1:
+        lam = unentangle(lam, program, 0)
+    g = factor_gradients(lam, tape.factors)  # (n, 2, B)
+    wires = blocks.first_wires  # A_i (n, 2, 2), the state's dtype
+    q = (np.conj(np.swapaxes(wires, -1, -2)) @ g).real  # d loss / d v_i
+    v = tape.vectors
+    grad_angles = (0.5 * (v[:, 0] * q[:, 1] - v[:, 1] * q[:, 0])).T
+    if not weights:
+        return grad_angles, None
+    out = (blocks.weight_gradient([np.stack(gr) for gr in grads], start=1) if layers > 1
+           else np.empty(blocks.shape))
+    encoded = (program.state_map @ v.astype(np.complex128))  # F v_i (n, 2, B)
+    outer = g.astype(np.complex128) @ np.conj(np.swapaxes(encoded, -1, -2))  # (n, 2, 2)
+    h = np.conj(np.swapaxes(blocks.first_rotations, -1, -2)) @ outer
+    n, k = blocks.shape[1], blocks.shape[2]
+    out[0] = (h.reshape(n, 1, 4).conj() * blocks.generators[0].reshape(n, k, 4)).sum(-1).real
+    return grad_angles, out
+
+
 class StatevectorNode(torch.autograd.Function):
     """readouts (B, m) from the encoding angles (B, n) and weights (L, n, k); see the module docstring.
     The product state, the sweeps and the angles' gradient run in numpy on the CPU tensors' memory."""
@@ -334,13 +445,24 @@ class StatevectorNode(torch.autograd.Function):
         single_thread_blas()
         keep_heap()
         blocks = BlockMatrices(program, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])
+        ctx.blocks, ctx.program, ctx.tape = blocks, program, None
+        if trains_on_product(program):
+            out, ctx.tape = training_forward(program, angles.detach().numpy(), blocks)
+            return torch.from_numpy(out)
         psi, ctx.vectors = final_state(program, angles.detach().numpy(), blocks)
-        ctx.psi, ctx.blocks, ctx.program = psi, blocks, program
+        ctx.psi = psi
         return torch.from_numpy(readouts_of(psi, program))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        psi, program = ctx.psi, ctx.program
+        program = ctx.program
+        if ctx.tape is not None:
+            real = ctx.tape.vectors.dtype
+            grad_angles, grad_w = training_backward(program, ctx.tape, grad.detach().numpy(), ctx.blocks,
+                                                    ctx.needs_input_grad[1])
+            return (torch.from_numpy(grad_angles.astype(real)) if ctx.needs_input_grad[0] else None,
+                    None if grad_w is None else torch.from_numpy(grad_w.astype(real)), None)
+        psi = ctx.psi
         lam, grad_w = backward_sweep(program, psi, grad.detach().numpy(), ctx.blocks, ctx.needs_input_grad[1])
         real = psi.real.dtype
         grad_angles = None
