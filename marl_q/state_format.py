@@ -215,6 +215,14 @@ def _actor_critic_worker(worker: Any) -> None:
         worker.adopt_rollout_state(state)
 
 
+def _team_worker(worker: Any) -> None:
+    # before TeamDescription.central: whether the critic reads the global state sat on the worker only
+    # (the description's class default, False, would size a centralised critic's rows by the observation)
+    desc = worker.__dict__.get("desc")
+    if desc is not None and "central" not in desc.__dict__:
+        desc.central = bool(worker.__dict__.get("central", False))
+
+
 def _routing_worker(worker: Any) -> None:
     # before the quantum-resource ledger or train.csv
     state = worker.__dict__
@@ -248,6 +256,7 @@ V0_FIXES: tuple[tuple[str, Callable[[Any], None]], ...] = (
     ("circuits.twins.NumpyVQC", _twin_flags),
     ("circuits.twins.NumpyVQCActing", _acting_twin_caches),
     ("agents.actor_critic.ActorCriticWorker", _actor_critic_worker),
+    ("agents.mappo.TeamWorker", _team_worker),
     ("agents.routing.RoutingPPOWorker", _routing_worker),
     ("agents.coma.ComaWorker", _coma_worker),
 )
