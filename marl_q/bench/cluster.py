@@ -139,7 +139,8 @@ def _uptime() -> str:
         return "unknown"
 
 
-def _placement(run_dir: Path) -> list[dict[str, str]]:
+def read_placement(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a run's placement.csv (the node each actor ran on) that name a node."""
     path = run_dir / "placement.csv"
     if not path.is_file():
         return []
@@ -177,7 +178,7 @@ def drive(session: Session, run_dir: Path, args: argparse.Namespace, workers: in
     then Ctrl-C; returns the sampler and what happened (times on the run's clock)."""
     events: dict[str, Any] = {}
     t_launch = time.perf_counter()
-    while len({r["worker"] for r in _placement(run_dir) if r["worker"] != "server"}) < workers:
+    while len({r["worker"] for r in read_placement(run_dir) if r["worker"] != "server"}) < workers:
         if session.proc.poll() is not None:
             raise RuntimeError(f"the run ended before its workers started (exit {session.proc.returncode}); "
                                f"see {run_dir.parent / 'console.log'}")
@@ -243,7 +244,7 @@ class ClusterRun:
 
             def remove() -> str:
                 on = {}
-                for r in _placement(self.run_dir):
+                for r in read_placement(self.run_dir):
                     if r["worker"] != "server" and r["life"] == "0":
                         on[r["node"]] = on.get(r["node"], 0) + 1
                 victim = max((n for n in ids if n in on), key=lambda n: on[n])
@@ -270,7 +271,7 @@ class ClusterRun:
 
     def restarts_placed(self, victim: Optional[str], node_ids: list[str]) -> dict[str, Any]:
         """Every worker that was on the removed node got a new life, on the remaining worker node."""
-        rows = _placement(self.run_dir)
+        rows = read_placement(self.run_dir)
         if victim is None:
             return {"name": "restarts_placed", "ok": False, "detail": "no node was removed"}
         remaining = [n for n in node_ids if n != victim]

@@ -9,7 +9,6 @@ be tested. Nothing here asserts a wall-clock time: the tests wait on conditions.
 """
 from __future__ import annotations
 
-import csv
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="needs the optional extra [ray] (Ray is not installed): pip install -e .[ray]")
 
 from marl_q.backends.ray_backend import Placer  # noqa: E402
+from marl_q.bench.cluster import read_placement  # noqa: E402
 from marl_q.bench.soak_checks import (accounted, applied_once, metrics_continuous,  # noqa: E402
                                       read_metrics_columns)
 from marl_q.cli import main  # noqa: E402
@@ -77,14 +77,6 @@ def _raw(small_raw: dict, **backend) -> dict:
     small_raw["backend"].update({"name": "ray", "workers": 2, "ray": {"num_cpus_per_worker": 0.5}, **backend})
     small_raw["server"]["aggregation"] = "sync"  # every round needs every worker: none can be lost unnoticed
     return small_raw
-
-
-def _placement(run_dir: Path) -> list[dict[str, str]]:
-    path = run_dir / "placement.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="") as fh:
-        return [r for r in csv.DictReader(fh) if r.get("node")]
 
 
 def _when(condition, action, box: dict) -> threading.Thread:
@@ -200,7 +192,7 @@ def test_lost_nodes_a_worker_node_then_the_server_node_and_the_resume(cluster, s
 
     def step() -> bool:
         """Called every 0.2 s from a thread: removes "wk", then "srv", each when its moment has come."""
-        rows = _placement(out)
+        rows = read_placement(out)
         if "wk" not in state:
             if any(r["node"] == wk for r in rows):
                 cluster.remove_node(cluster.named["wk"])
@@ -221,7 +213,7 @@ def test_lost_nodes_a_worker_node_then_the_server_node_and_the_resume(cluster, s
     thread.join()
     err = capsys.readouterr().err
     assert box.get("result") == "removed both", (box, state, err)
-    rows = _placement(out)
+    rows = read_placement(out)
     assert [r["node"] for r in rows if r["worker"] == "server"] == [srv]
     first = {r["worker"]: r["node"] for r in rows if r["life"] == "0" and r["worker"] != "server"}
     assert sorted(first.values()) == sorted([head, wk])  # spread: one worker per node with CPUs
@@ -249,7 +241,7 @@ def test_lost_nodes_a_worker_node_then_the_server_node_and_the_resume(cluster, s
     # the worker moved off the lost node pushed before the checkpoint (every sync round needs it) and after
     assert audit.workers[lost]["accepted"] > 0 and audit.lives[lost] >= 2
     _audit_passes(out, summary["updates"], sync_workers=2)
-    assert {r["node"] for r in _placement(out) if r["worker"] == "server"} == {srv, head}
+    assert {r["node"] for r in read_placement(out) if r["worker"] == "server"} == {srv, head}
 
 
 def test_listening_ports_are_the_documented_ones(cluster):
