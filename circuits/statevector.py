@@ -322,9 +322,13 @@ def readouts_of(psi: np.ndarray, program: Program) -> np.ndarray:
 
 
 def readouts_np(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> np.ndarray:
-    """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient)."""
+    """Readouts (B, m) of encoding angles (B, n) by the state-vector forward alone (acting, no gradient):
+    the arithmetic of the autograd node's forward (``training_forward`` for a rotations-first program),
+    so acting and a training call give the same bits."""
     single_thread_blas()
     keep_heap()
+    if trains_on_product(program):
+        return training_forward(program, angles, blocks)[0]
     return readouts_of(final_state(program, angles, blocks)[0], program)
 
 
