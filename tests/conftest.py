@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import zlib
 from typing import Any
 
@@ -18,6 +19,27 @@ def _numerics_line() -> str:
     cls = numerics_class()
     kind = "traces and bytes" if cls.name in load_hashes() else "traces only (no bytes recorded for this class)"
     return f"golden numerics class: {cls.describe()}: goldens check {kind}"
+
+
+# ----------------------------------------------------------------------------- processes (pytest-xdist)
+# The suite runs in one process per core (addopts: -n auto --dist loadgroup). Each test file is one
+# group, so a file's module fixtures are built once and its tests run in their written order; the
+# files that start Ray instances are one group, so two Ray clusters never start side by side.
+MAX_PROCESSES = 4
+RAY_FILES = ("test_ray_backend.py", "test_ray_cluster.py")  # the files that start Ray clusters
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """One test process per core this process may use, at most MAX_PROCESSES (tests are single-threaded;
+    more processes than cores only add contention)."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      MAX_PROCESSES))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else str(item.path)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
