@@ -106,12 +106,11 @@ class ScriptedOpponent(Opponent):
     def __getstate__(self) -> dict:
         return {"spec": self.spec, "rng": self.rng, "name": self.name}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.fn = load_scripted(self.spec, "scenario.turns")
-
     def move(self, agent: str, observation: Any, mask: np.ndarray, flat: np.ndarray) -> int:
-        return int(self.fn(observation, mask, self.rng))
+        fn = self.__dict__.get("fn")
+        if fn is None:  # unpickled: the function is derived from its import path, never saved
+            fn = self.fn = load_scripted(self.spec, "scenario.turns")
+        return int(fn(observation, mask, self.rng))
 
 
 # ----------------------------------------------------------------------------- config

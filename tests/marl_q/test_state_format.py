@@ -170,7 +170,6 @@ def test_an_unknown_version_or_a_file_without_a_state_is_one_line_and_exit_2(sma
 DERIVED = {
     "agents/heads.py": "the flat parameter buffer's views and gradients, seated again",
     "agents/replay.py": "the buffer's empty capacity, allocated again (a snapshot holds the filled rows)",
-    "scenarios/aec.py": "a scripted opponent's function, imported again from its path",
 }
 
 
