@@ -442,10 +442,11 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
 
 def checkpoints(run_dir: Path) -> list[Path]:
     """The run's checkpoints, oldest first (by server updates)."""
-    return sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.npz"), key=_ckpt_updates)
+    return sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.npz"), key=checkpoint_updates)
 
 
-def _ckpt_updates(path: Path) -> int:
+def checkpoint_updates(path: Path) -> int:
+    """The server updates a checkpoint file was written at (from its name ckpt_<updates>.npz); -1 if not one."""
     try:
         return int(path.name.split(".")[0].split("_")[1])
     except (IndexError, ValueError):

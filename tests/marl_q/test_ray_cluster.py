@@ -79,8 +79,10 @@ def _raw(small_raw: dict, **backend) -> dict:
     return small_raw
 
 
-def _when(condition, action, box: dict) -> threading.Thread:
-    """Run ``action`` in a thread once ``condition()`` holds (checked every 0.2 s, for WAIT_S at most)."""
+def _when(condition, action, box: dict, on_timeout=lambda: "timed out") -> threading.Thread:
+    """Run ``action`` in a thread once ``condition()`` holds (checked every 0.2 s, for WAIT_S at most); after
+    that, ``on_timeout`` (which must end what the test waits for, so that a missed condition fails the test
+    rather than hanging it)."""
     def go() -> None:
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
@@ -88,7 +90,7 @@ def _when(condition, action, box: dict) -> threading.Thread:
                 box["result"] = action()
                 return
             time.sleep(0.2)
-        box["result"] = "timed out"
+        box["result"] = on_timeout()
 
     thread = threading.Thread(target=go, daemon=True)
     thread.start()
@@ -180,7 +182,10 @@ def test_lost_nodes_a_worker_node_then_the_server_node_and_the_resume(cluster, s
     import yaml
 
     from marl_q.bench.soak_checks import checkpoint_facts, file_sha256, first_row_at, resumed_from_checkpoint
-    from marl_q.rundir import checkpoints, latest_checkpoint
+    from marl_q.rundir import checkpoint_updates, checkpoints, latest_checkpoint
+
+    def _updates(path) -> int:
+        return -1 if path is None else checkpoint_updates(path)
 
     raw = _raw(small_raw, placement="spread", server_placement="srv", max_restarts=2)
     raw["run"].update({"total_env_steps": 10_000_000, "checkpoint_every": 5})  # ends only by losing its server
@@ -200,15 +205,24 @@ def test_lost_nodes_a_worker_node_then_the_server_node_and_the_resume(cluster, s
             return False
         if "restarted" not in state:
             if any(r["life"] != "0" and r["worker"] != "server" for r in rows):
-                state["restarted"] = len(checkpoints(out))
+                state["restarted"] = _updates(latest_checkpoint(out))
             return False
-        if len(checkpoints(out)) >= state["restarted"] + 2:
+        # two checkpoints written after the restart, told by their update counts (the run keeps only the last
+        # few files, so their number stops growing: counting files never got there when one already existed)
+        if sum(_updates(p) > state["restarted"] for p in checkpoints(out)) >= 2:
             cluster.remove_node(cluster.named["srv"])
             return True
         return False
 
+    def give_up() -> str:
+        """The moment never came within WAIT_S: take the server's node away so that the run ends now (the
+        assertion below then fails and says where it stood) instead of running its 10M steps."""
+        if cluster.named["srv"] in cluster.worker_nodes:
+            cluster.remove_node(cluster.named["srv"])
+        return "timed out"
+
     box: dict = {}
-    thread = _when(step, lambda: "removed both", box)
+    thread = _when(step, lambda: "removed both", box, on_timeout=give_up)
     code = main(["run", str(cfg), "--out", str(out), "--quiet"])
     thread.join()
     err = capsys.readouterr().err
