@@ -19,7 +19,8 @@ normalisation (agents/value_norm.py), the agent-specific global state (state + a
 the centralised critic, few epochs over large batches without minibatch splitting by default
 (10 epochs, 1 minibatch; their MPE setting), PPO's ratio clip 0.2 and value clip, and death
 masking (an agent that has finished is left out of the loss while its team plays on). Not taken:
-the Huber value loss (the squared error of the shared loss is kept) and recurrent policies.
+the Huber value loss (the squared error of the shared loss is kept). Recurrent (GRU) heads are an
+option (``actor.recurrent: gru``; agents/recurrent_ac.py, docs/recurrent.md).
 
 Each worker steps ``envs_per_worker`` copies of the environment and batches every agent of every
 copy through one forward pass. Episodes restart on the step after they end (Gymnasium's next-step
@@ -415,6 +416,14 @@ class TeamActorCritic(ActorCritic):
         finally:
             env.close()
         return actor, critic
+
+    def acting_policy(self, state: dict[str, np.ndarray]):
+        """ActorCritic's stateless policy; a recurrent actor has none (it needs its state per agent)."""
+        if getattr(self.cfg.actor.params, "recurrent", None) is not None:
+            from marl_q.errors import UserError
+            raise UserError(f"algorithm {self.cfg.algorithm.name!r}: a recurrent actor (actor.recurrent) has no "
+                            "stateless acting policy to load from a checkpoint (docs/recurrent.md)")
+        return super().acting_policy(state)
 
     def make_worker(self, index: int) -> TeamWorker:
         return (TurnWorker if turn_based(self.cfg) else TeamWorker)(self.cfg, index)

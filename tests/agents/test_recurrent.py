@@ -292,6 +292,17 @@ def test_greedy_evaluation_runs_the_recurrent_actor(tmp_path):
 
 
 # ----------------------------------------------------------------------------- bad input
+def test_loading_a_recurrent_actor_as_a_stateless_policy_is_refused_in_one_line(tmp_path):
+    from marl_q.errors import UserError
+    from marl_q.rundir import load_trained
+
+    raw = _raw(steps=200)
+    raw["run"]["checkpoint_every"] = 1
+    run_experiment(build_config(raw), tmp_path / "run")
+    with pytest.raises(UserError, match=r"a recurrent actor \(actor.recurrent\) has no stateless acting policy"):
+        load_trained(tmp_path / "run")
+
+
 def _cli(tmp_path: Path, raw: dict, capsys) -> tuple[int, str, Path]:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(raw))
