@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.recurrent import build_gru
+from agents.recurrent import RecurrentHead
 from circuits.resources import HeadResources
 from circuits.shots import seed_heads
 from marl_q.errors import ConfigError
@@ -66,6 +66,30 @@ def build_mlp(cfg: MLPConfig, in_dim: int, out_dim: int) -> nn.Module:
             nn.init.orthogonal_(lin.weight, gain=gain)
             nn.init.zeros_(lin.bias)
     return net
+
+
+def build_gru(cfg: MLPConfig, in_dim: int, out_dim: int) -> RecurrentHead:
+    """The GRU head of an mlp section with ``recurrent: gru``: its ``hidden`` layers encode, a GRU cell
+    of the last layer's width carries the memory, a linear layer maps it out. Orthogonal init (gain
+    sqrt 2 in the encoder and the GRU's matrices, the section's ``out_gain`` last; zero biases) as the
+    feed-forward head's when ``ortho_init``."""
+    sizes = [in_dim, *cfg.hidden]
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), ACTIVATIONS[cfg.activation]()]
+    head = RecurrentHead(nn.Sequential(*layers), sizes[-1], nn.Linear(sizes[-1], out_dim))
+    if cfg.ortho_init:
+        for lin in head.encoder:
+            if isinstance(lin, nn.Linear):
+                nn.init.orthogonal_(lin.weight, gain=float(np.sqrt(2)))
+                nn.init.zeros_(lin.bias)
+        for name in ("weight_ih", "weight_hh"):
+            nn.init.orthogonal_(getattr(head.gru, name))
+        nn.init.zeros_(head.gru.bias_ih)
+        nn.init.zeros_(head.gru.bias_hh)
+        nn.init.orthogonal_(head.out.weight, gain=1.0 if cfg.out_gain is None else cfg.out_gain)
+        nn.init.zeros_(head.out.bias)
+    return head
 
 
 def count_params(module: nn.Module) -> int:

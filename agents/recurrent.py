@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -68,32 +67,6 @@ class RecurrentHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise TypeError("a recurrent head carries a hidden state: call step(x, h, reset) or unroll(x, h0, resets)")
-
-
-def build_gru(cfg: Any, in_dim: int, out_dim: int) -> RecurrentHead:
-    """The GRU head of an mlp section with ``recurrent: gru``: its ``hidden`` layers encode, a GRU cell
-    of the last layer's width carries the memory, a linear layer maps it out. Orthogonal init (gain
-    sqrt 2 in the encoder and the GRU's matrices, the section's ``out_gain`` last; zero biases) as the
-    feed-forward head's when ``ortho_init``."""
-    from agents.heads import ACTIVATIONS
-
-    sizes = [in_dim, *cfg.hidden]
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), ACTIVATIONS[cfg.activation]()]
-    head = RecurrentHead(nn.Sequential(*layers), sizes[-1], nn.Linear(sizes[-1], out_dim))
-    if cfg.ortho_init:
-        for lin in head.encoder:
-            if isinstance(lin, nn.Linear):
-                nn.init.orthogonal_(lin.weight, gain=float(np.sqrt(2)))
-                nn.init.zeros_(lin.bias)
-        for name in ("weight_ih", "weight_hh"):
-            nn.init.orthogonal_(getattr(head.gru, name))
-        nn.init.zeros_(head.gru.bias_ih)
-        nn.init.zeros_(head.gru.bias_hh)
-        nn.init.orthogonal_(head.out.weight, gain=1.0 if cfg.out_gain is None else cfg.out_gain)
-        nn.init.zeros_(head.out.bias)
-    return head
 
 
 def is_recurrent(module: Any) -> bool:
