@@ -196,6 +196,47 @@ def test_a2c_recurrent_update_pushes_the_gradient_of_the_loss_written_out_per_sa
     np.testing.assert_allclose(got, flat.grad_numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_ppo_minibatches_are_whole_sequences_each_unrolled_from_its_own_recorded_state(monkeypatch):
+    """minibatches: 2 over C R = 4 x 3 sequences: every forward in training sees L = chunk steps of 6
+    sequences, and each minibatch's initial states are the recorded states of exactly its sequences."""
+    import agents.recurrent_ac as rac
+
+    torch.manual_seed(1)
+    T, R, L, D, A = 8, 3, 2, 3, 2
+    C = T // L
+    actor, critic = _head(D, A, seed=2), _head(D, 1, seed=3)
+    flat = FlatParameters(actor, critic)
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.standard_normal((T + 1, R, D)).astype(np.float32), "actions": rng.integers(0, A, (T, R)),
+             "rewards": rng.standard_normal((T, R)), "terminated": np.zeros((T, R), dtype=bool),
+             "dones": np.zeros((T, R), dtype=bool), "valid": np.ones((T, R), dtype=bool),
+             "resets": np.zeros((T + 1, R), dtype=bool),
+             "actor_h": rng.standard_normal((C + 1, R, 5)).astype(np.float32),
+             "critic_h": rng.standard_normal((C + 1, R, 5)).astype(np.float32)}
+    calls = []
+    real = rac.sequence_forward
+
+    def spy(net, x, h0, resets):
+        calls.append((net is actor, x.detach().clone(), None if h0 is None else h0.detach().clone()))
+        return real(net, x, h0, resets)
+
+    monkeypatch.setattr(rac, "sequence_forward", spy)
+    from agents.actor_critic import PPOConfig
+    ac = PPOConfig(n_steps=T, epochs=1, minibatches=2)
+    recurrent_update(ac, actor, critic, flat, torch.optim.Adam([flat.flat], lr=1e-3), rng, batch, L)
+    training = [c for c in calls if c[0]][1:]  # the actor's forwards after the no-grad pass over all sequences
+    assert [x.shape[:2] for _, x, _ in training] == [(L, C * R // 2)] * 2
+    obs_seq = to_sequences(torch.from_numpy(batch["obs"][:T]), L)
+    h_seq = torch.from_numpy(batch["actor_h"][:C]).reshape(C * R, -1)
+    seen = []
+    for _, x, h0 in training:
+        for b in range(x.shape[1]):  # find the sequence this column is: its steps and its state go together
+            s = [k for k in range(C * R) if torch.equal(obs_seq[:, k], x[:, b])]
+            assert len(s) == 1 and torch.equal(h_seq[s[0]], h0[b])
+            seen.append(s[0])
+    assert sorted(seen) == list(range(C * R))
+
+
 # ----------------------------------------------------------------------------- runs
 def _raw(alg: str = "mappo", steps: int = 600, **alg_keys: Any) -> dict:
     algorithm = {"name": alg, "envs_per_worker": 4, "n_steps": 10, "chunk": 5, **alg_keys}
