@@ -77,11 +77,9 @@ class TeamMemory:
         """Into the rollout's batch: the reset flags (T+1, rows), the last those of the bootstrap
         observation, and each recurrent role's states at the chunk starts and at T (C+1, rows, H)."""
         rec, self.record = self.record, None
-        rows = rec["resets"].shape[1]
         rec["resets"][-1] = np.repeat(self.starts, self.agents)
         for role in self.roles:
             rec[f"{role}_h"][-1] = self.state[role].numpy()
-        assert rows == len(self.starts) * self.agents
         batch.update(rec)
 
     def fresh(self, actor: nn.Module, critic: nn.Module) -> "TeamMemory":
