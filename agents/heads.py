@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.recurrent import RecurrentHead
 from circuits.resources import HeadResources
 from circuits.shots import seed_heads
 from marl_q.errors import ConfigError
@@ -28,10 +29,15 @@ class MLPConfig:
     # gain of the last layer; null: ROLE_OUT_GAIN's, 0.01 for an actor (its first policy near uniform,
     # as Stable-Baselines3 and CleanRL initialise theirs) and 1.0 for a critic (docs/actor_critic.md)
     out_gain: Optional[float] = None
+    # gru: a GRU cell after the hidden layers carries memory across steps (agents/recurrent.py; the team
+    # actor-critics train it by chunked BPTT, docs/recurrent.md); null: feed-forward
+    recurrent: Optional[Literal["gru"]] = None
 
     def validate(self) -> None:
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden: layer sizes must be positive, got {self.hidden}")
+        if self.recurrent is not None and not self.hidden:
+            raise ValueError("recurrent: a GRU head needs at least one hidden layer (its width is the GRU's)")
 
     def for_role(self, role: str) -> None:
         """Fill a null ``out_gain`` with the default of the section it was written in (``actor``, ``critic``)."""
@@ -44,6 +50,8 @@ ROLE_OUT_GAIN = {"actor": 0.01, "critic": 1.0}
 
 @HEADS.register("mlp", config=MLPConfig, help="multilayer perceptron (hidden sizes, tanh|relu)")
 def build_mlp(cfg: MLPConfig, in_dim: int, out_dim: int) -> nn.Module:
+    if cfg.recurrent == "gru":
+        return build_gru(cfg, in_dim, out_dim)
     sizes = [in_dim, *cfg.hidden]
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
@@ -58,6 +66,30 @@ def build_mlp(cfg: MLPConfig, in_dim: int, out_dim: int) -> nn.Module:
             nn.init.orthogonal_(lin.weight, gain=gain)
             nn.init.zeros_(lin.bias)
     return net
+
+
+def build_gru(cfg: MLPConfig, in_dim: int, out_dim: int) -> RecurrentHead:
+    """The GRU head of an mlp section with ``recurrent: gru``: its ``hidden`` layers encode, a GRU cell
+    of the last layer's width carries the memory, a linear layer maps it out. Orthogonal init (gain
+    sqrt 2 in the encoder and the GRU's matrices, the section's ``out_gain`` last; zero biases) as the
+    feed-forward head's when ``ortho_init``."""
+    sizes = [in_dim, *cfg.hidden]
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), ACTIVATIONS[cfg.activation]()]
+    head = RecurrentHead(nn.Sequential(*layers), sizes[-1], nn.Linear(sizes[-1], out_dim))
+    if cfg.ortho_init:
+        for lin in head.encoder:
+            if isinstance(lin, nn.Linear):
+                nn.init.orthogonal_(lin.weight, gain=float(np.sqrt(2)))
+                nn.init.zeros_(lin.bias)
+        for name in ("weight_ih", "weight_hh"):
+            nn.init.orthogonal_(getattr(head.gru, name))
+        nn.init.zeros_(head.gru.bias_ih)
+        nn.init.zeros_(head.gru.bias_hh)
+        nn.init.orthogonal_(head.out.weight, gain=1.0 if cfg.out_gain is None else cfg.out_gain)
+        nn.init.zeros_(head.out.bias)
+    return head
 
 
 def count_params(module: nn.Module) -> int:

@@ -19,7 +19,8 @@ normalisation (agents/value_norm.py), the agent-specific global state (state + a
 the centralised critic, few epochs over large batches without minibatch splitting by default
 (10 epochs, 1 minibatch; their MPE setting), PPO's ratio clip 0.2 and value clip, and death
 masking (an agent that has finished is left out of the loss while its team plays on). Not taken:
-the Huber value loss (the squared error of the shared loss is kept) and recurrent policies.
+the Huber value loss (the squared error of the shared loss is kept). Recurrent (GRU) heads are an
+option (``actor.recurrent: gru``; agents/recurrent_ac.py, docs/recurrent.md).
 
 Each worker steps ``envs_per_worker`` copies of the environment and batches every agent of every
 copy through one forward pass. Episodes restart on the step after they end (Gymnasium's next-step
@@ -39,6 +40,7 @@ from torch import nn
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import build_head
+from agents.recurrent_ac import TeamMemory, recurrent_update, team_memory
 from agents.rollout import EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
 from agents.turn_based import TurnTaking, turn_based
 from agents.value_norm import ValueNorm
@@ -72,6 +74,7 @@ class MultiAgentPPOConfig(PPOConfig):
     value_norm: bool = True
     value_norm_beta: float = 0.99999
     init_log_std: float = 0.0  # continuous actions: the Gaussian's initial log standard deviation
+    chunk: Optional[int] = None  # recurrent heads: BPTT length, dividing n_steps; null: n_steps (docs/recurrent.md)
 
     def validate(self) -> None:
         super().validate()
@@ -95,6 +98,7 @@ class MultiAgentA2CConfig(ActorCriticConfig):
     value_norm: bool = True
     value_norm_beta: float = 0.99999
     init_log_std: float = 0.0
+    chunk: Optional[int] = None  # recurrent heads: BPTT length, dividing n_steps; null: n_steps (docs/recurrent.md)
 
     def validate(self) -> None:
         super().validate()
@@ -106,6 +110,8 @@ def _validate_multi_agent(cfg: MultiAgentPPOConfig | MultiAgentA2CConfig) -> Non
         raise ValueError(f"envs_per_worker: must be at least 1, got {cfg.envs_per_worker}")
     if not 0.0 < cfg.value_norm_beta < 1.0:
         raise ValueError(f"value_norm_beta: must lie in (0, 1), got {cfg.value_norm_beta}")
+    if cfg.chunk is not None and (cfg.chunk < 1 or cfg.n_steps % cfg.chunk):
+        raise ValueError(f"chunk: must be a positive divisor of n_steps ({cfg.n_steps}), got {cfg.chunk}")
 
 
 # ----------------------------------------------------------------------------- the environment
@@ -213,10 +219,27 @@ def build_team_models(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[nn.
     return actor, critic, dist
 
 
+def check_recurrent(cfg: ExperimentConfig, desc: TeamDescription) -> None:
+    """What recurrent heads do not cover yet, each a ConfigError naming the key (docs/recurrent.md)."""
+    roles = [r for r in ("actor", "critic") if getattr(getattr(cfg, r).params, "recurrent", None) is not None]
+    if not roles:
+        return
+    role = roles[0]
+    if not cfg.algorithm.share_params:
+        raise ConfigError(f"{role}.recurrent: needs algorithm.share_params: true (per-agent recurrent heads are not built)")
+    if turn_based(cfg):
+        raise ConfigError(f"{role}.recurrent: scenario {cfg.scenario.name!r} is turn-based; recurrent heads play "
+                          "parallel envs only")
+    if "actor" in roles and isinstance(distribution_for(desc.action_space), DiagGaussian):
+        raise ConfigError("actor.recurrent: continuous (Box) actions are not supported by the recurrent actor")
+
+
 # ----------------------------------------------------------------------------- worker
 class TeamWorker(ActorCriticWorker):
     """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once
     (``agents.rollout.ParallelCopies``); the rest is the actor-critic worker's."""
+
+    memory: Optional[TeamMemory] = None  # recurrent heads' states (agents/recurrent_ac.py); None: feed-forward
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         super().__init__(cfg, index)
@@ -241,6 +264,7 @@ class TeamWorker(ActorCriticWorker):
         arrays where the env's class can) and the episode book."""
         self.vec = team_copies(self.envs, self.desc.agents, self.dist.continuous)
         self.book = EpisodeBook(len(self.envs))
+        self.memory = team_memory(self.actor, self.critic, len(self.envs), len(self.desc.agents))
 
     def adopt_rollout_state(self, state: dict) -> None:
         self.vec = ParallelCopies.__new__(ParallelCopies)
@@ -284,13 +308,21 @@ class TeamWorker(ActorCriticWorker):
             "dones": np.zeros((T, rows), dtype=bool), "valid": np.zeros((T, rows), dtype=bool)}
         obs, critic, avail = self._row_arrays(T + 1)  # the last: the bootstrap rows after the last step
         clock = [0]
+        memory = self.memory
+        if memory is not None:
+            memory.begin(T, self.ac.chunk or T)
 
         def act(vec: TeamRows) -> np.ndarray:
             t = clock[0]
             clock[0] += 1
             self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
             with torch.inference_mode():  # acting keeps no graph
-                out = self.actor(torch.from_numpy(obs[t].reshape(rows, -1))).numpy()
+                x = torch.from_numpy(obs[t].reshape(rows, -1))
+                if memory is None:
+                    out = self.actor(x).numpy()
+                else:  # the recurrent heads step (the critic too: its states at the chunk starts)
+                    inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
+                    out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
             return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
 
         def store(t: int, vec: TeamRows, actions: np.ndarray, step: Step) -> None:
@@ -304,6 +336,8 @@ class TeamWorker(ActorCriticWorker):
         episodes, steps = rollout(self.vec, self.book, T, act, store, row=lambda e: {"version": self.version},
                                   to_env=self.dist.to_env)
         self._fill(self.vec, obs[T], None if critic is None else critic[T], None if avail is None else avail[T])
+        if memory is not None:
+            memory.finish(batch)
         batch["obs"] = obs.reshape(T + 1, rows, -1)
         if critic is not None:
             batch["critic_obs"] = critic.reshape(T + 1, rows, -1)
@@ -319,17 +353,23 @@ class TeamWorker(ActorCriticWorker):
         vec = team_copies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
         obs, _, avail = self._row_arrays(1)
         rows = obs.shape[1] * obs.shape[2]
+        memory = None if self.memory is None else self.memory.fresh(self.actor, self.critic)
 
         def mode(copies: TeamRows) -> np.ndarray:
             self._fill(copies, obs[0], None, None if avail is None else avail[0])
             with torch.inference_mode():
-                out = self.actor(torch.from_numpy(obs[0].reshape(rows, -1))).numpy()
+                x = torch.from_numpy(obs[0].reshape(rows, -1))
+                out = (self.actor(x) if memory is None else
+                       memory.act(None, {"actor": self.actor}, {"actor": x}, copies.pending_reset)).numpy()
             return self.dist.mode(out, None if avail is None else avail[0].reshape(rows, -1))
 
         with eval_progress(episodes, progress) as bar:
             return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar)
 
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
+        if self.memory is not None:  # chunked BPTT (agents/recurrent_ac.py)
+            return recurrent_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
+                                    self.ac.chunk or self.ac.n_steps, dist=self.dist, value_norm=self.value_norm)
         return actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
                                    dist=self.dist, value_norm=self.value_norm)
 
@@ -352,6 +392,7 @@ class TeamActorCritic(ActorCritic):
     critic estimates an agent's value from its own observation (ippo, ia2c)."""
 
     central_critic = False
+    recurrent_policies = True  # actor.recurrent / critic.recurrent (agents/recurrent_ac.py)
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
@@ -363,9 +404,10 @@ class TeamActorCritic(ActorCritic):
         super().check_config(cfg)
         env = make_env(cfg, cfg.run.seed)
         try:
-            describe_team(cfg, env)
+            desc = describe_team(cfg, env)
         finally:
             env.close()
+        check_recurrent(cfg, desc)
 
     def build_models(self) -> tuple[nn.Module, nn.Module]:
         env = make_env(self.cfg, self.cfg.run.seed)
@@ -374,6 +416,14 @@ class TeamActorCritic(ActorCritic):
         finally:
             env.close()
         return actor, critic
+
+    def acting_policy(self, state: dict[str, np.ndarray]):
+        """ActorCritic's stateless policy; a recurrent actor has none (it needs its state per agent)."""
+        if getattr(self.cfg.actor.params, "recurrent", None) is not None:
+            from marl_q.errors import UserError
+            raise UserError(f"algorithm {self.cfg.algorithm.name!r}: a recurrent actor (actor.recurrent) has no "
+                            "stateless acting policy to load from a checkpoint (docs/recurrent.md)")
+        return super().acting_policy(state)
 
     def make_worker(self, index: int) -> TeamWorker:
         return (TurnWorker if turn_based(self.cfg) else TeamWorker)(self.cfg, index)

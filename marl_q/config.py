@@ -384,6 +384,10 @@ def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentCon
         if choice is None:
             raise ConfigError(f"{name}.{key}: missing (choices: {', '.join(registry.names())})")
         entry = registry.get(str(choice), key=f"{name}.{key}")
+        if name in ("actor", "critic") and "recurrent" in section and not (
+                dataclasses.is_dataclass(entry.config) and "recurrent" in {f.name for f in dataclasses.fields(entry.config)}):
+            raise ConfigError(f"{name}.recurrent: head {choice!r} cannot carry a hidden state; recurrent policies "
+                              f"need {name}.head: mlp (docs/recurrent.md)")
         params = build_dataclass(entry.config, section, name, source_dir) if entry.config is not None else None
         if params is None and section:
             raise ConfigError(f"{name}: {key} {choice!r} takes no options, got {sorted(section)}")
@@ -455,6 +459,11 @@ def validate_cross(cfg: ExperimentConfig) -> None:
     for key in ("reply_timeout_s", "hello_timeout_s"):
         if getattr(cfg.backend, key) <= 0:
             raise ConfigError(f"backend.{key}: must be positive, got {getattr(cfg.backend, key)}")
+    for role in ("actor", "critic"):
+        if getattr(getattr(cfg, role).params, "recurrent", None) is not None and \
+                not getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "recurrent_policies", False):
+            raise ConfigError(f"{role}.recurrent: algorithm {cfg.algorithm.name!r} has no recurrent policies "
+                              "(ippo, mappo, ia2c and maa2c have; docs/recurrent.md)")
     check = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "check_config", None)
     if check is not None:
         check(cfg)
