@@ -24,7 +24,8 @@ def _numerics_line() -> str:
 # ----------------------------------------------------------------------------- processes (pytest-xdist)
 # The suite runs in one process per core (addopts: -n auto --dist loadgroup). Each test file is one
 # group, so a file's module fixtures are built once and its tests run in their written order; the
-# files that start Ray instances are one group, so two Ray clusters never start side by side.
+# files that start Ray instances are one group, so two Ray clusters never start side by side; the golden
+# runs are a group per scenario file (see _group).
 MAX_PROCESSES = 4
 RAY_FILES = ("test_ray_backend.py", "test_ray_cluster.py")  # the files that start Ray clusters
 
@@ -36,10 +37,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
                       MAX_PROCESSES))
 
 
+def _group(item: pytest.Item) -> str:
+    """The xdist group of a test: its file, but for the Ray files (one group) and the golden runs, a group per
+    scenario file: they are a quarter of the suite's time, and one group would leave them all to one process
+    at the end (a scenario's golden check and its rerun stay together: the rerun reuses the first run's bytes)."""
+    if item.path.name in RAY_FILES:
+        return "ray"
+    callspec = getattr(item, "callspec", None)
+    if item.path.name == "test_golden.py" and callspec is not None and "name" in callspec.params:
+        return f"golden:{callspec.params['name']}"
+    return str(item.path)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else str(item.path)))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

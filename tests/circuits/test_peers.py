@@ -159,7 +159,7 @@ def _rows(x: torch.Tensor) -> np.ndarray:
 
 
 @needs_tensorcircuit
-@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("n", [3])  # 5 qubits checked nothing 3 do not, at 2x the JAX compile (4 min loaded)
 def test_tensorcircuit_rewrite_computes_the_legacy_peer_and_the_head(n):
     """The rewritten tensorcircuit-ng peer (P(0) from |psi|^2 of the state) gives the outputs and the
     gradients of the legacy one (one expectation_ps per qubit) and of marl-q's head on the same
