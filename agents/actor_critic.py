@@ -259,20 +259,24 @@ def _descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch
 class PullingWorker(Worker):
     """A worker that says hello, then acts with the parameters the server sends (``PARAMS``, loaded into
     ``self.flat``; ``pulled`` takes what else the reply carries) and waits for new ones after each push
-    (its ``step`` sets ``waiting``)."""
+    (its ``step`` sets ``waiting``). A worker whose server answers with other kinds names them in
+    ``pulls`` (routing's commit replies): any of them ends the wait, at the version it carries."""
+
+    pulls: tuple[str, ...] = (PARAMS,)  # the kinds of message that end a wait
 
     def start(self) -> list[Message]:
         return [Message(self.name, SERVER, HELLO)]
 
     def deliver(self, msg: Message) -> None:
-        if msg.kind == PARAMS:
-            self.flat.load(msg.payload[PARAMS])
+        if msg.kind in self.pulls:
+            if msg.kind == PARAMS:
+                self.flat.load(msg.payload[PARAMS])
             self.version = msg.base_version
             self.pulled(msg)
             self.waiting = False
 
     def pulled(self, msg: Message) -> None:
-        """Read the rest of a parameters message (nothing here)."""
+        """Read the rest of the message (nothing here)."""
 
     def ready(self) -> bool:
         return not self.waiting

@@ -28,7 +28,7 @@ from agents.coma_learner import (ComaLearner, Dims, DuelingQ, actor_inputs, crit
                                  stack_episodes)
 from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
-from agents.rollout import EpisodeBook, Step, rollout
+from agents.rollout import EpisodeBook, Step, evaluate, rollout
 from agents.numpy_heads import numpy_acting_head
 from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
@@ -212,13 +212,17 @@ class Episode:
     """One episode of a parallel env as a one-copy vector for ``agents.rollout``, reset now with ``seed``:
     ``observe`` gives the agents' stacked observations, availabilities and the global state; every
     step is valid, its reward the team's (``team_reward``), and the episode ends when an agent
-    terminates, every agent is truncated or none is left (``data``: 1.0 if it terminated, else 0.0)."""
+    terminates, every agent is truncated or none is left (``data``: 1.0 if it terminated, else 0.0).
+    With ``next_seed``, episode after episode: the step that ends episode ``k`` (from 0) resets the env
+    with ``next_seed(k + 1)`` (what an evaluation of several episodes steps)."""
 
     num_envs = 1
 
-    def __init__(self, env: Any, desc: EnvDescription, how: str, seed: Optional[int]) -> None:
-        self.env, self.desc, self.how = env, desc, how
+    def __init__(self, env: Any, desc: EnvDescription, how: str, seed: Optional[int],
+                 next_seed: Optional[Callable[[int], int]] = None) -> None:
+        self.env, self.desc, self.how, self.next_seed = env, desc, how, next_seed
         self.obs, self.infos = env.reset(seed=seed)
+        self.ended = 0
 
     def observe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         agents, dims = self.desc.agents, self.desc.dims
@@ -231,21 +235,19 @@ class Episode:
             {a: int(actions[i]) for i, a in enumerate(agents) if a in live})
         ended = any(terminated.get(a, False) for a in agents)
         done = ended or not self.env.agents or all(truncated.get(a, False) for a in agents)
+        if done and self.next_seed is not None:
+            self.ended += 1
+            self.obs, self.infos = self.env.reset(seed=self.next_seed(self.ended))
         return Step(np.ones(1, dtype=bool), np.array([team_reward(rewards, agents, self.how)]), np.array([done]),
                     1.0 if ended else 0.0)
 
 
-def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: float, rng: np.random.Generator,
-                 how: str, greedy: bool = False, seed: Optional[int] = None,
-                 np_actor: Optional[Any] = None) -> dict[str, np.ndarray]:
-    """One episode with the shared actor (through ``np_actor``, its numpy twin, when given), run by
-    ``agents.rollout`` until it ends; arrays as the trajectory message carries them.
-
-    obs/state/actions/avail have T+1 rows: the last row is the observation after the final transition
-    with an action sampled there (never executed), so the critic can bootstrap a truncated episode.
-    """
+def acting(actor: nn.Module, desc: EnvDescription, epsilon: float, rng: np.random.Generator, greedy: bool = False,
+           np_actor: Optional[Any] = None) -> Callable[[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                                                       tuple[np.ndarray, np.ndarray]]:
+    """The ``act`` hook of the shared actor (through ``np_actor``, its numpy twin, when given) on an
+    ``Episode``'s observation: (actions, the epsilon-floored policy); ``greedy``: its argmax, no draw."""
     agents, dims = desc.agents, desc.dims
-    obs_l, state_l, act_l, avail_l, rew_l, term_l, logp_l = [], [], [], [], [], [], []
 
     def act(seen: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         obs, avail, _ = seen
@@ -262,6 +264,22 @@ def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: floa
             draws = rng.random((len(agents), 1)) * cum[:, -1:]
             actions = np.minimum((draws > cum).sum(axis=1), dims.n_actions - 1)
         return actions, pi
+
+    return act
+
+
+def play_episode(env: Any, actor: nn.Module, desc: EnvDescription, epsilon: float, rng: np.random.Generator,
+                 how: str, greedy: bool = False, seed: Optional[int] = None,
+                 np_actor: Optional[Any] = None) -> dict[str, np.ndarray]:
+    """One episode with the shared actor (``acting``), run by ``agents.rollout`` until it ends; arrays
+    as the trajectory message carries them.
+
+    obs/state/actions/avail have T+1 rows: the last row is the observation after the final transition
+    with an action sampled there (never executed), so the critic can bootstrap a truncated episode.
+    """
+    agents = desc.agents
+    obs_l, state_l, act_l, avail_l, rew_l, term_l, logp_l = [], [], [], [], [], [], []
+    act = acting(actor, desc, epsilon, rng, greedy, np_actor)
 
     def keep(seen: tuple[np.ndarray, np.ndarray, np.ndarray], actions: np.ndarray) -> None:
         obs, avail, state = seen
@@ -564,16 +582,13 @@ class CentralizedCriticAlgorithm(Algorithm):
         """Team returns of ``episodes`` greedy episodes of the server's current actor in an env seeded
         from ``seed`` (the end-of-run evaluation passes coma_eval_seed; run.eval_every its own)."""
         env = make_env(self.cfg, seed)
-        rng = np.random.default_rng(seed)
-        returns = []
-        with eval_progress(episodes, self.cfg.run.progress, desc="eval (greedy)") as bar:
-            for i in range(episodes):
-                ep = play_episode(env, self.service.learner.actor, self.desc, 0.0, rng, self.cfg.algorithm.team_reward,
-                                  greedy=True, seed=seed + i)
-                returns.append(float(ep["rewards"].sum()))
-                bar.update()
-        env.close()
-        return returns
+        try:
+            vec = Episode(env, self.desc, self.cfg.algorithm.team_reward, seed, next_seed=lambda k: seed + k)
+            act = acting(self.service.learner.actor, self.desc, 0.0, np.random.default_rng(seed), greedy=True)
+            with eval_progress(episodes, self.cfg.run.progress, desc="eval (greedy)") as bar:
+                return evaluate(vec, episodes, act, to_env=lambda chosen: chosen[0], bar=bar)
+        finally:
+            env.close()
 
     def summarize(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
         out = episode_summary(metrics, self.cfg.run.solve_return, self.cfg.run.solve_window)

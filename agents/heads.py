@@ -166,7 +166,7 @@ class FlatParameters:
                 n = p.numel()
                 view = nn.Parameter(self.flat.data[offset:offset + n].view_as(p))
                 view.grad = self.flat.grad[offset:offset + n].view_as(p)
-                owner._parameters[name] = view
+                owner.register_parameter(name, view)  # replaces the module's own, in its place
                 offset += n
 
     def __getstate__(self) -> dict:
@@ -203,6 +203,6 @@ def _named_leaf_params(m: nn.Module):
 
 def _owned_params(m: nn.Module):
     for mod in m.modules():
-        for name, p in list(mod._parameters.items()):
-            if p is not None and p.requires_grad:
+        for name, p in list(mod.named_parameters(recurse=False, remove_duplicate=False)):
+            if p.requires_grad:
                 yield mod, name, p

@@ -47,7 +47,7 @@ from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
-from marl_q.seeding import derive
+from marl_q.seeding import derive, seeded_init
 from marl_q.services import PARAMS
 
 if TYPE_CHECKING:
@@ -215,8 +215,9 @@ def replay_fields(dims: QDims) -> list[Field]:
 
 
 def build_q_network(cfg: ExperimentConfig, dims: QDims) -> nn.Module:
-    """The shared Q-network from the ``critic`` section: in_dim -> n_actions (+1 for a dueling head)."""
-    torch.manual_seed(cfg.run.seed)  # workers and server start from the same parameters
+    """The shared Q-network from the ``critic`` section: in_dim -> n_actions (+1 for a dueling head). Its
+    callers build it inside ``seeded_init(run.seed)``, so that workers and server start from the same
+    parameters and torch's global stream is left alone (the server's mixers draw after it in one block)."""
     dueling = cfg.algorithm.dueling
     try:
         net = build_head(cfg.critic, dims.in_dim, dims.n_actions + (1 if dueling else 0))
@@ -398,7 +399,8 @@ class QWorker(PullingWorker):
         self.rng = np.random.default_rng(self.seed)
         env = make_q_env(cfg, self.seed)
         self.dims = describe(cfg, env)
-        self.net = build_q_network(cfg, self.dims)
+        with seeded_init(cfg.run.seed):
+            self.net = build_q_network(cfg, self.dims)
         self.resources = worker_heads({"critic": self.net}, cfg.run.seed, index)
         self.flat = FlatParameters(self.net)
         self._np_net = numpy_acting_head(self.net.net if isinstance(self.net, DuelingQ) else self.net)
@@ -697,7 +699,9 @@ class QLearning(Algorithm):
         if cfg.server.aggregation != "hogwild":
             raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the replay "
                               "service (choices: hogwild)")
-        build_q_network(cfg, described(cfg, make_q_env, describe))
+        dims = described(cfg, make_q_env, describe)
+        with seeded_init(cfg.run.seed):  # a build only to check it: the caller's torch stream stays
+            build_q_network(cfg, dims)
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
@@ -705,8 +709,9 @@ class QLearning(Algorithm):
         self.service: Optional[ReplayService] = None
 
     def make_service(self) -> ReplayService:
-        learner = QLearner(self.cfg.algorithm.params, self.cfg.algorithm.name, build_q_network(self.cfg, self.dims),
-                           self.dims)
+        with seeded_init(self.cfg.run.seed):  # the mixers' draws follow the network's, as they did
+            learner = QLearner(self.cfg.algorithm.params, self.cfg.algorithm.name, build_q_network(self.cfg, self.dims),
+                               self.dims)
         self.service = ReplayService(self.cfg, self.dims, learner)
         return self.service
 

@@ -23,15 +23,14 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "scenarios" / "spread_qmi
 
 def replay_memory(config: str, transitions: int, prioritized: bool, chunk: int = 65536) -> dict:
     """Fill a buffer of ``transitions`` rows laid out as the config's learner lays them; its sizes."""
+    from agents.coma import described
     from agents.q_learning import describe, make_q_env, replay_fields
     from agents.replay import PrioritizedReplayBuffer, ReplayBuffer
     from marl_q.bench.memory import proc_status_kb
     from marl_q.config import load_config
 
     cfg = load_config(config, ["run.progress=false"])
-    env = make_q_env(cfg, cfg.run.seed)
-    dims = describe(cfg, env)
-    env.close()
+    dims = described(cfg, make_q_env, describe)
     rss0 = proc_status_kb("VmRSS")
     buf = (PrioritizedReplayBuffer(replay_fields(dims), transitions, alpha=0.6) if prioritized
            else ReplayBuffer(replay_fields(dims), transitions))

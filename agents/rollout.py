@@ -16,7 +16,8 @@ the family's store hook needs (per-agent rewards, terminations, final observatio
   an ended episode restarts on the copy's next step (next-step autoreset, as ``GymVector``).
 
 A family with another kind of environment writes its own adapter (``agents/vehicular.py``: one
-highway whose set of agents changes, restarted in the step that ends it).
+highway whose set of agents changes, restarted in the step that ends it; ``agents/coma.py``'s
+``Episode``; ``agents/routing.py``'s ``RoutingReplay``: one decision a step over an exact replay).
 
 The hooks:
 

@@ -22,16 +22,17 @@ import gymnasium
 import numpy as np
 import torch
 
-from agents.actor_critic import PPOConfig, actor_critic_update, build_models, make_optimizer, sample_actions
+from agents.actor_critic import PPOConfig, PullingWorker, actor_critic_update, build_models, make_optimizer, sample_actions
 from agents.heads import FlatParameters, count_params, head_report, worker_heads
+from agents.rollout import Step, evaluate
 from marl_q.errors import ConfigError, UserError
 from marl_q.evaluation import EvalProgress, eval_progress
-from marl_q.messages import HELLO, SERVER, TRAIN, Message
-from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, Worker, worker_name
+from marl_q.messages import SERVER, TRAIN, Message
+from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name
 from marl_q.registry import ALGORITHMS
 from marl_q.seeding import routing_demand_entropy, routing_eval_seed, worker_seed
-from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RoutingConfig, RoutingWorld,
-                               evaluate_routing, summarize_outcomes)
+from scenarios.routing import (ACCEPTED, SHIFTS, AgentStream, Plan, Policy, RequestOutcome, RoutingConfig, RoutingWorld,
+                               summarize_outcomes)
 from scenarios.routing_resources import ResourceDelta, ResourceError, Snapshot
 
 if TYPE_CHECKING:
@@ -126,6 +127,63 @@ def greedy_policy(policy: ActingPolicy) -> Policy:
         return policy.act({service: obs})[service]
 
     return act
+
+
+class RoutingReplay:
+    """The exact global-clock replay of every request of [start_s, end_s) on the live resources, as a
+    one-copy vector for ``agents.rollout``: ``observe`` gives the open request's (service, observation,
+    feasibility mask) against the current resources, ``step(action)`` routes it (a reject, or a commit
+    resolved at once) and, once the request is finished (accepted, given up, or out of re-plans), moves
+    to the next one, handing back the holdings that ended before it. The one episode ends with the
+    stream, every holding released; the reward of a step is the plan's. ``outcomes``: the requests'."""
+
+    num_envs = 1
+
+    def __init__(self, world: RoutingWorld, service_onehot: bool, start_s: float, end_s: float, seed: int) -> None:
+        self.resources = world.new_resources()
+        self.stream = AgentStream(world, world.services, np.random.default_rng(seed), service_onehot, start_s=start_s,
+                                  horizon_s=end_s - start_s)
+        self.done = not self._advance()  # no request at all in the window: nothing to step
+
+    @property
+    def outcomes(self) -> list[RequestOutcome]:
+        return self.stream.outcomes
+
+    def _advance(self) -> bool:
+        """Open the next request (False: the stream is over, every holding handed back)."""
+        if self.stream.advance() is None:
+            for rid in self.stream.release_all():
+                self.resources.release(rid)
+            self.resources.check_invariants()
+            assert not self.resources.holdings, "evaluation left holdings behind"
+            return False
+        for rid in self.stream.take_releases():
+            self.resources.release(rid)
+        return True
+
+    def observe(self) -> tuple[str, np.ndarray, np.ndarray]:
+        self.snap = self.resources.snapshot()
+        obs, self.feasible = self.stream.observe(self.snap)
+        return self.stream.current.service, obs, self.feasible
+
+    def step(self, action: int) -> Step:
+        plan = self.stream.act(action, self.feasible)
+        if plan.delta is None:
+            reward, finished = plan.reward, True
+        else:
+            reward, finished = self.stream.resolve(plan, self.resources.commit(plan.delta, self.snap.version).accepted)
+        ended = finished and not self._advance()
+        return Step(np.ones(1, dtype=bool), np.array([reward]), np.array([ended]))
+
+
+def evaluate_routing(world: RoutingWorld, policy: Policy, service_onehot: bool, start_s: float, end_s: float,
+                     seed: int) -> list[RequestOutcome]:
+    """Route every request of [start_s, end_s) in global time order on the live state (``RoutingReplay``,
+    stepped by the shared evaluation loop ``agents.rollout.evaluate`` until its one episode ends)."""
+    replay = RoutingReplay(world, service_onehot, start_s, end_s, seed)
+    if not replay.done:
+        evaluate(replay, 1, lambda seen: policy(*seen))
+    return replay.outcomes
 
 
 def evaluate_on_shifts(scenario: RoutingConfig, policy_for: Callable[[], Policy], service_onehot: bool,
@@ -344,9 +402,12 @@ class CommitService(Service):
 
 
 # ----------------------------------------------------------------------------- worker
-class RoutingPPOWorker(Worker):
+class RoutingPPOWorker(PullingWorker):
     """Routes one request stream, one decision per step, and learns with the actor-critic core's
-    PPO update (``agents.actor_critic.actor_critic_update``)."""
+    PPO update (``agents.actor_critic.actor_critic_update``). It says hello and waits for the commit
+    service's reply to each decision (``PullingWorker``: every reply kind ends the wait)."""
+
+    pulls = (ACCEPT, REFUSE, SNAPSHOT)
 
     def __init__(self, cfg: ExperimentConfig, index: int, services: list[str], service_onehot: bool) -> None:
         self.cfg = cfg
@@ -381,17 +442,11 @@ class RoutingPPOWorker(Worker):
         self._rows: list[dict[str, Any]] = []
         self._trained: list[dict[str, Any]] = []  # diagnostics of the updates not yet uploaded
 
-    def start(self) -> list[Message]:
-        return [Message(self.name, SERVER, HELLO)]
-
-    def deliver(self, msg: Message) -> None:
+    def pulled(self, msg: Message) -> None:
+        """The reply's residuals become the snapshot the next decision reads; a pending plan is resolved."""
         t0 = time.perf_counter()
-        if msg.kind not in (ACCEPT, REFUSE, SNAPSHOT):
-            return
         self.snapshot = Snapshot(msg.base_version, np.array(msg.payload["link_residual"]),
                                  np.array(msg.payload["node_residual"]))
-        self.version = msg.base_version
-        self.waiting = False
         if self.pending is not None:
             plan, self.pending = self.pending, None
             accepted = msg.kind == ACCEPT
@@ -400,9 +455,6 @@ class RoutingPPOWorker(Worker):
                 self.held[plan.delta.request_id] = plan.delta
             self._record(reward, finished)
         self.compute_s += time.perf_counter() - t0
-
-    def ready(self) -> bool:
-        return not self.waiting
 
     def _next_request(self) -> None:
         request = self.stream.advance()

@@ -373,8 +373,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     names and helps are read from the plugins' source; a module is imported only where that cannot tell)."""
     import textwrap
 
-    from marl_q.plugins import index_plugins
-    from marl_q.registry import ALL
+    from marl_q.registry import ALL, index_plugins
 
     index_plugins()  # every registry at once: each plugin module's source is searched and read once
     width = max(60, shutil.get_terminal_size((100, 24)).columns)

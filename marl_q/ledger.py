@@ -1,12 +1,16 @@
-"""The ledger: one row per message into or out of the server, accepted or not, streamed to comm.csv."""
+"""The run's ledgers: one row per message into or out of the server, accepted or not, streamed to
+comm.csv (``Ledger``); the quantum resources the workers report, streamed to quantum.csv
+(``QuantumLedger``, with the counting and QPU-time model of ``marl_q.quantum``)."""
 from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from marl_q.messages import HELLO, SERVER, Message
+from marl_q.quantum import COLUMNS as QUANTUM_COLUMNS
+from marl_q.quantum import KINDS, QUANTUM_FILE, ROLES, counter_columns, qpu_seconds
 
 COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
            "staleness", "accepted", "reason"]
@@ -194,6 +198,91 @@ def ledger_audit(run_dir: Path) -> LedgerAudit:
         for r in csv.DictReader(fh):
             auditor.feed(r)
     return auditor.audit()
+
+
+class QuantumLedger:
+    """Adds up the workers' reports; writes quantum.csv rows and the summary's keys."""
+
+    def __init__(self, cfg: Any, out: Optional[Path], resume: Optional[dict[str, Any]] = None) -> None:
+        self.out = out
+        self.timing = cfg.qpu.timing()
+        self.assumed_shots = cfg.qpu.assumed_shots
+        state = resume or {}
+        self.per_worker: dict[str, dict[str, int]] = {w: dict(c) for w, c in state.get("per_worker", {}).items()}
+        self.exact: dict[str, bool] = dict(state.get("exact", {}))
+        from marl_q.rundir import LazyMetricsFile
+
+        self.file = LazyMetricsFile(out / QUANTUM_FILE, QUANTUM_COLUMNS, state.get("position")) if out is not None else None
+
+    def active(self) -> bool:
+        return bool(self.per_worker)
+
+    def add(self, worker: str, report: dict[str, Any]) -> None:
+        """A worker's counts since its previous report: {"counts": {role: {counter: n}}, "exact": {role: bool}}."""
+        mine = self.per_worker.setdefault(worker, dict.fromkeys(counter_columns(), 0))
+        for role, counts in report["counts"].items():
+            for key, value in counts.items():
+                mine[f"{role}_{key}"] = mine.get(f"{role}_{key}", 0) + int(value)
+        self.exact.update(report.get("exact", {}))
+
+    def totals(self) -> dict[str, int]:
+        out = dict.fromkeys(counter_columns(), 0)
+        for counts in self.per_worker.values():
+            for key, value in counts.items():
+                out[key] = out.get(key, 0) + value
+        return out
+
+    def _aggregate(self, counts: dict[str, int]) -> dict[str, Any]:
+        circuits = sum(counts.get(f"{r}_{k}_circuits", 0) for r in ROLES for k in KINDS)
+        shots = sum(counts.get(f"{r}_{k}_shots", 0) for r in ROLES for k in KINDS)
+        qpu = qpu_seconds(counts, self.exact, self.timing, self.assumed_shots) if self.timing else None
+        return {"circuits": circuits, "shots": shots, "qpu_s": qpu}
+
+    def row(self, base: dict[str, Any]) -> None:
+        """One quantum.csv row beside a metrics.csv row (``base``: its t, worker, env_steps, episode)."""
+        if not self.active() or self.file is None:
+            return
+        totals = self.totals()
+        self.file.write({**base, **totals, **self._aggregate(totals)})
+
+    @property
+    def writer(self) -> Any:
+        """The open MetricsWriter, or None before the first row."""
+        return self.file.writer if self.file is not None else None
+
+    def position(self) -> Optional[list[int]]:
+        return self.file.position() if self.file is not None else None
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps to continue the ledger on resume."""
+        return {"per_worker": self.per_worker, "exact": self.exact, "position": self.position()}
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def summary(self, env_steps: int) -> dict[str, Any]:
+        """summary.json keys: totals, per env step, per worker, exactness and the QPU estimate."""
+        if not self.active():
+            return {}
+        totals = self.totals()
+        agg = self._aggregate(totals)
+        out: dict[str, Any] = {f"quantum_{k}": v for k, v in totals.items()}
+        out.update({"quantum_circuits": agg["circuits"], "quantum_shots": agg["shots"],
+                    "quantum_exact": all(self.exact.values()),
+                    "quantum_circuits_per_env_step": agg["circuits"] / env_steps if env_steps else None,
+                    "quantum_shots_per_env_step": agg["shots"] / env_steps if env_steps else None,
+                    "quantum_per_worker": {w: dict(c) for w, c in sorted(self.per_worker.items())}})
+        if self.timing is not None:
+            out["qpu_profile"] = {"shot_s": self.timing.shot_s, "circuit_s": self.timing.circuit_s, "job_s": self.timing.job_s,
+                                  "assumed_shots": self.assumed_shots}
+            out["qpu_hours"] = agg["qpu_s"] / 3600.0
+            out["qpu_s_per_env_step"] = agg["qpu_s"] / env_steps if env_steps else None
+        return out
 
 
 def _worker_row() -> dict[str, int]:

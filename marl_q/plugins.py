@@ -1,5 +1,8 @@
 """Fill the registries from the other packages: the one place marl_q reaches outside itself.
 
+The registries (``marl_q.registry``) call this module and hand it their tables (``regs``: each
+registry by its name there); this module does not import them, so the two are not a cycle.
+
 The plugin modules are found as before (the list below, every module of a listed package, and the
 installed distributions' entry points), but the built-in ones are not imported to learn what they
 register: their source is read (``ast``) for the registrations a module makes at its top level,
@@ -27,9 +30,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Optional
-
-from marl_q import registry
+from typing import Any, Collection, Iterable, Mapping, Optional
 
 # Modules whose import registers components, or which export plain dicts to register; for a package,
 # its every module too (found without a list to edit; names starting with "_" are left out).
@@ -52,17 +53,13 @@ _entry_points_loaded = False
 _imported: set[str] = set()
 
 
-def registries() -> dict[str, registry.Registry]:
-    """Every registry by its name in marl_q.registry (ALGORITHMS, HEADS, ...)."""
-    return {name: reg for name, reg in vars(registry).items() if isinstance(reg, registry.Registry)}
-
-
-def index_plugins(names: Optional[Iterable[str]] = None) -> None:
-    """Declare the built-in plugins' names in the registries ``names`` (their names in marl_q.registry,
-    e.g. ``["COMMANDS"]``; all when None), read from the source of the modules that mention them,
-    nothing imported; and, the first time, import the installed entry-point plugins."""
+def index_plugins(regs: Mapping[str, Any], names: Optional[Iterable[str]] = None) -> None:
+    """Declare the built-in plugins' names in the registries ``names`` of ``regs`` (the registries by their
+    names in marl_q.registry, e.g. ``["COMMANDS"]``; all when None), read from the source of the modules
+    that mention them, nothing imported; and, the first time, import the installed entry-point plugins.
+    ``regs`` is ``marl_q.registry.registries()``, handed down: the registries call this module, never
+    the reverse."""
     global _entry_points_loaded
-    regs = registries()
     todo = [n for n in (regs if names is None else names) if n in regs and n not in _indexed]
     if not todo:
         return
@@ -73,7 +70,7 @@ def index_plugins(names: Optional[Iterable[str]] = None) -> None:
         text = _source(module)
         if module in _scanned or (text is not None and not mention.search(text)):
             continue
-        declared, sources = _scanned[module] = _scan_cached(module)
+        declared, sources = _scanned[module] = _scan_cached(module, regs)
         for table, name, help in declared:
             regs[table].declare(name, module, help)
         for table in sources:
@@ -91,25 +88,18 @@ def index_plugins(names: Optional[Iterable[str]] = None) -> None:
                       file=sys.stderr)
                 continue
             if isinstance(loaded, ModuleType):
-                register_module(loaded)
+                register_module(loaded, regs)
 
 
-def index_of(reg: registry.Registry) -> None:
-    """``index_plugins`` for one registry (what a registry calls on first use; others have no index)."""
-    names = [name for name, r in registries().items() if r is reg]
-    if names:
-        index_plugins(names)
-
-
-def load_plugins() -> None:
-    """Import every plugin module and register what it exports (what a full listing or a test over all
-    components needs; a lookup by name imports only its own module)."""
-    index_plugins()
+def load_plugins(regs: Mapping[str, Any]) -> None:
+    """Import every plugin module and register what it exports into ``regs`` (what a full listing or a
+    test over all components needs; a lookup by name imports only its own module)."""
+    index_plugins(regs)
     for module in plugin_modules():
-        import_plugin(module)
+        import_plugin(module, regs)
 
 
-def import_plugin(name: str) -> None:
+def import_plugin(name: str, regs: Mapping[str, Any]) -> None:
     """Import one plugin module and register what it exports (its own registrations ran on import)."""
     if name in _imported:
         return
@@ -124,23 +114,22 @@ def import_plugin(name: str) -> None:
     except BaseException:
         _imported.discard(name)
         raise
-    register_module(module)
+    register_module(module, regs)
 
 
-def register_module(module: ModuleType) -> None:
-    """Register what a plugin module exports (its own registrations ran when it was imported)."""
+def register_module(module: ModuleType, regs: Mapping[str, Any]) -> None:
+    """Register what a plugin module exports into ``regs`` (its own registrations ran when it was imported)."""
     for spec_name, spec in _table(module, "SCENARIOS").items():
-        registry.SCENARIOS.add(spec_name, spec, config=spec.config, help=spec.help)
+        regs["SCENARIOS"].add(spec_name, spec, config=spec.config, help=spec.help)
     for spec_name, spec in _table(module, "HEADS").items():
-        registry.HEADS.add(spec_name, spec.build, config=spec.config, help=spec.help)
-    regs = registries()
+        regs["HEADS"].add(spec_name, spec.build, config=spec.config, help=spec.help)
     for value in list(vars(module).values()):  # blocks: objects whose class names their registry
         table = getattr(type(value), "registry", None)
         if isinstance(table, str) and table in regs:
             regs[table].add(value.name, value, help=value.help)
     for table in DOC_TABLES:
         for spec_name, fn in _table(module, table).items():
-            getattr(registry, table).add(spec_name, fn, help=summary(fn.__doc__))
+            regs[table].add(spec_name, fn, help=summary(fn.__doc__))
 
 
 def _table(module: ModuleType, name: str) -> dict:
@@ -278,22 +267,24 @@ def _load_cache() -> dict:
     return _cache
 
 
-def _scan_cached(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
-    """``scan_module(name)``, from the cache file when none of the files it read has changed since."""
+def _scan_cached(name: str, tables: Collection[str]) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
+    """``scan_module(name, tables)``, from the cache file when none of the files it read has changed since
+    (and it was scanned for the same registries)."""
     global _read, _cache_dirty
     cache = _load_cache()
     entry = cache.get(name)
     if isinstance(entry, dict) and isinstance(entry.get("files"), dict) and entry["files"] and all(
-            _stamp(module) == stamp for module, stamp in entry["files"].items()):
+            _stamp(module) == stamp for module, stamp in entry["files"].items()) and entry.get("tables") == sorted(tables):
         return [tuple(d) for d in entry["declared"]], set(entry["sources"])
     _read = set()
     try:
-        declared, sources = scan_module(name)
+        declared, sources = scan_module(name, tables)
         files = {module: _stamp(module) for module in sorted(_read | {name})}
     finally:
         _read = None
     if all(files.values()):
-        cache[name] = {"files": files, "declared": [list(d) for d in declared], "sources": sorted(sources)}
+        cache[name] = {"files": files, "tables": sorted(tables), "declared": [list(d) for d in declared],
+                       "sources": sorted(sources)}
         _cache_dirty = True
     return declared, sources
 
@@ -313,10 +304,11 @@ def _save_cache() -> None:
         pass  # a read-only home: every process scans, as it would without the file
 
 
-def scan_module(name: str) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
-    """What module ``name`` registers, read from its source: (registry, name, help or None) for each
-    name it registers at its top level, and the registries it registers into in any other way."""
-    regs = registries()
+def scan_module(name: str, tables: Collection[str]) -> tuple[list[tuple[str, str, Optional[str]]], set[str]]:
+    """What module ``name`` registers into the registries named ``tables`` (their names in marl_q.registry),
+    read from its source: (registry, name, help or None) for each name it registers at its top level,
+    and the registries it registers into in any other way."""
+    regs = sorted(set(tables))
     tree = _tree(name)
     if tree is None:  # not readable as source (compiled only, or broken): its import tells
         return [], set(regs)

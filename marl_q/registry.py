@@ -11,6 +11,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from marl_q import plugins
 from marl_q.errors import ConfigError
 
 
@@ -125,18 +126,35 @@ class Registry:
 
 
 def _index(reg: Registry) -> None:
-    """Declare the plugins' names of ``reg`` (once per process; marl_q.plugins)."""
-    from marl_q.plugins import index_of
-
-    index_of(reg)
+    """Declare the plugins' names of ``reg`` (once per process; marl_q.plugins); a registry made
+    elsewhere has no index."""
+    regs = registries()
+    names = [name for name, r in regs.items() if r is reg]
+    if names:
+        plugins.index_plugins(regs, names)
     reg._indexed = True
 
 
 def _import(module: str) -> None:
     """Import a plugin module and register what it exports (marl_q.plugins)."""
-    from marl_q.plugins import import_plugin
+    plugins.import_plugin(module, registries())
 
-    import_plugin(module)
+
+def registries() -> dict[str, Registry]:
+    """Every registry of this module by its name (ALGORITHMS, HEADS, ...): the tables the plugin index fills."""
+    return {name: reg for name, reg in globals().items() if isinstance(reg, Registry)}
+
+
+def index_plugins(names: Optional[list[str]] = None) -> None:
+    """Declare the plugins' names of the registries ``names`` (``["COMMANDS"]``; all when None), read from
+    their source, nothing imported (``marl_q.plugins.index_plugins``)."""
+    plugins.index_plugins(registries(), names)
+
+
+def load_plugins() -> None:
+    """Import every plugin module and register what it exports (what a full listing or a test over all
+    components needs; a lookup by name imports only its own module)."""
+    plugins.load_plugins(registries())
 
 
 def unknown_choice_message(key: str, value: object, choices: list[str]) -> str:

@@ -19,11 +19,10 @@ from typing import Any, Callable, Optional
 
 from marl_q.config import ExperimentConfig
 from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
-from marl_q.ledger import Ledger
+from marl_q.ledger import Ledger, QuantumLedger
 from marl_q.metrics import TrainLog
 from marl_q.progress import RunProgress
 from marl_q.protocol import Work, worker_names
-from marl_q.quantum import QuantumLedger
 from marl_q.registry import ALGORITHMS
 from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,

@@ -4,7 +4,8 @@ Pieces, each usable on its own:
 - ``RoutingWorld``: the network, its candidate paths, the demand and the shared resources of one run;
 - ``AgentStream``: one agent's request stream with its own holdings (releases) and the encoding of
   a request into an observation against a (possibly stale) snapshot; workers and evaluation use it;
-- ``evaluate_routing``: an exact global-clock replay in which policies route every request;
+- an exact global-clock replay in which a policy routes every request is ``agents.routing.RoutingReplay``,
+  a vector of the shared rollout loop (``agents.routing.evaluate_routing``);
 - ``RoutingParallelEnv``: the per-service PettingZoo view ``marlq/routing-v0``.
 """
 from __future__ import annotations
@@ -329,32 +330,6 @@ class AgentStream:
 
 
 Policy = Callable[[str, np.ndarray, np.ndarray], int]   # (service, observation, feasible mask) -> action
-
-
-def evaluate_routing(world: RoutingWorld, policy: Policy, service_onehot: bool, start_s: float, end_s: float,
-                     seed: int) -> list[RequestOutcome]:
-    """Route every request of [start_s, end_s) in global time order on the live state (exact replay)."""
-    rng = np.random.default_rng(seed)
-    resources = world.new_resources()
-    stream = AgentStream(world, world.services, rng, service_onehot, start_s=start_s, horizon_s=end_s - start_s)
-    while stream.advance() is not None:
-        for rid in stream.take_releases():
-            resources.release(rid)
-        while True:
-            snap = resources.snapshot()
-            obs, feasible = stream.observe(snap)
-            plan = stream.act(policy(stream.current.service, obs, feasible), feasible)
-            if plan.delta is None:
-                break
-            result = resources.commit(plan.delta, snap.version)
-            _, finished = stream.resolve(plan, result.accepted)
-            if finished:
-                break
-    for rid in stream.release_all():
-        resources.release(rid)
-    resources.check_invariants()
-    assert not resources.holdings, "evaluation left holdings behind"
-    return stream.outcomes
 
 
 def summarize_outcomes(outcomes: list[RequestOutcome], services: list[str]) -> dict[str, float]:

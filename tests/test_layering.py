@@ -23,19 +23,6 @@ PACKAGES = ("marl_q", "agents", "circuits", "scenarios", "analysis")
 INTERNAL = ("circuits.engine", "circuits.statevector", "circuits.adjoint", "circuits.kernels", "circuits.numba_kernels",
             "circuits.program", "circuits.einsum_executor")
 REGISTRIES = ("_modules", "_parameters", "_buffers")
-# what issue 27's other parts own, counted here so that it can only shrink (an entry that goes away
-# may be deleted; nothing may be added): the runtime's two registry cycles and
-# the flat parameter buffer of agents/heads.py, which installs its views into nn.Module's registry
-KNOWN = {
-    "cycles": {"marl_q.plugins <-> marl_q.registry", "marl_q.config <-> marl_q.quantum <-> marl_q.rundir"},
-    "circuits_to_agents": set(),
-    "private": {"agents.heads reads ._parameters"},
-}
-
-
-def new(kind: str, root: Path | None = None) -> list[str]:
-    """What ``counts`` finds of one kind beyond ``KNOWN`` (line numbers aside)."""
-    return [item for item in counts(root or ROOT)[kind] if item.split(" (line")[0] not in KNOWN[kind]]
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -137,15 +124,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_no_import_cycles():
-    assert new("cycles") == []
+    assert counts(ROOT)["cycles"] == []
 
 
 def test_circuits_never_imports_agents():
-    assert new("circuits_to_agents") == []
+    assert counts(ROOT)["circuits_to_agents"] == []
 
 
 def test_no_private_names_cross_packages():
-    assert new("private") == []
+    assert counts(ROOT)["private"] == []
 
 
 def test_the_circuits_engine_has_no_cycle_and_no_private_import():

@@ -386,3 +386,27 @@ def test_evaluate_returns_are_the_greedy_returns_of_the_servers_q_network(name, 
     for seed in (11, 12):
         got = algo.evaluate_returns(4, seed)
         assert got == _greedy_by_hand(cfg, service.learner.online, 4, seed)
+
+
+def test_the_q_builds_draw_what_manual_seed_drew_and_leave_the_callers_stream_alone():
+    """The server's network and QMIX mixer, and a worker's network, are what ``torch.manual_seed(run.seed)``
+    then the builds gave (the mixer's draws after the network's), and torch's global stream is as the
+    caller left it."""
+    from agents.q_learning import build_q_network
+    from marl_q.registry import ALGORITHMS
+
+    cfg = load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX)
+    algorithm = ALGORITHMS.get("qmix").obj(cfg)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state().clone()
+    learner = algorithm.make_service().learner
+    worker = algorithm.make_worker(0)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    torch.manual_seed(cfg.run.seed)  # the reference: the builds as they ran on the global stream
+    net = build_q_network(cfg, algorithm.dims)
+    hp, dims = cfg.algorithm.params, algorithm.dims
+    mixer = QMixer(dims.n_agents, dims.state_dim, hp.mixer_embed_dim, hp.hypernet_layers, hp.hypernet_embed)
+    for got, want in ((learner.online, net), (learner.mixer, mixer), (worker.net, net)):
+        for a, b in zip(got.parameters(), want.parameters(), strict=True):
+            assert torch.equal(a, b)
+    worker.close()

@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 
 
 def test_registered_and_listed():
-    from marl_q.plugins import load_plugins
+    from marl_q.registry import load_plugins
     from marl_q.registry import ANSATZE as LISTED
 
     load_plugins()

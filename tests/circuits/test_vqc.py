@@ -159,7 +159,7 @@ def test_pennylane_backend_computes_the_same_function():
 
 def test_config_loader_lists_choices_for_an_unknown_encoding(tmp_path):
     from marl_q import config, errors
-    from marl_q.plugins import load_plugins
+    from marl_q.registry import load_plugins
 
     load_plugins()
     path = tmp_path / "bad.yaml"

@@ -9,7 +9,7 @@ import yaml
 
 from marl_q import cli
 from marl_q.cli import main
-from marl_q.plugins import load_plugins
+from marl_q.registry import load_plugins
 from marl_q.registry import COMMANDS
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from marl_q import plugins
-from marl_q.registry import ALGORITHMS, ALL, PLOTS, Registry
+from marl_q.registry import ALGORITHMS, ALL, PLOTS, Registry, registries
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def test_the_index_lists_what_the_imports_register():
         regs = dict(ALL, plots=PLOTS)
         names = {t: r.names() for t, r in regs.items()}  # indexes them
         read = {t: {n: r._declared[n][1] for n in r._declared} for t, r in regs.items()}
-        from marl_q.plugins import load_plugins
+        from marl_q.registry import load_plugins
         load_plugins()
         loaded = {t: {e.name: e.help for e in r} for t, r in regs.items()}
         print(json.dumps({"read": read, "names": names, "loaded": loaded}))
@@ -128,7 +128,7 @@ def test_the_forms_of_registration_the_index_reads(tmp_path):
     '''))
     sys.path.insert(0, str(tmp_path))
     try:
-        declared, sources = plugins.scan_module("my_plugins.mod")
+        declared, sources = plugins.scan_module("my_plugins.mod", registries())
     finally:
         sys.path.remove(str(tmp_path))
     assert sorted(declared) == sorted([
@@ -187,12 +187,12 @@ def test_a_kept_scan_is_used_until_a_file_it_read_changes(tmp_path, monkeypatch)
     def scan() -> list:
         plugins._trees.clear()
         plugins._texts.clear()
-        got = plugins._scan_cached("kept_plugins.mod")
+        got = plugins._scan_cached("kept_plugins.mod", registries())
         plugins._save_cache()
         monkeypatch.setattr(plugins, "_cache", None)  # as a new process would: from the file
         return got[0]
 
-    assert scan() == [("ANSATZE", "g", "first help")] == plugins.scan_module("kept_plugins.mod")[0]
+    assert scan() == [("ANSATZE", "g", "first help")] == plugins.scan_module("kept_plugins.mod", registries())[0]
     assert plugins.cache_file().is_file()
     plugins._trees.clear()
     assert scan() == [("ANSATZE", "g", "first help")] and "kept_plugins.mod" not in plugins._trees  # not parsed

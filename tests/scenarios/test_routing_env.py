@@ -10,9 +10,10 @@ import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 import scenarios
+from agents.routing import evaluate_routing
 from scenarios.routing import (ACCEPTED, CONFLICT, REJECTED, UNREACHABLE, AgentStream, RequestOutcome,
                                RoutingConfig, RoutingParallelEnv, RoutingWorld, encode_observation,
-                               evaluate_routing, path_table, plan_action, summarize_outcomes)
+                               path_table, plan_action, summarize_outcomes)
 from scenarios.routing_demand import DemandError, Request
 from scenarios.routing_resources import SharedResources
 
