@@ -39,14 +39,15 @@ from torch import nn
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import build_head
-from agents.rollout import EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
+from agents.rollout import AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
 from agents.turn_based import TurnTaking, turn_based
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
-from marl_q.evaluation import eval_progress
+from marl_q.evaluation import EvalReturns, eval_progress
 from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, seeded_init
+from marl_q.teams import Teams, team_column, teams_for
 from scenarios.aec import TURN_FIELDS
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class TeamWorker(ActorCriticWorker):
         """The copies (pending their first reset; ``agents.rollout.team_copies``: stepped together as
         arrays where the env's class can) and the episode book."""
         self.vec = team_copies(self.envs, self.desc.agents, self.dist.continuous)
-        self.book = EpisodeBook(len(self.envs))
+        self.book = AgentEpisodeBook(len(self.envs), len(self.desc.agents))  # rows carry per-agent returns
 
     def adopt_rollout_state(self, state: dict) -> None:
         self.vec = ParallelCopies.__new__(ParallelCopies)
@@ -311,10 +312,12 @@ class TeamWorker(ActorCriticWorker):
             batch["avail"] = avail[:T].reshape(T, rows, -1)
         return batch, episodes, steps
 
-    def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> list[float]:
+    def play_greedy(self, episodes: int, seed: int, progress: bool = False,
+                    closed: Optional[list[dict[str, Any]]] = None) -> list[float]:
         """Team returns of ``episodes`` episodes with every agent taking its policy's mode
         (agents.rollout.evaluate); the env copies are reset with seeds drawn from ``seed`` (the
-        training rollout's copies and book are left as they were)."""
+        training rollout's copies and book are left as they were). ``closed`` gets each episode's row
+        with its per-agent returns."""
         seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
         vec = team_copies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
         obs, _, avail = self._row_arrays(1)
@@ -327,7 +330,8 @@ class TeamWorker(ActorCriticWorker):
             return self.dist.mode(out, None if avail is None else avail[0].reshape(rows, -1))
 
         with eval_progress(episodes, progress) as bar:
-            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar)
+            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar,
+                            book=AgentEpisodeBook(len(self.envs), len(self.desc.agents)), closed=closed)
 
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
         return actor_critic_update(self.ac, self.actor, self.critic, self.flat, self.optimizer, self.rng, batch,
@@ -352,11 +356,19 @@ class TeamActorCritic(ActorCritic):
     critic estimates an agent's value from its own observation (ippo, ia2c)."""
 
     central_critic = False
+    reports_teams = True  # per-team and per-agent returns (marl_q/teams.py; not on a turn-based game)
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
+        self.teams: Optional[Teams] = None  # a turn-based game's rows are its learner's seat's
         if turn_based(cfg):  # each episode's seat, opponent and outcome (agents/turn_based.py)
             self.metric_fields = self.metric_fields + list(TURN_FIELDS)
+        else:  # per-team and per-agent returns (marl_q/teams.py)
+            env = make_env(cfg, cfg.run.seed)
+            try:
+                self.teams = teams_for(cfg, list(env.possible_agents))
+            finally:
+                env.close()
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
@@ -364,6 +376,8 @@ class TeamActorCritic(ActorCritic):
         env = make_env(cfg, cfg.run.seed)
         try:
             describe_team(cfg, env)
+            if not turn_based(cfg):
+                teams_for(cfg, list(env.possible_agents))
         finally:
             env.close()
 
@@ -385,7 +399,14 @@ class TeamActorCritic(ActorCritic):
             self._evaluator = self.make_worker(0)
         worker = self._evaluator
         worker.flat.load(self.service.param.numpy())
-        return worker.play_greedy(episodes, seed, self.cfg.run.progress)
+        teams = self.teams
+        if teams is None or not teams.several:  # the one team's return: every agent's reward summed
+            return worker.play_greedy(episodes, seed, self.cfg.run.progress)
+        closed: list[dict[str, Any]] = []
+        worker.play_greedy(episodes, seed, self.cfg.run.progress, closed=closed)
+        per = [teams.team_returns(row["agent_returns"]) for row in closed]
+        return EvalReturns([p[teams.report] for p in per],  # eval_return is the report team's
+                           {f"eval_{team_column(t)}": float(np.mean([p[t] for p in per])) for t in teams.names})
 
 
 class CentralCriticTeamActorCritic(TeamActorCritic):
