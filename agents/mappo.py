@@ -25,7 +25,9 @@ Each worker steps ``envs_per_worker`` copies of the environment and batches ever
 copy through one forward pass. Episodes restart on the step after they end (Gymnasium's next-step
 autoreset, as the single-agent rollout does): the restart step is masked out of the loss, and a
 time-limit truncation bootstraps from the final observation. A metrics row per finished episode:
-``return`` is the team's return (every agent's reward summed over the episode), as in COMA's files.
+``return`` is the team's return (every agent's reward summed over the episode), as in COMA's files;
+with several teams (``scenario.teams``, marl_q/teams.py) the report team's, and every row carries its
+per-agent returns for returns.csv.
 """
 from __future__ import annotations
 

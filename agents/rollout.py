@@ -103,6 +103,15 @@ class AgentEpisodeBook(EpisodeBook):
         super().__init__(n)
         self.agent_returns = np.zeros((n, agents))
 
+    @classmethod
+    def taking_over(cls, book: EpisodeBook, agents: int) -> "AgentEpisodeBook":
+        """The book of a snapshot taken before per-agent returns were kept: its counters, and for an
+        episode already under way NaN per-agent returns (their start is not known) until it ends."""
+        out = cls(len(book.returns), agents)
+        out.returns, out.lengths = book.returns, book.lengths
+        out.agent_returns[book.lengths > 0] = np.nan
+        return out
+
     def add(self, step: Step) -> np.ndarray:
         self.agent_returns += np.where(step.valid[:, None], step.data.rewards, 0.0)
         return super().add(step)

@@ -79,6 +79,8 @@ class Teams:
         if agent_returns is None:
             return None
         teams = self.team_returns(agent_returns)
+        if not self.several and "return" in ep:  # the one team's return is the run's, to the last bit
+            teams = {self.names[0]: float(ep["return"])}  # (the learner sums every step's rewards first)
         if self.several:
             ep["return"] = teams[self.report]
             ep.update({team_column(t): r for t, r in teams.items()})
