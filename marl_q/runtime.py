@@ -302,6 +302,8 @@ class Runtime:
         }
         summary.update(self.service.summary())
         summary.update(self.algorithm.summarize(self.metrics.rows))
+        if self.returns is not None:  # several teams: which team return is, and each team's final return
+            summary.update(self.returns.summary(self.cfg.run.solve_window))
         summary.update(self.quantum.summary(self.env_steps))
         if self.out:
             if checkpoint:

@@ -173,6 +173,18 @@ class ReturnsLog:
         if row is not None:
             self.file.write(dict(base, **row))
 
+    def summary(self, window: int) -> dict[str, Any]:
+        """summary.json's part of a run with several teams: which team ``return`` is, and each team's
+        final return (the mean of its last ``window`` episodes, as ``final_return``); {} with one team."""
+        if not self.teams.several:
+            return {}
+        rows = self.file.rows
+        final = {}
+        for team in self.teams.names:
+            values = [float(r[f"team:{team}"]) for r in rows if f"team:{team}" in r][-window:]
+            final[team] = sum(values) / len(values) if values else None
+        return {"report_team": self.teams.report, "final_team_return": final}
+
     def state(self) -> dict[str, Any]:
         return {"position": list(self.file.position())}
 

@@ -121,7 +121,7 @@ def test_a_two_team_run_splits_the_one_team_runs_return(tmp_path: Path):
     ``return``, and the two-team run's ``return`` is the report team's."""
     run_experiment(adversary(["scenario.teams={all: [adversary_0, agent_0, agent_1]}", "run.report_team=null"]),
                    tmp_path / "one")
-    run_experiment(adversary(), tmp_path / "two")
+    summary = run_experiment(adversary(), tmp_path / "two")
     one_head, one = read(tmp_path / "one" / "metrics.csv")
     two_head, two = read(tmp_path / "two" / "metrics.csv")
     assert one_head == ["t", "worker", "env_steps", "episode", "return", "length", "version"]
@@ -137,6 +137,9 @@ def test_a_two_team_run_splits_the_one_team_runs_return(tmp_path: Path):
         assert float(r["team:good"]) == float(r["agent:agent_0"]) + float(r["agent:agent_1"])
         assert float(r["team:adv"]) == float(r["agent:adversary_0"])
         assert b["return"] == b["return:good"] == r["team:good"] and b["return:adv"] == r["team:adv"]
+    final = {t: float(np.mean([float(r[f"team:{t}"]) for r in rets])) for t in ("good", "adv")}  # 40 < 100
+    assert summary["report_team"] == "good" and summary["final_team_return"] == pytest.approx(final, abs=1e-12)
+    assert summary["final_return"] == pytest.approx(final["good"], abs=1e-12)
     _, one_rets = read(tmp_path / "one" / RETURNS_FILE)
     assert [r["team:all"] for r in one_rets] == [r["return"] for r in one]
 
