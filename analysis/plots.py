@@ -429,9 +429,13 @@ def plot_learning(groups: dict[str, list[Run]], xkey: str, xlabel: str, title: s
 
 def _column_curve(run: Run, column: str, grid: np.ndarray) -> np.ndarray:
     """returns.csv's ``column``, smoothed as ``return`` is (run.solve_window episodes), read on ``grid``
-    (env steps); NaN outside the run."""
+    (env steps); NaN outside the run. Episodes without the value (NaN: per-agent returns of episodes under
+    way when a run from before returns.csv was resumed) are left out."""
     cols = run.returns or {}
-    x, y = cols["env_steps"], smoothed(cols[column], solve_window(run))
+    known = np.isfinite(np.asarray(cols[column], dtype=float))
+    if not known.any():
+        return np.full_like(grid, np.nan)
+    x, y = cols["env_steps"][known], smoothed(np.asarray(cols[column], dtype=float)[known], solve_window(run))
     out = np.interp(grid, x, y)
     out[(grid < x[0]) | (grid > x[-1])] = np.nan
     return out

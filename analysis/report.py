@@ -259,6 +259,7 @@ def quantum_section(groups: dict[str, list[plots.Run]], target: Optional[float],
 def final_column(run: plots.Run, column: str) -> float:
     """The mean of returns.csv's ``column`` over the run's last run.solve_window episodes (as final_return)."""
     values = np.asarray((run.returns or {}).get(column, []), dtype=float)
+    values = values[np.isfinite(values)]  # NaN: an episode under way at a resume from before returns.csv
     return float(values[-plots.solve_window(run):].mean()) if len(values) else np.nan
 
 

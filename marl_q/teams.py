@@ -181,7 +181,8 @@ class ReturnsLog:
         rows = self.file.rows
         final = {}
         for team in self.teams.names:
-            values = [float(r[f"team:{team}"]) for r in rows if f"team:{team}" in r][-window:]
+            values = [float(r[f"team:{team}"]) for r in rows if f"team:{team}" in r]
+            values = [v for v in values if v == v][-window:]  # NaN: under way at a resume from before returns.csv
             final[team] = sum(values) / len(values) if values else None
         return {"report_team": self.teams.report, "final_team_return": final}
 

@@ -209,3 +209,62 @@ def test_report_team_on_a_learner_without_teams_exits_2(tmp_path: Path, capsys):
                  "--set", "run.report_team=good"]) == 2
     assert "run.report_team: algorithm 'a3c' reports no per-team returns" in one_error_line(capsys)
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- plots and report
+def write_team_run(path: Path, seed: int, good, adv, report=None) -> Path:
+    """A run directory with metrics.csv (return = good's) and returns.csv (teams good, adv; agents
+    adversary_0 = adv, agent_0 and agent_1 each half of good), episodes every 10 env steps."""
+    from tests.analysis.test_plots import config, write_run
+
+    cfg = config("mappo", seed=seed, window=2, run__report_team=report)
+    write_run(path, cfg, good)
+    with open(path / RETURNS_FILE, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t", "worker", "env_steps", "episode", "team:good", "team:adv", "agent:adversary_0",
+                    "agent:agent_0", "agent:agent_1"])
+        for i, (g, a) in enumerate(zip(good, adv)):
+            w.writerow([(i + 1) / 100, "w0", (i + 1) * 10, i + 1, g, a, a, g / 2, g / 2])
+    return path
+
+
+def test_the_team_plot_draws_every_team_in_one_axes_smoothed_as_return(tmp_path: Path, monkeypatch):
+    from analysis import plots
+
+    kept = []
+    monkeypatch.setattr(plots.plt, "close", lambda fig=None: kept.append(fig))
+    good, adv = [0.0, 2.0, 4.0, float("nan"), 8.0], [-1.0, -1.0, -3.0, -3.0, -5.0]
+    runs = [plots.load_run(write_team_run(tmp_path / "s0", 0, good, adv, report="good"))]
+    assert plots.report_team(runs[0]) == "good" and plots.team_names(runs[0]) == ["good", "adv"]
+    path = plots.plot_teams({"g": runs}, "a title", tmp_path / "teams.png")
+    assert path.is_file()
+    team_ax, agent_ax = kept[-1].axes[:2]
+    lines = {ln.get_label(): ln for ln in team_ax.get_lines()}
+    assert set(lines) == {"good (= return), 1 seed", "adv, 1 seed"}
+    grid = lines["adv, 1 seed"].get_xdata()
+    # by hand: trailing means over 2 episodes at env steps 10..50; good's NaN episode (a resumed run's
+    # unknown) is left out, so its curve runs 0, 1, 3, (3 at 40 interpolated), 6
+    expect_adv = np.interp(grid, [10, 20, 30, 40, 50], [-1.0, -1.0, -2.0, -3.0, -4.0])
+    expect_good = np.interp(grid, [10, 20, 30, 50], [0.0, 1.0, 3.0, 6.0])
+    inside = grid >= 10
+    np.testing.assert_allclose(lines["adv, 1 seed"].get_ydata()[inside], expect_adv[inside])
+    np.testing.assert_allclose(lines["good (= return), 1 seed"].get_ydata()[inside], expect_good[inside])
+    assert {ln.get_label() for ln in agent_ax.get_lines()} == {"adversary_0, 1 seed", "agent_0, 1 seed",
+                                                                "agent_1, 1 seed"}
+    assert "team return" in team_ax.get_ylabel() and "environment steps" in team_ax.get_xlabel()
+    assert not team_ax.collections  # one seed: no band
+
+
+def test_the_report_names_the_report_team_and_shows_every_teams_final_return(tmp_path: Path):
+    from analysis.report import build_report
+
+    root = tmp_path / "sweep"
+    write_team_run(root / "s0", 0, [1.0, 3.0, 5.0], [-1.0, -2.0, -4.0])
+    write_team_run(root / "s1", 1, [2.0, 4.0, 8.0], [0.0, -2.0, -6.0])
+    page = build_report(root, reps=100)
+    assert "<h2>Teams and agents</h2>" in page
+    assert "return is team <code>good</code>'s (the first team; teams good, adv)" in page
+    # final: mean of the last 2 episodes (run.solve_window), then the mean over the two seeds
+    assert "<td class=l>good (= return)</td><td>2</td><td>5.00 [4.00, 6.00]" in page  # (4 + 6) / 2
+    assert "<td class=l>adv</td><td>2</td><td>-3.50 [" in page  # (-3 + -4) / 2
+    assert "<td class=l>agent_1</td><td>2</td><td>2.50 [" in page
