@@ -461,7 +461,7 @@ def plot_teams(groups: dict[str, list[Run]], title: str, path: Path, labels: Opt
             if not have:
                 continue
             report = report_team(have[0]) if prefix == "team:" else None
-            for name in names_of(have[0]):
+            for k, name in enumerate(names_of(have[0])):
                 curves = [_column_curve(r, prefix + name, grid) for r in have if prefix + name in r.returns]
                 counts.append(len(curves))
                 mean, lo, hi = mean_band(curves)
@@ -471,7 +471,10 @@ def plot_teams(groups: dict[str, list[Run]], title: str, path: Path, labels: Opt
                 text = f"{name}{' (= return)' if name == report else ''}, {n}"
                 if several:
                     text = f"{labels.get(label, label)}: {text}"
-                line, = ax.plot(grid, mean, linestyle=styles[g % len(styles)], label=_clip(text, 60))
+                # one group: a style per line, so that agents with equal rewards (simple_adversary's good
+                # agents) show as a dashed line over a solid one; several: a style per group
+                style = styles[(g if several else k) % len(styles)]
+                line, = ax.plot(grid, mean, linestyle=style, label=_clip(text, 60))
                 if len(curves) > 1:
                     ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_xlabel("environment steps (all workers)")

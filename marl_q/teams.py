@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from marl_q.errors import ConfigError
 
 MPE_PREFIXES = ("adversary_", "agent_")  # PettingZoo MPE's agent names: adversary_0, agent_0, ...
@@ -183,7 +185,7 @@ class ReturnsLog:
         for team in self.teams.names:
             values = [float(r[f"team:{team}"]) for r in rows if f"team:{team}" in r]
             values = [v for v in values if v == v][-window:]  # NaN: under way at a resume from before returns.csv
-            final[team] = sum(values) / len(values) if values else None
+            final[team] = float(np.mean(values)) if values else None  # as final_return (marl_q.metrics)
         return {"report_team": self.teams.report, "final_team_return": final}
 
     def state(self) -> dict[str, Any]:
