@@ -26,7 +26,9 @@ Each worker steps ``envs_per_worker`` copies of the environment and batches ever
 copy through one forward pass. Episodes restart on the step after they end (Gymnasium's next-step
 autoreset, as the single-agent rollout does): the restart step is masked out of the loss, and a
 time-limit truncation bootstraps from the final observation. A metrics row per finished episode:
-``return`` is the team's return (every agent's reward summed over the episode), as in COMA's files.
+``return`` is the team's return (every agent's reward summed over the episode), as in COMA's files;
+with several teams (``scenario.teams``, marl_q/teams.py) the report team's, and every row carries its
+per-agent returns for returns.csv.
 """
 from __future__ import annotations
 
@@ -41,14 +43,15 @@ from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorke
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import build_head
 from agents.recurrent_ac import TeamMemory, recurrent_update, team_memory
-from agents.rollout import EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
+from agents.rollout import AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
 from agents.turn_based import TurnTaking, turn_based
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
-from marl_q.evaluation import eval_progress
+from marl_q.evaluation import EvalReturns, eval_progress
 from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, seeded_init
+from marl_q.teams import Teams, team_column, teams_for
 from scenarios.aec import TURN_FIELDS
 
 if TYPE_CHECKING:
@@ -263,7 +266,7 @@ class TeamWorker(ActorCriticWorker):
         """The copies (pending their first reset; ``agents.rollout.team_copies``: stepped together as
         arrays where the env's class can) and the episode book."""
         self.vec = team_copies(self.envs, self.desc.agents, self.dist.continuous)
-        self.book = EpisodeBook(len(self.envs))
+        self.book = AgentEpisodeBook(len(self.envs), len(self.desc.agents))  # rows carry per-agent returns
         self.memory = team_memory(self.actor, self.critic, len(self.envs), len(self.desc.agents))
 
     def adopt_rollout_state(self, state: dict) -> None:
@@ -345,10 +348,12 @@ class TeamWorker(ActorCriticWorker):
             batch["avail"] = avail[:T].reshape(T, rows, -1)
         return batch, episodes, steps
 
-    def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> list[float]:
+    def play_greedy(self, episodes: int, seed: int, progress: bool = False,
+                    closed: Optional[list[dict[str, Any]]] = None) -> list[float]:
         """Team returns of ``episodes`` episodes with every agent taking its policy's mode
         (agents.rollout.evaluate); the env copies are reset with seeds drawn from ``seed`` (the
-        training rollout's copies and book are left as they were)."""
+        training rollout's copies and book are left as they were). ``closed`` gets each episode's row
+        with its per-agent returns."""
         seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
         vec = team_copies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
         obs, _, avail = self._row_arrays(1)
@@ -364,7 +369,8 @@ class TeamWorker(ActorCriticWorker):
             return self.dist.mode(out, None if avail is None else avail[0].reshape(rows, -1))
 
         with eval_progress(episodes, progress) as bar:
-            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar)
+            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar,
+                            book=AgentEpisodeBook(len(self.envs), len(self.desc.agents)), closed=closed)
 
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
         if self.memory is not None:  # chunked BPTT (agents/recurrent_ac.py)
@@ -393,11 +399,19 @@ class TeamActorCritic(ActorCritic):
 
     central_critic = False
     recurrent_policies = True  # actor.recurrent / critic.recurrent (agents/recurrent_ac.py)
+    reports_teams = True  # per-team and per-agent returns (marl_q/teams.py; not on a turn-based game)
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         super().__init__(cfg)
+        self.teams: Optional[Teams] = None  # a turn-based game's rows are its learner's seat's
         if turn_based(cfg):  # each episode's seat, opponent and outcome (agents/turn_based.py)
             self.metric_fields = self.metric_fields + list(TURN_FIELDS)
+        else:  # per-team and per-agent returns (marl_q/teams.py)
+            env = make_env(cfg, cfg.run.seed)
+            try:
+                self.teams = teams_for(cfg, list(env.possible_agents))
+            finally:
+                env.close()
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
@@ -405,6 +419,8 @@ class TeamActorCritic(ActorCritic):
         env = make_env(cfg, cfg.run.seed)
         try:
             desc = describe_team(cfg, env)
+            if not turn_based(cfg):
+                teams_for(cfg, list(env.possible_agents))
         finally:
             env.close()
         check_recurrent(cfg, desc)
@@ -435,7 +451,14 @@ class TeamActorCritic(ActorCritic):
             self._evaluator = self.make_worker(0)
         worker = self._evaluator
         worker.flat.load(self.service.param.numpy())
-        return worker.play_greedy(episodes, seed, self.cfg.run.progress)
+        teams = self.teams
+        if teams is None or not teams.several:  # the one team's return: every agent's reward summed
+            return worker.play_greedy(episodes, seed, self.cfg.run.progress)
+        closed: list[dict[str, Any]] = []
+        worker.play_greedy(episodes, seed, self.cfg.run.progress, closed=closed)
+        per = [teams.team_returns(row["agent_returns"]) for row in closed]
+        return EvalReturns([p[teams.report] for p in per],  # eval_return is the report team's
+                           {f"eval_{team_column(t)}": float(np.mean([p[t] for p in per])) for t in teams.names})
 
 
 class CentralCriticTeamActorCritic(TeamActorCritic):

@@ -94,6 +94,36 @@ class EpisodeBook:
         return out
 
 
+class AgentEpisodeBook(EpisodeBook):
+    """An ``EpisodeBook`` of a team vector that also keeps each of its ``agents`` agents' running return
+    (a ``TeamStep``'s rewards, valid steps only); a finished episode's row carries them, in the vector's
+    agent order, as ``agent_returns`` (per-team and per-agent returns: marl_q/teams.py). ``return``
+    stays the book's own sum, step by step over all agents, as before teams existed."""
+
+    def __init__(self, n: int, agents: int) -> None:
+        super().__init__(n)
+        self.agent_returns = np.zeros((n, agents))
+
+    @classmethod
+    def taking_over(cls, book: EpisodeBook, agents: int) -> "AgentEpisodeBook":
+        """The book of a snapshot taken before per-agent returns were kept: its counters, and for an
+        episode already under way NaN per-agent returns (their start is not known) until it ends."""
+        out = cls(len(book.returns), agents)
+        out.returns, out.lengths = book.returns, book.lengths
+        out.agent_returns[book.lengths > 0] = np.nan
+        return out
+
+    def add(self, step: Step) -> np.ndarray:
+        self.agent_returns += np.where(step.valid[:, None], step.data.rewards, 0.0)
+        return super().add(step)
+
+    def close(self, i: int) -> dict[str, Any]:
+        out = super().close(i)
+        out["agent_returns"] = [float(r) for r in self.agent_returns[i]]
+        self.agent_returns[i] = 0.0
+        return out
+
+
 def _same(action: Any) -> Any:
     return action
 
@@ -128,17 +158,23 @@ def rollout(vec: VectorEnv, book: EpisodeBook, steps: Optional[int], act: Callab
 
 
 def evaluate(vec: VectorEnv, episodes: int, act: Callable[[Any], Any], to_env: Callable[[Any], Any] = _same,
-             bar: Any = None) -> list[float]:
+             bar: Any = None, book: Optional[EpisodeBook] = None,
+             closed: Optional[list[dict[str, Any]]] = None) -> list[float]:
     """The returns of the first ``episodes`` episodes to end in ``vec``, stepping every copy with
-    ``act`` (``bar``: a progress bar ticked per episode, ``marl_q.evaluation.eval_progress``)."""
-    book = EpisodeBook(vec.num_envs)
+    ``act`` (``bar``: a progress bar ticked per episode, ``marl_q.evaluation.eval_progress``). ``book``:
+    the episode book to keep (default a fresh ``EpisodeBook``); ``closed``: a list that gets each of
+    those episodes' rows (``EpisodeBook.close``: an ``AgentEpisodeBook``'s carry per-agent returns)."""
+    book = book if book is not None else EpisodeBook(vec.num_envs)
     returns: list[float] = []
     while len(returns) < episodes:
         step = vec.step(to_env(act(vec.observe())))
         for i in book.add(step):
-            ret = book.close(i)["return"]
+            out = book.close(i)
+            ret = out["return"]
             if len(returns) < episodes:
                 returns.append(ret)
+                if closed is not None:
+                    closed.append(out)
                 if bar is not None:
                     bar.update()
     return returns

@@ -28,6 +28,7 @@ from analysis.stats import clipped_band, mean_ci  # noqa: E402
 import yaml  # noqa: E402
 
 from marl_q.errors import RunDirError  # noqa: E402
+from marl_q.teams import RETURNS_FILE  # noqa: E402
 
 SMOOTH_EPISODES = 100  # the default of run.solve_window; each run's own solve_window is used when set
 GRID_POINTS = 200
@@ -48,6 +49,7 @@ class Run:
     comm: Optional[dict[str, np.ndarray]] = None
     flat: dict[str, Any] = field(default_factory=dict)
     quantum: Optional[dict[str, np.ndarray]] = None  # quantum.csv: the circuit heads' resource ledger
+    returns: Optional[dict[str, np.ndarray]] = None  # returns.csv: per-team and per-agent returns (marl_q/teams.py)
 
     @property
     def clock(self) -> str:
@@ -103,7 +105,26 @@ def load_run(path: Path, with_comm: bool = True) -> Run:
     run.flat = flatten(config)
     if (path / "quantum.csv").is_file():
         run.quantum = read_csv_columns(path / "quantum.csv")
+    if (path / RETURNS_FILE).is_file():
+        run.returns = read_csv_columns(path / RETURNS_FILE)
     return run
+
+
+def team_names(run: Run) -> list[str]:
+    """The run's teams, in returns.csv's order (none without the file)."""
+    return [c[len("team:"):] for c in (run.returns or {}) if c.startswith("team:")]
+
+
+def agent_names(run: Run) -> list[str]:
+    return [c[len("agent:"):] for c in (run.returns or {}) if c.startswith("agent:")]
+
+
+def report_team(run: Run) -> Optional[str]:
+    """The team whose return is the run's ``return`` (run.report_team, else the first); None without teams."""
+    names = team_names(run)
+    if not names:
+        return None
+    return run.config.get("run", {}).get("report_team") or names[0]
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -396,12 +417,84 @@ def plot_learning(groups: dict[str, list[Run]], xkey: str, xlabel: str, title: s
         ax.axhline(solve, color="grey", linestyle=":", linewidth=1, label=f"solved ({solve:g})")
     windows = sorted({solve_window(r) for g in groups.values() for r in g})
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"return, mean of last {'/'.join(map(str, windows))} episodes\n(run.solve_window, as steps_to_solve)")
+    teams = sorted({str(report_team(r)) for g in groups.values() for r in g if len(team_names(r)) > 1})
+    what = f"return of team {'/'.join(teams)}" if teams else "return"  # several teams: return is one team's
+    ax.set_ylabel(f"{what}, mean of last {'/'.join(map(str, windows))} episodes\n(run.solve_window, as steps_to_solve)")
     ax.set_title(wrap(title), fontsize=10)
     band = band_text(counts)
     parts = [p for p in (legend_title, "line: mean over seeds" if band else None, band,
                          None if band else "1 seed per line: no band") if p]
     return save_figure(fig, ax, path, legend_title="\n".join(parts) or None)
+
+
+def _column_curve(run: Run, column: str, grid: np.ndarray) -> np.ndarray:
+    """returns.csv's ``column``, smoothed as ``return`` is (run.solve_window episodes), read on ``grid``
+    (env steps); NaN outside the run. Episodes without the value (NaN: per-agent returns of episodes under
+    way when a run from before returns.csv was resumed) are left out."""
+    cols = run.returns or {}
+    known = np.isfinite(np.asarray(cols[column], dtype=float))
+    if not known.any():
+        return np.full_like(grid, np.nan)
+    x, y = cols["env_steps"][known], smoothed(np.asarray(cols[column], dtype=float)[known], solve_window(run))
+    out = np.interp(grid, x, y)
+    out[(grid < x[0]) | (grid > x[-1])] = np.nan
+    return out
+
+
+def plot_teams(groups: dict[str, list[Run]], title: str, path: Path, labels: Optional[dict[str, str]] = None,
+               legend_title: Optional[str] = None) -> Optional[Path]:
+    """Per-team returns (left: every team of every group in one axes) and per-agent returns (right)
+    against env steps, from the runs' returns.csv; None when no run has one."""
+    runs = [r for g in groups.values() for r in g if r.returns is not None and len(r.returns.get("env_steps", []))]
+    if not runs:
+        return None
+    labels = labels or {}
+    fig, axes = new_figure((12.5, 4.8), ncols=2)
+    xmax = max(float(np.max(r.returns["env_steps"])) for r in runs)
+    grid = np.linspace(0.0, xmax, GRID_POINTS)
+    counts = []
+    several = len(groups) > 1
+    styles = ["-", "--", "-.", ":"]
+    for ax, prefix, names_of in ((axes[0, 0], "team:", team_names), (axes[0, 1], "agent:", agent_names)):
+        for g, (label, members) in enumerate(groups.items()):
+            have = [r for r in members if r.returns is not None and len(r.returns.get("env_steps", []))]
+            if not have:
+                continue
+            report = report_team(have[0]) if prefix == "team:" else None
+            for k, name in enumerate(names_of(have[0])):
+                curves = [_column_curve(r, prefix + name, grid) for r in have if prefix + name in r.returns]
+                counts.append(len(curves))
+                mean, lo, hi = mean_band(curves)
+                partial = ~np.all(np.isfinite(np.vstack(curves)), axis=0)
+                mean, lo, hi = (np.where(partial, np.nan, v) for v in (mean, lo, hi))
+                n = f"{len(curves)} seed{'s' if len(curves) > 1 else ''}"
+                text = f"{name}{' (= return)' if name == report else ''}, {n}"
+                if several:
+                    text = f"{labels.get(label, label)}: {text}"
+                # one group: a style per line, so that agents with equal rewards (simple_adversary's good
+                # agents) show as a dashed line over a solid one; several: a style per group
+                style = styles[(g if several else k) % len(styles)]
+                line, = ax.plot(grid, mean, linestyle=style, label=_clip(text, 60))
+                if len(curves) > 1:
+                    ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xlabel("environment steps (all workers)")
+        ax.grid(alpha=0.3)
+    windows = sorted({solve_window(r) for r in runs})
+    mean_of = f"mean of last {'/'.join(map(str, windows))} episodes"
+    axes[0, 0].set_ylabel(f"team return (its agents' rewards summed),\n{mean_of}")
+    axes[0, 0].set_title("per team", fontsize=9)
+    axes[0, 1].set_ylabel(f"agent return, {mean_of}")
+    axes[0, 1].set_title("per agent", fontsize=9)
+    band = band_text(counts)
+    parts = [p for p in (legend_title, "line: mean over seeds" if band else None, band,
+                         None if band else "1 seed per line: no band") if p]
+    for ax in axes[0]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, title="\n".join(parts) or None, title_fontsize=8)
+    fig.suptitle(wrap(title, 140), fontsize=10)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _cumulative_on(t: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -698,6 +791,7 @@ def plot_paths(paths: list[Path], out: Optional[Path] = None, labels: Optional[l
             plot_traffic(groups, title, out / "traffic.png", names, key),
             plot_staleness(groups, title, out / "staleness.png", names, key),
             plot_quantum(groups, title, out / "quantum.png", names),
+            plot_teams(groups, title, out / "returns_by_team.png", names, key),
         ]
     return [p for p in made if p is not None]
 

@@ -256,6 +256,39 @@ def quantum_section(groups: dict[str, list[plots.Run]], target: Optional[float],
     return note + table(head, rows, caption=f"each cell: {INTERVAL}")
 
 
+def final_column(run: plots.Run, column: str) -> float:
+    """The mean of returns.csv's ``column`` over the run's last run.solve_window episodes (as final_return)."""
+    values = np.asarray((run.returns or {}).get(column, []), dtype=float)
+    values = values[np.isfinite(values)]  # NaN: an episode under way at a resume from before returns.csv
+    return float(values[-plots.solve_window(run):].mean()) if len(values) else np.nan
+
+
+def teams_section(groups: dict[str, list[plots.Run]]) -> Optional[str]:
+    """Each group's final per-team and per-agent returns (returns.csv), and which team ``return`` is."""
+    rows, notes = [], []
+    for label, rs in groups.items():
+        have = [r for r in rs if r.returns is not None]
+        if not have:
+            continue
+        first = have[0]
+        report = plots.report_team(first)
+        notes.append(f"{esc(label)}: return is team <code>{esc(report)}</code>'s "
+                     f"({'run.report_team' if first.config.get('run', {}).get('report_team') else 'the first team'}; "
+                     f"teams {', '.join(esc(t) for t in plots.team_names(first))})")
+        for kind, names in (("team", plots.team_names(first)), ("agent", plots.agent_names(first))):
+            for name in names:
+                values = np.array([final_column(r, f"{kind}:{name}") for r in have])
+                shown = f"{name} (= return)" if kind == "team" and name == report else name
+                rows.append([label, kind, shown, len(have), mean_interval(values, 1.0, 2)])
+    if not rows:
+        return None
+    return ("<p class=note>From each run's returns.csv: a team's return is its agents' rewards summed over the "
+            "episode; final: the mean of the last run.solve_window episodes, as final return. "
+            + "; ".join(notes) + ".</p>"
+            + table(["group", "team or agent", "name", "n", "final return"], rows,
+                    caption=f"each cell: {INTERVAL}", left=3))
+
+
 def config_diff(groups: dict[str, list[plots.Run]]) -> Optional[str]:
     keys = plots.differing_keys(list(groups.values()))
     if not keys:
@@ -279,6 +312,8 @@ def draw_figures(groups: dict[str, list[plots.Run]], runs: list[plots.Run], titl
             ("staleness", plots.plot_staleness(groups, title, folder / "staleness.png", None, key),
              "staleness of accepted updates"),
             ("quantum", plots.plot_quantum(groups, title, folder / "quantum.png"), "cumulative shots and estimated QPU hours"),
+            ("teams", plots.plot_teams(groups, title, folder / "returns_by_team.png", None, key),
+             "per-team and per-agent returns vs environment steps"),
         ]
         if any("cum_regret" in r.metrics or "regret" in r.metrics for r in runs):
             from analysis import regret
@@ -359,6 +394,9 @@ def build_report(root: Path, reps: int = BOOTSTRAP_REPS, target: Optional[float]
             if rows:
                 parts += [f"<h3>{esc(label)} ({len(rs)} seed{'s' if len(rs) != 1 else ''})</h3>",
                           table(["worker"] + [name for _, name in LEDGER], rows)]
+        teams = teams_section(groups)
+        if teams:
+            parts += ["<h2>Teams and agents</h2>", teams, section("teams")]
         quantum = quantum_section(groups, target, qpu)
         if quantum:
             parts += ["<h2>Quantum resources</h2>", quantum, section("quantum")]

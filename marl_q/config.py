@@ -45,6 +45,7 @@ class RunConfig:
     eval_every: Optional[int] = None
     eval_episodes: int = 10
     tensorboard: bool = False  # also log every row written as TensorBoard scalars (marl_q/tracking.py)
+    report_team: Optional[str] = None  # the team whose return is `return` (marl_q/teams.py); default: the first
 
 
 @dataclass
@@ -431,6 +432,9 @@ def validate_cross(cfg: ExperimentConfig) -> None:
                                                                "evaluate_returns", None)):
         raise ConfigError(f"run.eval_every: algorithm {cfg.algorithm.name!r} has no evaluation during training "
                           "(the actor-critic family, mappo/ippo/ia2c/maa2c and the COMA family have)")
+    if cfg.run.report_team is not None and not getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "reports_teams", False):
+        raise ConfigError(f"run.report_team: algorithm {cfg.algorithm.name!r} reports no per-team returns "
+                          "(the team actor-critics ippo, mappo, ia2c and maa2c do)")
     if cfg.run.stop_after_updates is not None and cfg.run.stop_after_updates < 1:
         raise ConfigError(f"run.stop_after_updates: must be positive or null, got {cfg.run.stop_after_updates}")
     if cfg.server.max_staleness is not None and cfg.server.max_staleness < 0:

@@ -25,7 +25,7 @@ RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_e
                   # where a ray run's actors go (a resume on the nodes that remain): not what it computes
                   "backend.placement", "backend.server_placement", "backend.ray.address")
 RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "quantum.csv", "quantum_wall.csv",
-             "train.csv", "train_wall.csv", "summary.json")
+             "train.csv", "train_wall.csv", "returns.csv", "summary.json")
 
 
 def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[bool] = None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, c
                            service_arrays, set_tap, write_json_atomic)
 from marl_q.seeding import derive
 from marl_q.server import Server
+from marl_q.teams import ReturnsLog, with_team_fields
 
 CHECKPOINT_FORMAT = 2
 
@@ -75,7 +76,11 @@ class Runtime:
         self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
                              progress=self.progress, on_train=self.record_train)
         metrics_at = tuple(meta["metrics_position"]) if resume else None
-        self.metrics = MetricsWriter(out / "metrics.csv" if out else None, self.algorithm.metric_fields,
+        # per-team and per-agent returns (marl_q/teams.py): returns.csv, and with several teams a column per team
+        self.teams = getattr(self.algorithm, "teams", None)
+        self.returns = ReturnsLog(self.teams, out, resume=meta.get("returns")) if self.teams is not None else None
+        self.metrics = MetricsWriter(out / "metrics.csv" if out else None, with_team_fields(
+                                         self.algorithm.metric_fields, self.teams),
                                      resume_at=metrics_at, wall_offset=meta.get("wall_s", 0.0),
                                      wall_fields=tuple(getattr(self.algorithm, "wall_fields", ())))
         # circuit executions, shots and the QPU estimate of circuit heads (quantum.csv; none without one)
@@ -124,6 +129,8 @@ class Runtime:
         for ep in work.episodes:
             self.episodes += 1
             base = {"t": t, "worker": worker, "env_steps": self.env_steps, "episode": self.episodes}
+            if self.returns is not None:  # before the row is made: ``return`` becomes the report team's
+                self.returns.write(base, ep)
             row = dict(base, **ep)
             self.algorithm.annotate(row, self.ledger)
             self.metrics.write(row)
@@ -239,6 +246,7 @@ class Runtime:
                     "metrics_position": list(self.metrics.position()), "server_state": self.server.state(),
                     **({"quantum": self.quantum.state()} if self.quantum.active() else {}),
                     "train": self.train.state(),
+                    **({"returns": self.returns.state()} if self.returns is not None else {}),
                     "faults": self.faults, "resumes": self.resumes, "snapshot": snapshot_meta}
             save_checkpoint(path, arrays, meta)
         except RunWriteError:  # (a CSV flush or the archive) a snapshot without its checkpoint is of no use
@@ -271,6 +279,8 @@ class Runtime:
         self.ledger.flush()
         self.quantum.flush()
         self.train.flush()
+        if self.returns is not None:
+            self.returns.flush()
         summary: dict[str, Any] = {
             "status": status,
             "algorithm": self.cfg.algorithm.name,
@@ -291,6 +301,8 @@ class Runtime:
         }
         summary.update(self.service.summary())
         summary.update(self.algorithm.summarize(self.metrics.rows))
+        if self.returns is not None:  # several teams: which team return is, and each team's final return
+            summary.update(self.returns.summary(self.cfg.run.solve_window))
         summary.update(self.quantum.summary(self.env_steps))
         if self.out:
             if checkpoint:
@@ -299,6 +311,8 @@ class Runtime:
             self.ledger.close()
             self.quantum.close()
             self.train.close()
+            if self.returns is not None:
+                self.returns.close()
             self.close_tracker()
             write_json_atomic(self.out / "summary.json", summary)
         self.finished = True
@@ -311,7 +325,8 @@ class Runtime:
             self._progress.close()
             self._progress = None
         # every run file is a rundir.MetricsWriter (quantum.csv's and train.csv's made at their first row)
-        for run_file in (self.metrics, self.ledger.file, self.quantum.file, self.train.file):
+        for run_file in (self.metrics, self.ledger.file, self.quantum.file, self.train.file,
+                         self.returns.file if self.returns is not None else None):
             if run_file is not None:
                 run_file.abandon()
         self.close_tracker()
@@ -334,6 +349,8 @@ class Runtime:
         out = self.out
         self.ledger.close()
         self.metrics.close()
+        if self.returns is not None:
+            self.returns.close()
         if self._progress is not None:
             self._progress.close()
             self._progress = None

@@ -45,7 +45,7 @@ import numpy as np
 from marl_q.errors import CheckpointError
 
 FORMAT = "marl-q sim snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def pack(state: dict[str, Any]) -> dict[str, Any]:
@@ -276,7 +276,24 @@ def _v0_to_v1(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# -- version 1 -> 2 ------------------------------------------------------------------------------
+# Version 1's team workers (agents.mappo.TeamWorker) kept a plain EpisodeBook: no per-agent returns
+# (returns.csv, marl_q/teams.py). Their book becomes an AgentEpisodeBook whose episodes under way have
+# NaN per-agent returns (agents.rollout.AgentEpisodeBook.taking_over); the run's return is unchanged.
+# (A turn-based game's worker, agents.mappo.TurnWorker, keeps its plain book: it has no teams.)
+
+def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
+    for obj in _reachable(state):
+        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
+        team = "agents.mappo.TeamWorker" in names and "agents.mappo.TurnWorker" not in names  # a turn game's: as is
+        book = obj.__dict__.get("book") if team else None
+        if book is not None and type(book).__name__ == "EpisodeBook":
+            obj.book = _loaded("agents.rollout").AgentEpisodeBook.taking_over(book, len(obj.desc.agents))
+    return state
+
+
 # version v -> the function that takes a state of version v to version v + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _v0_to_v1,
+    1: _v1_to_v2,
 }

@@ -10,6 +10,7 @@ scenario:
   common_spaces: false    # pad observations and discrete actions to one size (action masks in infos)
   agent_id: false         # append a one-hot agent index to each observation
   state: auto             # auto | concat | env: what the centralised critics see
+  teams: {good: agent_, adv: adversary_}  # agent -> team, by prefix or list (marl_q/teams.py)
 ```
 
 ```yaml
@@ -324,6 +325,9 @@ class PettingZooConfig:
     # a turn-based (AEC) game's opponents (scenarios/aec.py, TurnsConfig); set, defaults filled in, when
     # validated on such a game: the scenario is then of kind aec
     turns: Optional[dict[str, Any]] = None
+    # agent -> team, by lists of agents or name prefixes (marl_q/teams.py); checked against the env's
+    # agents by the learners that report per-team returns
+    teams: Optional[dict[str, Any]] = None
 
     def validate(self, source_dir: Optional[Path] = None) -> None:
         if not self.env:

@@ -8,7 +8,7 @@ import pytest
 
 from agents.actor_critic import ActorCriticWorker
 from agents.mappo import TeamWorker
-from agents.rollout import BatchedCopies, EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout, team_copies
+from agents.rollout import AgentEpisodeBook, BatchedCopies, EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout, team_copies
 from agents.vehicular import VehicularA3CWorker
 from marl_q.config import build_config
 from marl_q.rundir import load_snapshot, save_snapshot
@@ -195,6 +195,18 @@ def test_team_worker_rollouts_alike_on_both_vectors():
 
 
 # ----------------------------------------------------------------------------- old snapshots
+def _same_but_unknown_agent_returns(rows, old_rows):
+    """The episode rows of a worker and of its twin from a snapshot that kept no per-agent returns
+    (state format 1, migrated): alike, but for the per-agent returns of the episodes under way at the
+    snapshot, NaN in the twin's (marl_q.state_format._v1_to_v2)."""
+    assert len(rows) == len(old_rows)
+    for row, old in zip(rows, old_rows):
+        assert {k: v for k, v in row.items() if k != "agent_returns"} == \
+               {k: v for k, v in old.items() if k != "agent_returns"}
+        if "agent_returns" in old:
+            assert all(a == b or np.isnan(b) for a, b in zip(row["agent_returns"], old["agent_returns"]))
+
+
 def _continues_alike(worker, old_fields, tmp_path):
     """A worker snapshotted with its rollout state under the old field names continues exactly as the
     same snapshot in today's format: the same next rollouts (batch, episodes, steps) and book."""
@@ -208,7 +220,8 @@ def _continues_alike(worker, old_fields, tmp_path):
     assert "vec" in back.__dict__ and "ep_return" not in back.__dict__
     for _ in range(2):
         (b1, e1, s1), (b2, e2, s2) = twin.rollout(), back.rollout()
-        assert sorted(b1) == sorted(b2) and e1 == e2 and s1 == s2
+        _same_but_unknown_agent_returns(e1, e2)
+        assert sorted(b1) == sorted(b2) and s1 == s2
         for key in b1:
             np.testing.assert_array_equal(b1[key], b2[key], err_msg=key)
     np.testing.assert_array_equal(twin.book.returns, back.book.returns)
@@ -228,6 +241,33 @@ def test_a_team_worker_pickled_before_the_rollout_core_resumes_exactly(tmp_path)
     worker.rollout()
     _continues_alike(worker, lambda vec, book: {"obs": vec.obs, "infos": vec.infos, "pending_reset": vec.pending_reset,
                                                 "ep_return": book.returns, "ep_length": book.lengths}, tmp_path)
+
+
+def test_a_team_worker_of_state_format_1_continues_with_per_agent_returns(tmp_path):
+    """A team worker snapshotted before per-agent returns (a plain EpisodeBook, state format 1) is
+    migrated to an AgentEpisodeBook: the same rollouts and returns as its twin, per-agent returns for
+    every episode that starts after the snapshot, NaN for the ones under way at it."""
+    worker = TeamWorker(build_config(team_raw("mappo", REFERENCE, n_steps=7)), 0)
+    worker.rollout()
+    digest = save_snapshot(tmp_path / "w.pkl", {"worker": worker})
+    twin, back = (load_snapshot(tmp_path / "w.pkl", digest)["worker"] for _ in range(2))
+    under_way = back.book.lengths > 0
+    assert under_way.any()
+    back.book = EpisodeBook.resumed(back.book.returns, back.book.lengths)  # what a version-1 file holds
+    upgrade({"workers": [back]}, 1)
+    assert type(back.book) is AgentEpisodeBook
+    np.testing.assert_array_equal(np.isnan(back.book.agent_returns).any(axis=1), under_way)
+    rows, old_rows = [], []
+    for _ in range(8):
+        (b1, e1, s1), (b2, e2, s2) = twin.rollout(), back.rollout()
+        rows += e1
+        old_rows += e2
+        for key in b1:
+            np.testing.assert_array_equal(b1[key], b2[key], err_msg=key)
+    _same_but_unknown_agent_returns(rows, old_rows)
+    unknown = [bool(np.isnan(r["agent_returns"]).any()) for r in old_rows]
+    assert sum(unknown) == int(under_way.sum()) and len(unknown) > sum(unknown)
+    assert not any(unknown[sum(unknown):])  # only the first episode of each copy
 
 
 def test_a_vehicular_worker_pickled_before_the_rollout_core_resumes_exactly(tmp_path):

@@ -72,8 +72,9 @@ def test_stopped_and_resumed_sim_run_equals_the_uninterrupted_one_byte_for_byte(
     stopped_rows = (tmp_path / "part" / "comm.csv").read_bytes().count(b"\n")
     resumed = resume_experiment(tmp_path / "part")
     assert resumed["status"] == "completed"
-    for fname in ("metrics.csv", "comm.csv", "train.csv"):  # (LSVI writes no train.csv)
-        if fname == "train.csv" and not (tmp_path / "full" / fname).exists():
+    # (LSVI writes no train.csv; only the team actor-critics write returns.csv)
+    for fname in ("metrics.csv", "comm.csv", "train.csv", "returns.csv"):
+        if fname in ("train.csv", "returns.csv") and not (tmp_path / "full" / fname).exists():
             assert not (tmp_path / "part" / fname).exists()
             continue
         assert (tmp_path / "part" / fname).read_bytes() == (tmp_path / "full" / fname).read_bytes(), fname
