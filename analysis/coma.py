@@ -61,7 +61,13 @@ def config_value(config: dict, dotted: str) -> str:
         if not isinstance(node, dict) or part not in node:
             raise RunDirError(f"config key {dotted!r} not in this run's config.yaml")
         node = node[part]
-    return str(node)
+    return yaml.safe_dump(node, default_flow_style=True).strip().removesuffix("...").strip()  # as config.yaml spells it
+
+
+def group_label(by: str, value: str) -> str:
+    """A curve's name in the legend and the table: the value alone for the default key (an algorithm's name),
+    else ``key=value`` with the key's last part, so that ``null`` or ``true`` say what they are."""
+    return value if by == "algorithm.name" else f"{by.rsplit('.', 1)[-1]}={value}"
 
 
 def load_run(path: Path, by: str, x_key: str) -> Run:
@@ -78,7 +84,7 @@ def load_run(path: Path, by: str, x_key: str) -> Run:
     x = np.array([float(r[x_key]) for r in rows])
     returns = np.array([float(r["return"]) for r in rows])
     window = int((config.get("run") or {}).get("solve_window") or 100)
-    return Run(path, config_value(config, by), x, returns, summary, window)
+    return Run(path, group_label(by, config_value(config, by)), x, returns, summary, window)
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:

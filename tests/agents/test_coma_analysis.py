@@ -72,3 +72,21 @@ def test_a_malformed_reference_line_exits_2_naming_it(tmp_path: Path, capsys) ->
 def test_a_path_without_runs_is_a_named_error(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match="no run directory"):
         find_run_dirs([tmp_path])
+
+
+def test_curves_grouped_by_another_key_are_named_key_equals_value_as_the_config_spells_it(tmp_path: Path) -> None:
+    """A null, a boolean or a list under --by reads as it does in config.yaml, with the key's name: a legend
+    entry 'None' (what str() gave) did not say it was the feed-forward run."""
+    from analysis.coma import load_run
+
+    for i, (recurrent, flag) in enumerate([(None, True), ("gru", False)]):
+        root = tmp_path / f"r{i}"
+        _fake_run(root, "mappo", 0, 1.0)
+        config = yaml.safe_load((root / "config.yaml").read_text())
+        config["actor"] = {"recurrent": recurrent, "hidden": [64, 64], "ortho_init": flag}
+        (root / "config.yaml").write_text(yaml.safe_dump(config))
+    groups = {key: [load_run(tmp_path / f"r{i}", key, "env_steps").group for i in range(2)]
+              for key in ("actor.recurrent", "actor.ortho_init", "actor.hidden", "algorithm.name")}
+    assert groups == {"actor.recurrent": ["recurrent=null", "recurrent=gru"],
+                      "actor.ortho_init": ["ortho_init=true", "ortho_init=false"],
+                      "actor.hidden": ["hidden=[64, 64]"] * 2, "algorithm.name": ["mappo", "mappo"]}
