@@ -183,12 +183,6 @@ def rss_mb(pid: int) -> Optional[float]:
     return None
 
 
-def _default_sigint() -> None:
-    """In the child before it runs: SIGINT back to its default (a soak started in the background, with `&`,
-    inherits it ignored, and a Python started so never turns SIGINT into KeyboardInterrupt)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Session:
     """One `marlq run` or `marlq resume` child process: its stderr counted (restarts) and kept in a log."""
 
@@ -196,7 +190,7 @@ class Session:
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
         self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                     start_new_session=True, preexec_fn=_default_sigint)
+                                     start_new_session=True)  # marlq restores SIGINT if it starts ignored (cli)
         self.backend = backend
         self.restarts: dict[str, int] = {}
         self.lines: list[str] = []

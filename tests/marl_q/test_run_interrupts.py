@@ -26,12 +26,17 @@ def _start(raw: dict, tmp_path: Path, sigint_ignored: bool = False) -> tuple[sub
     cfg.write_text(yaml.safe_dump(raw))
     out = tmp_path / "r"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    # sigint_ignored: started as a non-interactive shell starts a background job (SIGINT ignored)
-    disposition = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
-    proc = subprocess.Popen([sys.executable, "-m", "marl_q.cli", "run", str(cfg), "--out", str(out), "--quiet"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,  # its own process group, like a job in a terminal
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, disposition))
+    # sigint_ignored: started as a non-interactive shell starts a background job (SIGINT ignored). An ignored
+    # signal stays ignored across exec, so the parent ignores it while it starts the child: no preexec_fn,
+    # which runs Python between fork and exec, where a process with other threads (JAX's, in a test process
+    # that imported it) can deadlock. A handled SIGINT is back to its default in the child by exec itself.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "marl_q.cli", "run", str(cfg), "--out", str(out), "--quiet"],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # its own process group, like a job in a terminal
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return proc, out
 
 
