@@ -239,12 +239,11 @@ class PerAgent(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = len(self.heads)
         feats, ids = x[:, :-n], x[:, -n:].argmax(dim=1)
-        if self.in_dims is not None:  # heads of their own sizes; outputs zero-padded to out_dim
-            out = feats.new_zeros((x.shape[0], self.out_dim))
-            for i, head in enumerate(self.heads):
-                rows = ids == i
-                o = head(feats[rows][:, :self.in_dims[i]])
-                out[rows, :o.shape[1]] = o
+        if self.in_dims is not None:  # heads of their own sizes; outputs zero-padded to out_dim (None: equal)
+            outs = [head(feats[ids == i][:, :self.in_dims[i]]) for i, head in enumerate(self.heads)]
+            out = feats.new_zeros((x.shape[0], self.out_dim or outs[0].shape[1]))
+            for i, o in enumerate(outs):
+                out[ids == i, :o.shape[1]] = o
             return out
         outs = [head(feats[ids == i]) for i, head in enumerate(self.heads)]
         out = outs[0].new_empty((x.shape[0], outs[0].shape[1]))
@@ -284,8 +283,8 @@ def build_team_models(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[nn.
         if cfg.algorithm.share_params:
             actor, critic = actor_head(actor_in), build_head(cfg.critic, critic_in, 1)
         elif desc.own_obs is not None:  # each agent's own spaces (describe_team)
-            actor = PerAgent([actor_head_sized(d, k) for d, k in zip(desc.own_obs, desc.own_out)],
-                             desc.own_obs, head_out_dim(dist))
+            actor = PerAgent([actor_head_sized(d, k) for d, k in zip(desc.own_obs, desc.own_out)], desc.own_obs,
+                             None if isinstance(dist, DiagGaussian) else head_out_dim(dist))
             critic_dims = [desc.state_dim] * n if desc.central else desc.own_obs
             critic = PerAgent([build_head(cfg.critic, d, 1) for d in critic_dims], critic_dims, 1)
         else:

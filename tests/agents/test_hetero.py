@@ -228,3 +228,45 @@ def test_recurrent_heads_with_own_networks_stay_refused(tmp_path, capsys):
     code, err, out = _cli(tmp_path, raw, capsys)
     assert code == 2 and not out.exists()
     assert "actor.recurrent: needs algorithm.share_params: true" in err
+
+
+class HeteroBoxEnv(HeteroEnv):
+    """HeteroEnv's observations with one Box(2) action space for both agents; rewarded for action[0] > 0."""
+
+    def action_space(self, agent):
+        return spaces.Box(-1, 1, (2,), np.float32)
+
+    def step(self, actions):
+        self.t += 1
+        rew = {a: float(actions[a][0] > 0) for a in self.agents}
+        for a, act in actions.items():
+            assert self.action_space(a).contains(np.asarray(act, np.float32)), (a, act)
+        trunc = {a: self.t >= self.max_cycles for a in self.agents}
+        obs = self._obs()
+        if self.t >= self.max_cycles:
+            self.agents = []
+        return obs, rew, {a: False for a in rew}, trunc, {a: {} for a in rew}
+
+
+@pytest.mark.parametrize("alg", ["ippo", "mappo"])
+def test_box_actions_with_observations_of_their_own_sizes(alg, tmp_path):
+    cfg = build_config(_raw(alg, "tests.agents.test_hetero:HeteroBoxEnv"))
+    desc = describe_team(cfg, make_env(cfg, 0))
+    actor, _, dist = build_team_models(cfg, desc)
+    assert dist.continuous and not desc.masked
+    for i, agent in enumerate(desc.agents):
+        layers = _linears(actor.heads[i])
+        assert layers[0].in_features == OBS[agent] and layers[-1].out_features == 2
+    summary = run_experiment(cfg, tmp_path / "run")
+    assert summary["status"] == "completed" and summary["env_steps"] >= 200
+
+
+def test_box_and_discrete_agents_together_are_refused(tmp_path, capsys):
+    code, err, out = _cli(tmp_path, _raw("ippo", "tests.agents.test_hetero:MixedEnv"), capsys)
+    assert code == 2 and not out.exists()
+    assert "with share_params: false the agents' action spaces must all be Discrete or all the same Box" in err
+
+
+class MixedEnv(HeteroEnv):
+    def action_space(self, agent):
+        return spaces.Discrete(2) if agent == "a" else spaces.Box(-1, 1, (2,), np.float32)
