@@ -270,3 +270,12 @@ def test_box_and_discrete_agents_together_are_refused(tmp_path, capsys):
 class MixedEnv(HeteroEnv):
     def action_space(self, agent):
         return spaces.Discrete(2) if agent == "a" else spaces.Box(-1, 1, (2,), np.float32)
+
+
+def test_greedy_evaluation_takes_each_agents_own_actions(tmp_path):
+    """The mode is taken under the same masks (HeteroEnv asserts every action): returns lie in [0, 10]."""
+    raw = _raw("mappo", steps=400)
+    raw["run"].update({"eval_every": 200, "eval_episodes": 4})
+    run_experiment(build_config(raw), tmp_path / "run")
+    rows = list(csv.DictReader(open(tmp_path / "run" / "eval.csv")))
+    assert len(rows) == 2 and all(0.0 <= float(r["eval_return"]) <= 10.0 for r in rows)
