@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from torch import nn
 
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
@@ -126,8 +127,13 @@ class TeamDescription:
     obs_dim: int
     state_dim: int
     action_space: Any
-    masked: bool  # the env hands out action masks (common_spaces)
+    masked: bool  # the env hands out action masks (common_spaces), or own_avail does
     central: bool = False  # the critic reads the global state (mappo, maa2c), not the agent's observation
+    # share_params: false with spaces that differ (else None): each agent's observation size, its head's
+    # output size, and (N, A) its own actions (1) among the A of action_space (the largest)
+    own_obs: Optional[list[int]] = None
+    own_out: Optional[list[int]] = None
+    own_avail: Optional[np.ndarray] = None
 
 
 def centralised(cfg: ExperimentConfig) -> bool:
@@ -147,29 +153,76 @@ def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
     state; a ConfigError naming the agents and sizes otherwise."""
     name, agents = cfg.algorithm.name, list(env.possible_agents)
     obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
+    acts = {a: env.action_space(a) for a in agents}
+    first = acts[agents[0]]
+    if not cfg.algorithm.share_params and (len(set(obs.values())) > 1 or any(
+            not _same_space(space, first) for space in acts.values())):
+        return _describe_own_spaces(cfg, env, obs, acts)
     if len(set(obs.values())) > 1:
         listing = ", ".join(f"{a}: {n}" for a, n in obs.items())
         raise ConfigError(f"algorithm {name}: the agents' observation sizes differ ({listing}); pad them with "
-                          "scenario.common_spaces: true")
-    acts = {a: env.action_space(a) for a in agents}
-    first = acts[agents[0]]
+                          "scenario.common_spaces: true (or algorithm.share_params: false: networks of their own)")
     for a, space in acts.items():
         try:
             distribution_for(space)
         except ValueError as exc:
             raise ConfigError(f"algorithm {name}: agent {a!r}: {exc}") from None
-        if type(space) is not type(first) or getattr(space, "shape", None) != getattr(first, "shape", None) or \
-                getattr(space, "n", None) != getattr(first, "n", None):
+        if not _same_space(space, first):
             listing = ", ".join(f"{b}: {s}" for b, s in acts.items())
             raise ConfigError(f"algorithm {name}: the agents' action spaces differ ({listing}); pad discrete ones "
-                              "with scenario.common_spaces: true")
+                              "with scenario.common_spaces: true (or algorithm.share_params: false: networks of "
+                              "their own)")
+    state_dim, central = _global_state(cfg, env)
+    masked = callable(getattr(env, "action_mask", None)) and hasattr(first, "n")
+    return TeamDescription(agents, obs[agents[0]], state_dim, first, masked, central)
+
+
+def _same_space(space: Any, other: Any) -> bool:
+    return type(space) is type(other) and getattr(space, "shape", None) == getattr(other, "shape", None) and \
+        getattr(space, "n", None) == getattr(other, "n", None)
+
+
+def _global_state(cfg: ExperimentConfig, env: Any) -> tuple[int, bool]:
+    """The global state's size (0: none) and whether the critic reads it; a ConfigError when it needs one."""
     state_dim = int(np.asarray(env.state()).size) if callable(getattr(env, "state", None)) else 0
     central = centralised(cfg)
     if central and state_dim == 0:
-        raise ConfigError(f"algorithm {name}: scenario {cfg.scenario.name!r} offers no global state() for the "
-                          "centralised critic")
-    masked = callable(getattr(env, "action_mask", None)) and hasattr(first, "n")
-    return TeamDescription(agents, obs[agents[0]], state_dim, first, masked, central)
+        raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} offers no global state() "
+                          "for the centralised critic")
+    return state_dim, central
+
+
+def _describe_own_spaces(cfg: ExperimentConfig, env: Any, obs: dict[str, int], acts: dict[str, Any]) -> TeamDescription:
+    """share_params: false with spaces that differ: every agent's networks are sized from its own spaces.
+    The rollout stores observations zero-padded to the largest (each head reads its own first columns)
+    and discrete actions as one Categorical over the largest count, an agent's actions beyond its own
+    masked (as common_spaces' padding is, but without a padded network). Box actions must agree."""
+    name, agents = cfg.algorithm.name, list(acts)
+    for a, space in acts.items():
+        try:
+            distribution_for(space)
+        except ValueError as exc:
+            raise ConfigError(f"algorithm {name}: agent {a!r}: {exc}") from None
+    first = acts[agents[0]]
+    discrete = all(isinstance(s, spaces.Discrete) for s in acts.values())
+    if not discrete and not all(_same_space(s, first) for s in acts.values()):
+        listing = ", ".join(f"{b}: {s}" for b, s in acts.items())
+        raise ConfigError(f"algorithm {name}: with share_params: false the agents' action spaces must all be "
+                          f"Discrete or all the same Box ({listing})")
+    if any(getattr(s, "start", 0) != 0 for s in acts.values()):
+        raise ConfigError(f"algorithm {name}: a Discrete action space with a start other than 0 is not supported")
+    state_dim, central = _global_state(cfg, env)
+    if discrete:
+        counts = [int(acts[a].n) for a in agents]
+        space = spaces.Discrete(max(counts))
+        own_avail = (np.arange(space.n)[None, :] < np.array(counts)[:, None]).astype(np.float32)
+        masked = True
+    else:
+        counts, space, own_avail = None, first, None
+        masked = False
+    own_out = counts if counts is not None else [head_out_dim(distribution_for(first))] * len(agents)
+    return TeamDescription(agents, max(obs.values()), state_dim, space, masked, central,
+                           own_obs=[obs[a] for a in agents], own_out=own_out, own_avail=own_avail)
 
 
 # ----------------------------------------------------------------------------- networks
@@ -177,13 +230,21 @@ class PerAgent(nn.Module):
     """One head per agent behind one ``features -> outputs`` interface: the last ``n`` input columns
     are the one-hot agent id; row i goes through head argmax(id_i) (the id columns stripped)."""
 
-    def __init__(self, heads: list[nn.Module]) -> None:
+    def __init__(self, heads: list[nn.Module], in_dims: Optional[list[int]] = None,
+                 out_dim: Optional[int] = None) -> None:
         super().__init__()
         self.heads = nn.ModuleList(heads)
+        self.in_dims, self.out_dim = in_dims, out_dim  # own spaces: head i reads its first in_dims[i] columns
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = len(self.heads)
         feats, ids = x[:, :-n], x[:, -n:].argmax(dim=1)
+        if self.in_dims is not None:  # heads of their own sizes; outputs zero-padded to out_dim (None: equal)
+            outs = [head(feats[ids == i][:, :self.in_dims[i]]) for i, head in enumerate(self.heads)]
+            out = feats.new_zeros((x.shape[0], self.out_dim or outs[0].shape[1]))
+            for i, o in enumerate(outs):
+                out[ids == i, :o.shape[1]] = o
+            return out
         outs = [head(feats[ids == i]) for i, head in enumerate(self.heads)]
         out = outs[0].new_empty((x.shape[0], outs[0].shape[1]))
         for i, o in enumerate(outs):
@@ -213,9 +274,19 @@ def build_team_models(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[nn.
         head = build_head(cfg.actor, in_dim, head_out_dim(dist))
         return LogStd(head, dist.dim, cfg.algorithm.init_log_std) if isinstance(dist, DiagGaussian) else head
 
+    def actor_head_sized(in_dim: int, out_dim: int) -> nn.Module:
+        if isinstance(dist, DiagGaussian):
+            return actor_head(in_dim)
+        return build_head(cfg.actor, in_dim, out_dim)
+
     with seeded_init(cfg.run.seed):
         if cfg.algorithm.share_params:
             actor, critic = actor_head(actor_in), build_head(cfg.critic, critic_in, 1)
+        elif desc.own_obs is not None:  # each agent's own spaces (describe_team)
+            actor = PerAgent([actor_head_sized(d, k) for d, k in zip(desc.own_obs, desc.own_out)], desc.own_obs,
+                             None if isinstance(dist, DiagGaussian) else head_out_dim(dist))
+            critic_dims = [desc.state_dim] * n if desc.central else desc.own_obs
+            critic = PerAgent([build_head(cfg.critic, d, 1) for d in critic_dims], critic_dims, 1)
         else:
             actor = PerAgent([actor_head(actor_in - n) for _ in range(n)])
             critic = PerAgent([build_head(cfg.critic, critic_in - n, 1) for _ in range(n)])
@@ -297,6 +368,8 @@ class TeamWorker(ActorCriticWorker):
         d = self.desc
         state = np.empty((len(self.envs), d.state_dim), dtype=np.float32) if critic is not None else None
         vec.rows(obs[..., :d.obs_dim], state, avail)
+        if avail is not None and d.own_avail is not None:  # each agent's own actions only
+            avail *= d.own_avail
         if critic is not None:
             critic[..., :d.state_dim] = state[:, None, :]
 
@@ -419,6 +492,9 @@ class TeamActorCritic(ActorCritic):
         env = make_env(cfg, cfg.run.seed)
         try:
             desc = describe_team(cfg, env)
+            if desc.own_obs is not None and turn_based(cfg):
+                raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is turn-based; "
+                                  "agents with spaces of their own play parallel envs only (scenario.common_spaces: true)")
             if not turn_based(cfg):
                 teams_for(cfg, list(env.possible_agents))
         finally:

@@ -304,9 +304,17 @@ class ParallelCopies(TeamRows):
             for i, a in enumerate(self.agents):
                 info = self.infos[e].get(a) or {}
                 present = a in self.obs[e]
-                obs_out[e, i] = self.obs[e][a] if present else 0.0
+                if present:  # an agent with a smaller observation than the rows' fills their first columns
+                    own = self.obs[e][a]
+                    obs_out[e, i, :np.size(own)] = own
+                else:
+                    obs_out[e, i] = 0.0
                 if avail_out is not None:
-                    avail_out[e, i] = info["action_mask"] if present and "action_mask" in info else 1.0
+                    if present and "action_mask" in info:
+                        mask = info["action_mask"]
+                        avail_out[e, i, :np.size(mask)] = mask
+                    else:
+                        avail_out[e, i] = 1.0
         if state_out is not None:
             for e, env in enumerate(self.envs):
                 state_out[e] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
