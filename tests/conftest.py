@@ -88,3 +88,42 @@ def param_seed(request: pytest.FixtureRequest) -> int:
 def small_raw() -> dict[str, Any]:
     """A tiny CartPole A3C config as a raw mapping (fresh copy per test)."""
     return copy.deepcopy(CARTPOLE_SMALL)
+
+
+@pytest.fixture
+def cli_run(tmp_path, capsys):
+    """``cli_run(raw)``: ``marlq run`` on ``raw`` written as a YAML file, in this process; returns the exit
+    code, what it printed on stderr and the run directory it was given (which a refused config leaves absent)."""
+    import yaml
+
+    from marl_q.cli import main
+
+    def run(raw: dict[str, Any]) -> tuple[int, str, Any]:
+        cfg = tmp_path / "bad.yaml"
+        cfg.write_text(yaml.safe_dump(raw))
+        out = tmp_path / "run"
+        code = main(["run", str(cfg), "--out", str(out), "--quiet"])
+        return code, capsys.readouterr().err, out
+
+    return run
+
+
+@pytest.fixture
+def exact_resume(tmp_path):
+    """``exact_resume(make_raw, stop_after)``: a run stopped after ``stop_after`` updates and resumed writes
+    the bytes of the uninterrupted run (metrics, comm and train csv). ``make_raw()`` gives a fresh config."""
+    from marl_q.config import build_config
+    from marl_q.experiment import resume_experiment, run_experiment
+
+    def check(make_raw, stop_after: int) -> None:
+        full = run_experiment(build_config(make_raw()), tmp_path / "full")
+        raw = make_raw()
+        raw["run"]["stop_after_updates"] = stop_after
+        part = run_experiment(build_config(raw), tmp_path / "part")
+        assert part["status"] == "stopped" and part["env_steps"] < full["env_steps"]
+        resumed = resume_experiment(tmp_path / "part")
+        assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is True
+        for fname in ("metrics.csv", "comm.csv", "train.csv"):
+            assert (tmp_path / "part" / fname).read_bytes() == (tmp_path / "full" / fname).read_bytes(), fname
+
+    return check

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import csv
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,9 +16,8 @@ from pettingzoo import ParallelEnv
 from torch import nn
 
 from agents.mappo import PerAgent, TeamWorker, build_team_models, describe_team, make_env
-from marl_q.cli import main as cli_main
 from marl_q.config import build_config
-from marl_q.experiment import resume_experiment, run_experiment
+from marl_q.experiment import run_experiment
 
 HETERO = "tests.agents.test_hetero:HeteroEnv"
 LISTENER = "mpe2.simple_speaker_listener_v4:parallel_env"
@@ -193,39 +191,24 @@ def test_the_same_config_twice_on_sim_is_byte_identical(tmp_path):
         assert one == two and one.count(b"\n") > 2, fname
 
 
-def test_a_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
-    full = run_experiment(build_config(_raw("ippo", LISTENER, steps=600)), tmp_path / "full")
-    raw = _raw("ippo", LISTENER, steps=600)
-    raw["run"]["stop_after_updates"] = 5
-    part = run_experiment(build_config(raw), tmp_path / "part")
-    assert part["status"] == "stopped" and part["env_steps"] < full["env_steps"]
-    resumed = resume_experiment(tmp_path / "part")
-    assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is True
-    for fname in ("metrics.csv", "comm.csv", "train.csv"):
-        assert (tmp_path / "part" / fname).read_bytes() == (tmp_path / "full" / fname).read_bytes(), fname
+def test_a_stopped_and_resumed_run_equals_the_uninterrupted_one(exact_resume):
+    exact_resume(lambda: _raw("ippo", LISTENER, steps=600), stop_after=5)
 
 
 # ----------------------------------------------------------------------------- bad input
-def _cli(tmp_path: Path, raw: dict, capsys) -> tuple[int, str, Path]:
-    import yaml
-    cfg = tmp_path / "bad.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    code = cli_main(["run", str(cfg), "--out", str(out), "--quiet"])
-    return code, capsys.readouterr().err, out
 
 
 @pytest.mark.parametrize("alg", TEAM)
-def test_shared_parameters_with_differing_spaces_still_ask_for_common_spaces(alg, tmp_path, capsys):
-    code, err, out = _cli(tmp_path, _raw(alg, share=True), capsys)
+def test_shared_parameters_with_differing_spaces_still_ask_for_common_spaces(alg, cli_run):
+    code, err, out = cli_run(_raw(alg, share=True))
     assert code == 2 and not out.exists()
     assert "the agents' observation sizes differ (a: 2, b: 4)" in err and "scenario.common_spaces: true" in err
 
 
-def test_recurrent_heads_with_own_networks_stay_refused(tmp_path, capsys):
+def test_recurrent_heads_with_own_networks_stay_refused(cli_run):
     raw = _raw("mappo")
     raw["actor"]["recurrent"] = "gru"
-    code, err, out = _cli(tmp_path, raw, capsys)
+    code, err, out = cli_run(raw)
     assert code == 2 and not out.exists()
     assert "actor.recurrent: needs algorithm.share_params: true" in err
 
@@ -261,8 +244,8 @@ def test_box_actions_with_observations_of_their_own_sizes(alg, tmp_path):
     assert summary["status"] == "completed" and summary["env_steps"] >= 200
 
 
-def test_box_and_discrete_agents_together_are_refused(tmp_path, capsys):
-    code, err, out = _cli(tmp_path, _raw("ippo", "tests.agents.test_hetero:MixedEnv"), capsys)
+def test_box_and_discrete_agents_together_are_refused(cli_run):
+    code, err, out = cli_run(_raw("ippo", "tests.agents.test_hetero:MixedEnv"))
     assert code == 2 and not out.exists()
     assert "with share_params: false the agents' action spaces must all be Discrete or all the same Box" in err
 

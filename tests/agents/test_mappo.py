@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import yaml
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 from torch import nn
@@ -23,7 +22,6 @@ from agents.distributions import Categorical, DiagGaussian, LogStd
 from agents.heads import FlatParameters, count_params
 from agents.mappo import PerAgent, TeamWorker, build_team_models, describe_team, make_env
 from agents.value_norm import ValueNorm
-from marl_q.cli import main as cli_main
 from marl_q.config import build_config
 from marl_q.experiment import run_experiment
 
@@ -79,18 +77,12 @@ def test_every_algorithm_runs_end_to_end_on_any_parallel_env(alg, env, kwargs, t
 
 
 # ----------------------------------------------------------------------------- 2. bad input
-def _cli_exit(tmp_path: Path, raw: dict, capsys) -> tuple[int, str, Path]:
-    cfg = tmp_path / "bad.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    code = cli_main(["run", str(cfg), "--out", str(out), "--quiet"])
-    return code, capsys.readouterr().err, out
 
 
 @pytest.mark.skipif(not HAS_SISL, reason=SISL_REASON)
 @pytest.mark.parametrize("alg", COMA_FAMILY)
-def test_coma_family_refuses_continuous_actions(alg, tmp_path, capsys):
-    code, err, out = _cli_exit(tmp_path, _raw(alg, "sisl/multiwalker-v9", common=False), capsys)
+def test_coma_family_refuses_continuous_actions(alg, cli_run):
+    code, err, out = cli_run(_raw(alg, "sisl/multiwalker-v9", common=False))
     assert code == 2 and not out.exists()
     assert f"algorithm {alg}: agent 'walker_0' has a non-discrete action space Box(" in err
 
@@ -100,16 +92,15 @@ def test_coma_family_refuses_continuous_actions(alg, tmp_path, capsys):
     ("ia2c", "the agents' observation sizes differ (speaker_0: 3, listener_0: 11)"),
     ("coma", "different ones (speaker_0: 3, listener_0: 5)"),
     ("central_v", "different ones (speaker_0: 3, listener_0: 5)")])
-def test_unequal_spaces_without_common_spaces_exit_2_naming_agents_and_sizes(alg, match, tmp_path, capsys):
-    code, err, out = _cli_exit(tmp_path, _raw(alg, LISTENER, common=False), capsys)
+def test_unequal_spaces_without_common_spaces_exit_2_naming_agents_and_sizes(alg, match, cli_run):
+    code, err, out = cli_run(_raw(alg, LISTENER, common=False))
     assert code == 2 and not out.exists()
     assert match in err and "common_spaces" in err
 
 
-def test_unequal_action_spaces_with_equal_observations_are_named(tmp_path, capsys):
+def test_unequal_action_spaces_with_equal_observations_are_named(cli_run):
     """Equal observation sizes but action spaces that differ: the team family names those."""
-    code, err, out = _cli_exit(tmp_path, _raw("ippo", "tests.agents.test_mappo:UnequalActionsEnv", kwargs={},
-                                              common=False), capsys)
+    code, err, out = cli_run(_raw("ippo", "tests.agents.test_mappo:UnequalActionsEnv", kwargs={}, common=False))
     assert code == 2 and not out.exists()
     assert "the agents' action spaces differ (a: Discrete(2), b: Discrete(3))" in err
 

@@ -4,15 +4,12 @@ detaches at chunk boundaries, the loss written out per sample, the recall task's
 a second identical run, an uninterrupted run, and the CLI's exit status."""
 from __future__ import annotations
 
-import copy
 import csv
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from agents.actor_critic import ActorCriticConfig
 from agents.heads import FlatParameters, MLPConfig, build_mlp
@@ -20,9 +17,8 @@ from agents.mappo import TeamWorker
 from agents.recurrent import RecurrentHead, from_sequences, to_sequences
 from agents.recurrent_ac import recurrent_update
 from agents.returns import gae
-from marl_q.cli import main as cli_main
 from marl_q.config import build_config
-from marl_q.experiment import resume_experiment, run_experiment
+from marl_q.experiment import run_experiment
 
 GRU = {"head": "mlp", "hidden": [16], "recurrent": "gru"}
 
@@ -311,17 +307,9 @@ def test_a_recurrent_sim_run_twice_is_byte_identical(tmp_path):
         assert one == two and one.count(b"\n") > 2, fname
 
 
-def test_a_stopped_and_resumed_recurrent_run_equals_the_uninterrupted_one(tmp_path):
+def test_a_stopped_and_resumed_recurrent_run_equals_the_uninterrupted_one(exact_resume):
     """Exact resume: the hidden states, reset flags and minibatch draws come back with the snapshot."""
-    full = run_experiment(build_config(_raw(steps=800)), tmp_path / "full")
-    raw = _raw(steps=800)
-    raw["run"]["stop_after_updates"] = 7
-    part = run_experiment(build_config(raw), tmp_path / "part")
-    assert part["status"] == "stopped" and part["env_steps"] < full["env_steps"]
-    resumed = resume_experiment(tmp_path / "part")
-    assert resumed["status"] == "completed" and resumed["resumes"][0]["exact"] is True
-    for fname in ("metrics.csv", "comm.csv", "train.csv"):
-        assert (tmp_path / "part" / fname).read_bytes() == (tmp_path / "full" / fname).read_bytes(), fname
+    exact_resume(lambda: _raw(steps=800), stop_after=7)
 
 
 def test_greedy_evaluation_runs_the_recurrent_actor(tmp_path):
@@ -344,12 +332,6 @@ def test_loading_a_recurrent_actor_as_a_stateless_policy_is_refused_in_one_line(
         load_trained(tmp_path / "run")
 
 
-def _cli(tmp_path: Path, raw: dict, capsys) -> tuple[int, str, Path]:
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    code = cli_main(["run", str(cfg), "--out", str(out), "--quiet"])
-    return code, capsys.readouterr().err.strip(), out
 
 
 BAD = [
@@ -368,9 +350,9 @@ BAD = [
 
 
 @pytest.mark.parametrize("what,change,message", BAD, ids=[b[0] for b in BAD])
-def test_bad_recurrent_input_exits_2_with_one_line(what, change, message, tmp_path, capsys):
+def test_bad_recurrent_input_exits_2_with_one_line(what, change, message, cli_run):
     raw = _raw()
     change(raw)
-    code, err, out = _cli(tmp_path, raw, capsys)
+    code, err, out = cli_run(raw)
     assert code == 2 and message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
