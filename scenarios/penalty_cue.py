@@ -34,7 +34,7 @@ import pettingzoo
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from scenarios.spec import ScenarioSpec, check_cue_game_sizes
+from scenarios.spec import ScenarioSpec, check_cue_game_sizes, cue_game_actions
 
 
 @dataclass
@@ -111,11 +111,7 @@ class PenaltyCueEnv(ParallelEnv):
         return self._observe(), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        if set(actions) != set(self.agents):
-            raise ValueError(f"penalty_cue step needs one action per live agent {self.agents}, got {sorted(actions)}")
-        chosen = np.array([int(actions[a]) for a in self.agents])
-        if np.any((chosen < 0) | (chosen > self.n_cues)):
-            raise ValueError(f"penalty_cue actions must lie in 0..{self.n_cues}, got {chosen.tolist()}")
+        chosen = cue_game_actions("penalty_cue", actions, self.agents, self.n_cues + 1)
         team_reward = float(np.mean(agent_payoffs(self._cues, chosen, self.n_cues, self.penalty)))
         self._t += 1
         done = self._t >= self.episode_length

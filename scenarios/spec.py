@@ -33,3 +33,14 @@ def check_cue_game_sizes(n_agents: Any, n_cues: Any, episode_length: Any) -> Non
             raise ValueError(f"scenario.{key} must be a positive integer, got {value!r}")
     if n_cues < 2:
         raise ValueError(f"scenario.n_cues must be at least 2 (one cue is no game), got {n_cues}")
+
+
+def cue_game_actions(game: str, actions: dict[str, Any], agents: list[str], n_actions: int) -> np.ndarray:
+    """The cue games' joint action as an int array in ``agents``' order, after the checks they share: one action
+    per live agent, each in ``0..n_actions - 1`` (a ValueError naming the game otherwise)."""
+    if set(actions) != set(agents):
+        raise ValueError(f"{game} step needs one action per live agent {agents}, got {sorted(actions)}")
+    chosen = np.array([int(actions[a]) for a in agents])
+    if np.any((chosen < 0) | (chosen >= n_actions)):
+        raise ValueError(f"{game} actions must lie in 0..{n_actions - 1}, got {chosen.tolist()}")
+    return chosen

@@ -24,7 +24,7 @@ import pettingzoo
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from scenarios.spec import ScenarioSpec, check_cue_game_sizes
+from scenarios.spec import ScenarioSpec, check_cue_game_sizes, cue_game_actions
 
 
 @dataclass
@@ -85,11 +85,7 @@ class TeamCueEnv(ParallelEnv):
         return self._observe(), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        if set(actions) != set(self.agents):
-            raise ValueError(f"team_cue step needs one action per live agent {self.agents}, got {sorted(actions)}")
-        chosen = np.array([int(actions[a]) for a in self.agents])
-        if np.any((chosen < 0) | (chosen >= self.n_cues)):
-            raise ValueError(f"team_cue actions must lie in 0..{self.n_cues - 1}, got {chosen.tolist()}")
+        chosen = cue_game_actions("team_cue", actions, self.agents, self.n_cues)
         team_reward = float(np.mean(chosen == self.right_answers()))
         self._t += 1
         done = self._t >= self.episode_length
