@@ -180,7 +180,8 @@ def test_bench_sim_scale_measures_each_worker_count_and_draws_the_figure(tmp_pat
     assert [(r["variant"], r["workers"]) for r in rows] == [("hogwild", 2), ("hogwild", 5)]
     for r in rows:
         assert r["env_steps"] >= 300 and r["peak_rss_mb"] > 0 and r["cpu_s"] > 0
-        assert r["wall_per_1M"] == pytest.approx(r["wall_s"] * 1e6 / r["env_steps"], rel=0.02)
+        # wall_s is written to 0.01 s: its rounding alone moves the ratio by up to 0.005 s per run
+        assert r["wall_per_1M"] == pytest.approx(r["wall_s"] * 1e6 / r["env_steps"], abs=0.0051e6 / r["env_steps"] + 0.05)
         assert (tmp_path / "runs" / "hogwild" / f"w{r['workers']}" / "metrics.csv").is_file()
     assert rows[0]["wall_x"] == rows[0]["cpu_x"] == rows[0]["rss_x"] == 1.0
     assert rows[1]["cpu_x"] == pytest.approx(rows[1]["cpu_per_1M"] / rows[0]["cpu_per_1M"], abs=0.01)
