@@ -381,7 +381,8 @@ def main(argv: list[str]) -> int:
     if args.show_class:
         print(numerics_class().describe())
         return 0
-    names = args.names or scenario_files()
+    # a name may leave out ".yaml", or be the file's path (scenarios/NAME.yaml)
+    names = [Path(n).name if n.endswith(".yaml") else f"{n}.yaml" for n in args.names] or scenario_files()
     unknown = sorted(set(names) - set(scenario_files()))
     if unknown:
         print(f"unknown scenario files: {unknown}; known: {scenario_files()}", file=sys.stderr)
