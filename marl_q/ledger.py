@@ -11,13 +11,14 @@ from typing import Any, Optional
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.quantum import COLUMNS as QUANTUM_COLUMNS
 from marl_q.quantum import KINDS, QUANTUM_FILE, ROLES, counter_columns, qpu_seconds
+from marl_q.rundir import FileLog
 
 COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
            "staleness", "accepted", "reason"]
 FLUSH_S = 2.0  # rows wait at most this long (wall clock) for the file
 
 
-class Ledger:
+class Ledger(FileLog):
     """Counts and records traffic. Rows are buffered and flushed, so memory stays flat on long runs."""
 
     def __init__(self, path: Optional[Path] = None, flush_every: int = 4096,
@@ -92,16 +93,6 @@ class Ledger:
     def pending(self) -> list[tuple]:
         """The rows not written to comm.csv yet."""
         return self.file.pending
-
-    def flush(self) -> None:
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-    def abandon(self) -> None:
-        """Close without writing what is pending (``MetricsWriter.abandon``)."""
-        self.file.abandon()
 
     def totals(self) -> dict[str, int]:
         return {"messages": self.count - sum(self.faults.values()), "bytes_up": self.bytes_up,
@@ -200,7 +191,7 @@ def ledger_audit(run_dir: Path) -> LedgerAudit:
     return auditor.audit()
 
 
-class QuantumLedger:
+class QuantumLedger(FileLog):
     """Adds up the workers' reports; writes quantum.csv rows and the summary's keys."""
 
     def __init__(self, cfg: Any, out: Optional[Path], resume: Optional[dict[str, Any]] = None) -> None:
@@ -256,14 +247,6 @@ class QuantumLedger:
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps to continue the ledger on resume."""
         return {"per_worker": self.per_worker, "exact": self.exact, "position": self.position()}
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
 
     def summary(self, env_steps: int) -> dict[str, Any]:
         """summary.json keys: totals, per env step, per worker, exactness and the QPU estimate."""

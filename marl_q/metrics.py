@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+from marl_q.rundir import FileLog
 
 
 def episode_summary(rows: list[dict[str, Any]], solve_return: Optional[float], window: int = 100) -> dict[str, Any]:
@@ -39,7 +40,7 @@ TRAIN_BASE = ["t", "worker", "env_steps", "update"]  # update: the row's number,
 TRAIN_FIELDS = ["version", "staleness", *DIAGNOSTICS]
 
 
-class TrainLog:
+class TrainLog(FileLog):
     """train.csv: one row per update the server takes in with its diagnostics (a worker's pushed update,
     or one the server's own learner ran), written by ``marl_q.rundir.MetricsWriter`` (wall clock in
     train_wall.csv). The file is made at the first row, so a run without diagnostics has none."""
@@ -81,16 +82,3 @@ class TrainLog:
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps to continue train.csv on resume (rows so far, byte positions)."""
         return {"updates": self.updates, "position": self.file.position() if self.file is not None else None}
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-
-    def abandon(self) -> None:
-        """Close train.csv without writing what is pending (``MetricsWriter.abandon``)."""
-        if self.file is not None:
-            self.file.abandon()

@@ -19,7 +19,6 @@ import math
 import os
 import pickle
 import shutil
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -246,6 +245,27 @@ class LazyMetricsFile:
         self._abandoned = True
         if self.writer is not None:
             self.writer.abandon()
+
+
+class FileLog:
+    """The flush/close/abandon of a run file kept by a log object (train.csv's TrainLog, comm.csv's Ledger,
+    quantum.csv's QuantumLedger, returns.csv's ReturnsLog): each holds its file as ``self.file``, a
+    MetricsWriter or LazyMetricsFile, or None when the run writes no file."""
+
+    file: Any = None
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def abandon(self) -> None:
+        """Close without writing what is pending (``MetricsWriter.abandon``)."""
+        if self.file is not None:
+            self.file.abandon()
 
 
 def _fmt(value: Any) -> Any:

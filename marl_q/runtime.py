@@ -324,9 +324,8 @@ class Runtime:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
-        # every run file is a rundir.MetricsWriter (quantum.csv's and train.csv's made at their first row)
-        for run_file in (self.metrics, self.ledger.file, self.quantum.file, self.train.file,
-                         self.returns.file if self.returns is not None else None):
+        # metrics.csv is a rundir.MetricsWriter; the others are rundir.FileLog objects around theirs
+        for run_file in (self.metrics, self.ledger, self.quantum, self.train, self.returns):
             if run_file is not None:
                 run_file.abandon()
         self.close_tracker()

@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from marl_q.errors import ConfigError
+from marl_q.rundir import FileLog
 
 MPE_PREFIXES = ("adversary_", "agent_")  # PettingZoo MPE's agent names: adversary_0, agent_0, ...
 EVERYONE = "all"  # the one team's name when no prefix sorts the agents
@@ -155,7 +156,7 @@ def with_team_fields(fields: list[str], teams: Optional[Teams]) -> list[str]:
     return list(fields[:at]) + extra + list(fields[at:])
 
 
-class ReturnsLog:
+class ReturnsLog(FileLog):
     """returns.csv (see the module docstring), written through ``marl_q.rundir.MetricsWriter`` without a
     wall sidecar; ``resume``: the checkpoint's ``state()``; a checkpoint without one (taken before
     returns.csv existed) starts the file again."""
@@ -190,12 +191,3 @@ class ReturnsLog:
 
     def state(self) -> dict[str, Any]:
         return {"position": list(self.file.position())}
-
-    def flush(self) -> None:
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-    def abandon(self) -> None:
-        self.file.abandon()

@@ -31,6 +31,8 @@ def _fail_on_call(n: int, real):
 
 def _config(small_raw: dict, tmp_path: Path, backend: str = "sim") -> Path:
     small_raw["backend"]["name"] = backend
+    if backend == "local":  # the test is about a checkpoint's write, not about workers slow to start under load
+        small_raw["backend"]["hello_timeout_s"] = 300.0
     small_raw["run"].update({"total_env_steps": 1200, "checkpoint_every": 5})
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(small_raw))
