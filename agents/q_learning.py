@@ -252,6 +252,18 @@ def sequence_buffer(dims: QDims, replay: ReplayConfig, hidden: int, capacity: in
     return EpisodeBuffer(fields, capacity, replay.sequence + 1, episode_fields=[Field("h0", agent + (hidden,))])
 
 
+def replay_buffer(replay: ReplayConfig, dims: QDims, capacity: int, hidden: Optional[int] = None,
+                  prioritized: Optional[bool] = None) -> ReplayBuffer:
+    """The server's buffer of ``capacity`` rows: sequences (``sequence_buffer``) for a recurrent Q-network
+    of state size ``hidden``, else transitions (``replay_fields``), prioritized when ``prioritized``
+    (default ``replay.prioritized``). ``marlq bench replay_memory`` builds the same."""
+    if hidden is not None:
+        return sequence_buffer(dims, replay, hidden, capacity)
+    if replay.prioritized if prioritized is None else prioritized:
+        return PrioritizedReplayBuffer(replay_fields(dims), capacity, replay.alpha, replay.priority_eps)
+    return ReplayBuffer(replay_fields(dims), capacity)
+
+
 def build_q_network(cfg: ExperimentConfig, dims: QDims) -> nn.Module:
     """The shared Q-network from the ``critic`` section: in_dim -> n_actions (+1 for a dueling head). Its
     callers build it inside ``seeded_init(run.seed)``, so that workers and server start from the same
@@ -771,16 +783,11 @@ class ReplayService(Service):
 
     def __init__(self, cfg: ExperimentConfig, dims: QDims, learner: QLearner) -> None:
         self.cfg, self.hp, self.dims, self.learner = cfg, cfg.algorithm.params, dims, learner
-        fields = replay_fields(dims)
         r = self.hp.replay
-        if is_recurrent(learner.online):  # sequences, one per row (docs/value_based.md)
-            self.buffer: ReplayBuffer = sequence_buffer(dims, r, learner.online.hidden_size, r.capacity)
-            fields = list(self.buffer.fields)
-        else:
-            self.buffer = (PrioritizedReplayBuffer(fields, r.capacity, r.alpha, r.priority_eps) if r.prioritized
-                           else ReplayBuffer(fields, r.capacity))
+        hidden = learner.online.hidden_size if is_recurrent(learner.online) else None  # sequences, one per row
+        self.buffer = replay_buffer(r, dims, r.capacity, hidden)
         self.buffer.snapshot_max_bytes = r.snapshot_max_bytes
-        self.specs = {TRANSITIONS: transitions_spec(fields)}
+        self.specs = {TRANSITIONS: transitions_spec(list(self.buffer.fields))}
         self.env_steps = 0
         self.credit = 0.0  # gradient updates owed by the replay ratio
         self.accepted = 0

@@ -289,6 +289,24 @@ def test_replay_memory_bench_reports_the_hand_counted_bytes_of_spread_qmix(capsy
     assert out["nbytes"] == 927 * 1000
 
 
+def test_replay_memory_bench_lays_out_the_gru_learners_sequences(capsys):
+    from marl_q.registry import BENCHES
+
+    bench = BENCHES.get("replay_memory").obj
+    assert bench(["--config", str(SCEN / "spread_qmix_gru.yaml"), "--transitions", "40", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 26 observations (25 steps and the bootstrap one): obs 3 x 18 float32, action 3 int64, reward float32,
+    # terminated bool, avail 3 x 5 bool, state 54 float32; mask 26 bool; h0 3 x 64 float32
+    assert out["row"] == "sequence of 25 steps"
+    assert out["bytes_per_transition"] == 26 * (3 * 18 * 4 + 3 * 8 + 4 + 1 + 3 * 5 + 54 * 4) + 26 + 3 * 64 * 4 == 13170
+    assert out["nbytes"] == 13170 * 40
+    assert main(["bench", "replay_memory", "--config", str(SCEN / "spread_qmix_gru.yaml"), "--transitions", "4",
+                 "--prioritized"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--prioritized: a recurrent Q-network (critic.recurrent) replays its sequences uniformly" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_circuit_q_network_scalings_get_their_own_learning_rates():
     from agents.q_learning import QDims, build_q_network
 
