@@ -36,8 +36,9 @@ from agents.coma_learner import DuelingQ
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.losses import diagnostics
 from agents.numpy_heads import numpy_acting_head
-from agents.replay import (Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError, n_step_chunk,
-                           n_step_windows, transition_fields)
+from agents.recurrent import is_recurrent
+from agents.replay import (EpisodeBuffer, Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError,
+                           n_step_chunk, n_step_windows, sequence_windows, transition_fields)
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
                                   linear_schedule, masked_argmax, q_taken, td_loss, td_target)
@@ -77,6 +78,16 @@ class ReplayConfig:
     # sim: a buffer holding more bytes than this is left out of the snapshot (said once on stderr); the
     # checkpoint still holds it, and a resume is then inexact (fresh workers), as for Box2D envs
     snapshot_max_bytes: Optional[int] = 2**30
+    # a recurrent Q-network (critic.recurrent: gru) replays sequences of this many steps (R2D2; one row of
+    # the buffer each, so capacity and batch_size count sequences); an episode no longer than it is one
+    # sequence (EPyMARL's whole-episode replay); null: feed-forward replay of transitions
+    sequence: Optional[int] = None
+    burn_in: int = 0  # R2D2: steps at a sequence's start unrolled without gradient, outside the loss
+    overlap: Optional[int] = None  # steps adjacent sequences of an episode share; null: burn_in (R2D2: 40 of 80)
+
+    @property
+    def sequence_overlap(self) -> int:
+        return self.burn_in if self.overlap is None else self.overlap
 
     def validate(self) -> None:
         try:
@@ -93,6 +104,19 @@ class ReplayConfig:
             raise ReplayConfigError(f"algorithm.replay.ratio must be >= 0, got {self.ratio!r}")
         if self.learning_starts < 0:
             raise ReplayConfigError(f"algorithm.replay.learning_starts must be >= 0, got {self.learning_starts!r}")
+        if self.sequence is None:
+            for key in ("burn_in", "overlap"):
+                if getattr(self, key) not in (None, 0):
+                    raise ReplayConfigError(f"algorithm.replay.{key}: needs replay.sequence (sequence replay of a "
+                                            "recurrent Q-network, critic.recurrent: gru)")
+            return
+        if isinstance(self.sequence, int) and self.sequence >= 1 and not 0 <= self.burn_in < self.sequence:
+            raise ReplayConfigError(f"algorithm.replay.burn_in={self.burn_in} must lie in [0, replay.sequence="
+                                    f"{self.sequence}): the TD loss needs steps after the burn-in")
+        try:
+            sequence_windows(1, self.sequence, self.sequence_overlap)
+        except ReplayConfigError as exc:
+            raise ReplayConfigError(f"algorithm.{exc}") from None
 
 
 @dataclass
@@ -212,6 +236,32 @@ def replay_fields(dims: QDims) -> list[Field]:
     """The replay rows: transition_fields with action masks for multi-agent and the state for qmix."""
     return transition_fields((dims.obs_dim,), n_agents=dims.n_agents,
                              n_actions=dims.n_actions if dims.n_agents else None, state_dim=dims.state_dim)
+
+
+def sequence_buffer(dims: QDims, replay: ReplayConfig, hidden: int, capacity: int = 1) -> EpisodeBuffer:
+    """The layout of a recurrent learner's replay (``capacity`` sequences): per step obs, avail (and the
+    state for qmix) at the sequence's ``replay.sequence`` + 1 observations (the last: the bootstrap
+    observation of its last step), and action, reward, terminated at its steps (the last position
+    zero); ``mask`` True on the observations the sequence has (a sequence of k steps: k + 1); ``h0``
+    (n_agents, hidden), the acting network's state at the sequence's first step."""
+    agent = (dims.n_agents,)
+    fields = [Field("obs", agent + (dims.obs_dim,)), Field("action", agent, np.int64), Field("reward", ()),
+              Field("terminated", (), np.bool_), Field("avail", agent + (dims.n_actions,), np.bool_)]
+    if dims.state_dim is not None:
+        fields.append(Field("state", (dims.state_dim,)))
+    return EpisodeBuffer(fields, capacity, replay.sequence + 1, episode_fields=[Field("h0", agent + (hidden,))])
+
+
+def replay_buffer(replay: ReplayConfig, dims: QDims, capacity: int, hidden: Optional[int] = None,
+                  prioritized: Optional[bool] = None) -> ReplayBuffer:
+    """The server's buffer of ``capacity`` rows: sequences (``sequence_buffer``) for a recurrent Q-network
+    of state size ``hidden``, else transitions (``replay_fields``), prioritized when ``prioritized``
+    (default ``replay.prioritized``). ``marlq bench replay_memory`` builds the same."""
+    if hidden is not None:
+        return sequence_buffer(dims, replay, hidden, capacity)
+    if replay.prioritized if prioritized is None else prioritized:
+        return PrioritizedReplayBuffer(replay_fields(dims), capacity, replay.alpha, replay.priority_eps)
+    return ReplayBuffer(replay_fields(dims), capacity)
 
 
 def build_q_network(cfg: ExperimentConfig, dims: QDims) -> nn.Module:
@@ -352,11 +402,13 @@ def collect_chunk(worker: "QWorker", steps: int) -> tuple[dict[str, np.ndarray],
         now = worker.server_steps + worker.steps_since
         eps = 1.0 if now < hp.replay.learning_starts else hp.epsilon(now)
         obs, avail, _ = seen(vec, observed)
-        return epsilon_greedy(worker.q_values(obs), avail, eps, worker.rng)
+        return epsilon_greedy(worker.q_values(obs, worker.book.lengths == 0), avail, eps, worker.rng)
 
     def store(t: int, observed: Any, action: np.ndarray, step: Step) -> None:
         for key, value in transition(vec, *seen(vec, observed), action, step).items():
             rows.setdefault(key, []).append(value)
+        if worker.memory is not None:  # the state this step was acted from (after its reset)
+            rows.setdefault("h0", []).append(worker.memory.before.reshape(vec.num_envs, worker.dims.n_agents, -1))
         worker.steps_since += int(step.valid.sum())
 
     episodes, taken = rollout(vec, worker.book, steps, act, store, row=lambda i: {"version": worker.version,
@@ -389,8 +441,77 @@ class NStepAssembler:
         return {k: v[mask] for k, v in rows.items()}
 
 
+class QMemory:
+    """A recurrent Q-network's hidden state while acting: one row per (env copy, agent), zeroed before the
+    step whose observation starts an episode, kept across chunks and across parameter pulls (R2D2's
+    actors keep theirs; the state stored with each sequence is the one the acting reached)."""
+
+    def __init__(self, net: nn.Module, rows: int) -> None:
+        self.h = net.initial_state(rows)
+        self.before = self.h.numpy().copy()  # the state the last step was acted from
+
+    @torch.no_grad()
+    def step(self, net: nn.Module, x: np.ndarray, reset: np.ndarray) -> np.ndarray:
+        """Q-values (rows, A) of inputs x (rows, in); ``reset`` (rows,) zeroes those rows' state first."""
+        h = torch.where(torch.from_numpy(np.asarray(reset, dtype=bool))[:, None], torch.zeros(()), self.h)
+        self.before = h.numpy().copy()
+        out, self.h = net.step(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), h)
+        return out.numpy()
+
+
+class SequenceAssembler:
+    """Turns consecutive chunks of one TeamEnv (every step valid, the env restarted in the step that ends an
+    episode) into R2D2's replay sequences (``agents.replay.sequence_windows``): a window is sent once its
+    ``sequence`` steps are taken, or at its episode's end, and a window still open at a chunk's end waits
+    for the next chunk; each is padded to the buffer's layout (``sequence_buffer``) with the state its
+    first step was acted from."""
+
+    def __init__(self, layout: EpisodeBuffer, overlap: int) -> None:
+        self.layout, self.sequence, self.overlap = layout, layout.max_len - 1, overlap
+        self.steps: list[dict[str, np.ndarray]] = []  # the episode's steps from ``first`` on
+        self.first = 0
+        self.start = 0  # the next window's first step
+        self.covered = 0  # the end of the last window sent
+
+    def _window(self, a: int, b: int) -> dict[str, np.ndarray]:
+        steps = self.steps[a - self.first:b - self.first]
+        out = {"h0": steps[0]["h0"]}
+        for f in self.layout.step_fields:
+            if f.name in ("obs", "avail", "state"):  # b - a + 1 observations: the last is the bootstrap one
+                out[f.name] = np.stack([s[f.name] for s in steps] + [steps[-1]["next_" + f.name]])
+            else:
+                out[f.name] = np.stack([s[f.name] for s in steps] + [np.zeros_like(steps[0][f.name])])
+        return out
+
+    def rows(self, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The sequences completed by ``chunk`` (``collect_chunk``'s arrays (T, 1, ...), with ``h0``), padded."""
+        windows: list[dict[str, np.ndarray]] = []
+        for t in range(len(chunk["valid"])):
+            self.steps.append({k: v[t, 0] for k, v in chunk.items()})
+            n = self.first + len(self.steps)
+            if n - self.start == self.sequence:
+                windows.append(self._window(self.start, n))
+                self.covered = n
+                self.start += self.sequence - self.overlap
+                self.steps = self.steps[self.start - self.first:]
+                self.first = self.start
+            if chunk["terminated"][t, 0] or chunk["truncated"][t, 0]:
+                if n > self.covered:
+                    windows.append(self._window(self.start, n))
+                self.steps, self.first, self.start, self.covered = [], 0, 0, 0
+        if not windows:
+            return {name: arr[:0].copy() for name, arr in self.layout.data.items()}
+        lengths = [len(w["obs"]) for w in windows]
+        longest = max(lengths)
+        padded = {k: np.stack([np.concatenate([w[k], np.zeros((longest - len(w[k]), *w[k].shape[1:]), w[k].dtype)])
+                               if k != "h0" else w[k] for w in windows]) for k in windows[0]}
+        return self.layout.pad(padded, lengths)
+
+
 class QWorker(PullingWorker):
     """An actor: epsilon-greedy chunks with the last pulled Q-network, pushed as replay rows; waits."""
+
+    memory: Optional[QMemory] = None  # a recurrent Q-network's state (a class default: snapshots from before it)
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         self.cfg, self.hp = cfg, cfg.algorithm.params
@@ -403,23 +524,36 @@ class QWorker(PullingWorker):
             self.net = build_q_network(cfg, self.dims)
         self.resources = worker_heads({"critic": self.net}, cfg.run.seed, index)
         self.flat = FlatParameters(self.net)
-        self._np_net = numpy_acting_head(self.net.net if isinstance(self.net, DuelingQ) else self.net)
         self.env = env
         self.vec = q_vector(self.dims, env, self.seed, self.hp.team_reward)
         self.book = EpisodeBook(self.vec.num_envs)
-        self.assembler = NStepAssembler(self.hp.gamma, self.hp.replay.n_step)
-        self.names = [f.name for f in replay_fields(self.dims)]
+        if is_recurrent(self.net):  # acts in torch, carrying a state; pushes sequences (docs/value_based.md)
+            self._np_net = None
+            self.memory = QMemory(self.net, self.vec.num_envs * self.dims.n_agents)
+            layout = sequence_buffer(self.dims, self.hp.replay, self.net.hidden_size)
+            self.assembler: Any = SequenceAssembler(layout, self.hp.replay.sequence_overlap)
+            self.names = [f.name for f in layout.fields]
+        else:
+            self._np_net = numpy_acting_head(self.net.net if isinstance(self.net, DuelingQ) else self.net)
+            self.assembler = NStepAssembler(self.hp.gamma, self.hp.replay.n_step)
+            self.names = [f.name for f in replay_fields(self.dims)]
         self.version = -1
         self.server_steps = 0
         self.steps_since = 0
         self.waiting = True
         self.seq = 0
 
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values (N, [n_agents,] A) for acting (through the numpy twin when the head has one)."""
+    def q_values(self, obs: np.ndarray, starts: Optional[np.ndarray] = None,
+                 memory: Optional[QMemory] = None) -> np.ndarray:
+        """Q-values (N, [n_agents,] A) for acting (through the numpy twin when the head has one). A
+        recurrent network steps ``memory`` (default the worker's), zeroing the state of the copies whose
+        observation ``starts`` (N,) an episode."""
         x = with_agent_id(obs, self.dims.n_agents) if self.hp.agent_id else obs
         flat = x.reshape(-1, x.shape[-1])
-        if self._np_net is not None:
+        if self.memory is not None:
+            reset = np.repeat(np.asarray(starts, dtype=bool), self.dims.n_agents)
+            out = (memory or self.memory).step(self.net, flat, reset)
+        elif self._np_net is not None:
             out, _ = self._np_net.forward(flat.astype(np.float64))
             if isinstance(self.net, DuelingQ):
                 d = out[:, 1:]
@@ -449,13 +583,15 @@ class QWorker(PullingWorker):
         (agents.rollout.evaluate), in this worker's env reset with ``seed``: a worker kept for evaluation
         (its training vector no longer matches the env after this)."""
         vec = q_vector(self.dims, self.env, seed, self.hp.team_reward)
+        book = EpisodeBook(vec.num_envs)
+        memory = QMemory(self.net, vec.num_envs * self.dims.n_agents) if self.memory is not None else None
 
         def greedy(observed: Any) -> np.ndarray:
             obs, avail, _ = seen(vec, observed)
-            return masked_argmax(self.q_values(obs), avail)
+            return masked_argmax(self.q_values(obs, book.lengths == 0, memory), avail)
 
         with eval_progress(episodes, progress) as bar:
-            return evaluate(vec, episodes, greedy, bar=bar)
+            return evaluate(vec, episodes, greedy, bar=bar, book=book)
 
     def close(self) -> None:
         self.env.close()
@@ -502,9 +638,64 @@ class QLearner:
     def _q(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         return q_forward(net, obs, self.dims, self.hp.agent_id and self.dims.n_agents is not None)
 
+    def sequence_loss(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The TD loss of a batch of replayed sequences (``sequence_buffer``'s rows, B of them, L + 1
+        observations each) for a recurrent Q-network (R2D2, Kapturowski et al. 2019):
+
+        - the online and the target network each unroll from the stored state ``h0``: the first
+          b = ``replay.burn_in`` observations without gradient (they only warm the state), then the rest;
+        - the loss covers steps t = b .. L-1: Q(o_t, u_t) (mixed for vdn/qmix) against
+          y_t = r_t + gamma (1 - terminated_t) V(t + 1), V from the target unroll at t + 1 (Double DQN: at
+          the online unroll's masked argmax), masked by the action masks at t + 1;
+        - steps past a sequence's end (``mask`` False at t + 1) are padding and weigh 0.
+
+        Returns the loss, the TD errors (B, L - b[, n_agents]) and the loss mask of the same shape."""
+        t = {k: torch.from_numpy(v) for k, v in batch.items()}
+        hp, n, b = self.hp, self.dims.n_agents, self.hp.replay.burn_in
+        B, L1 = t["mask"].shape
+        x = with_agent_id(t["obs"], n) if hp.agent_id else t["obs"]  # (B, L+1, n, in)
+        x = x.transpose(0, 1).reshape(L1, B * n, -1)
+        h0 = t["h0"].reshape(B * n, -1)
+
+        def unroll(net: nn.Module) -> torch.Tensor:
+            h = h0
+            if b:
+                with torch.no_grad():
+                    _, h = net.unroll(x[:b], h0)
+            q, _ = net.unroll(x[b:], h)
+            return q.reshape(L1 - b, B, n, -1).transpose(0, 1)  # (B, L+1-b, n, A)
+
+        q = unroll(self.online)
+        with torch.no_grad():
+            q_next = unroll(self.target)[:, 1:]
+        steps = slice(b, L1 - 1)  # the transitions in the loss: t = b .. L-1; their bootstrap at t + 1
+        live = t["mask"][:, b + 1:]
+        term = t["terminated"][:, steps]
+        next_avail = t["avail"][:, b + 1:] | ~live[..., None, None]  # padding: any action (weighs 0)
+        chosen = q_taken(q[:, :-1], t["action"][:, steps])
+        v_next = bootstrap_values(q_next, next_avail, q[:, 1:].detach() if hp.double else None, term)
+        pred = chosen
+        if self.mixer is not None:
+            with torch.no_grad():
+                v_next = self.target_mixer(v_next, t["state"][:, b + 1:] if "state" in t else None)
+            pred = self.mixer(chosen, t["state"][:, steps] if "state" in t else None)
+        reward = t["reward"][:, steps]
+        target = td_target(reward, torch.full_like(reward, hp.gamma), term, v_next)
+        mask = live.to(pred.dtype)
+        if pred.ndim > mask.ndim:  # IQL: every agent's step
+            mask = mask[..., None].expand_as(pred)
+        loss, td = td_loss(pred, target, None, hp.loss, hp.huber_delta, mask=mask)
+        return loss, td, mask
+
     def update(self, batch: dict[str, np.ndarray], weights: Optional[np.ndarray] = None
                ) -> tuple[float, np.ndarray]:
-        """One gradient step; the loss and each row's |TD error| (mean over agents for IQL)."""
+        """One gradient step; the loss and each row's |TD error| (mean over agents for IQL; for sequences
+        the mean over the row's steps in the loss)."""
+        if "mask" in batch:
+            loss, td, mask = self.sequence_loss(batch)
+            self._descend(loss)
+            td_abs = (td.abs() * mask).reshape(len(mask), -1).sum(1) / mask.reshape(len(mask), -1).sum(1).clamp(min=1)
+            return float(loss.detach()), td_abs.numpy().astype(np.float64)
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
         q = self._q(self.online, t["obs"])
         chosen = q_taken(q, t["action"])
@@ -518,16 +709,19 @@ class QLearner:
         target = td_target(t["reward"], t["discount"], t["terminated"], v_next)
         w = torch.from_numpy(weights) if weights is not None else None
         loss, td = td_loss(pred, target, w, self.hp.loss, self.hp.huber_delta)
+        self._descend(loss)
+        td_abs = td.abs()
+        if td_abs.ndim > 1:
+            td_abs = td_abs.mean(-1)
+        return float(loss.detach()), td_abs.numpy().astype(np.float64)
+
+    def _descend(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad()
         loss.backward()
         if self.hp.grad_clip is not None:
             nn.utils.clip_grad_norm_(self.params, self.hp.grad_clip)
         self.optimizer.step()
         self.updates += 1
-        td_abs = td.abs()
-        if td_abs.ndim > 1:
-            td_abs = td_abs.mean(-1)
-        return float(loss.detach()), td_abs.numpy().astype(np.float64)
 
     def update_target(self) -> None:
         """Hard copy (tau 1) or Polyak averaging of the online networks into the targets."""
@@ -557,20 +751,28 @@ def transitions_spec(fields: list[Field]) -> MessageSpec:
 
 
 def transitions_problem(payload: dict[str, np.ndarray], info: dict[str, Any], dims: QDims) -> Optional[str]:
-    """Why a chunk (shape-checked by the core) cannot go into the buffer, or None."""
+    """Why a chunk (shape-checked by the core) cannot go into the buffer, or None. A chunk of sequences
+    (``mask``: ``sequence_buffer``'s rows) is checked on the steps its masks say it has."""
     rows = {len(v) for v in payload.values()}
     if len(rows) != 1:
         return f"rows: fields differ in length {sorted(rows)}"
     steps = info.get(ENV_STEPS)
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         return f"{ENV_STEPS}: info must carry the chunk's env steps as an integer >= 0, got {steps!r}"
+    if "mask" in payload:
+        mask = payload["mask"]
+        count = mask.sum(1)
+        if len(mask) and (count.min() < 2 or (mask != (np.arange(mask.shape[1]) < count[:, None])).any()):
+            return "mask: each sequence's observations must be a prefix of at least two"
+        real = mask[:, 1:]  # step t is real when its bootstrap observation t + 1 is
+        payload = {"action": payload["action"][:, :-1][real], "avail": payload["avail"][:, :-1][real]}
     action = payload["action"]
     if action.size and (action.min() < 0 or action.max() >= dims.n_actions):
         return f"action: outside 0..{dims.n_actions - 1}"
     if "avail" in payload and action.size:
         if not np.take_along_axis(payload["avail"], action[..., None], axis=-1).all():
             return "action: an unavailable action (action_mask 0) was taken"
-    disc = payload["discount"]
+    disc = payload.get("discount", np.zeros(0))
     if disc.size and (disc.min() < 0 or disc.max() > 1):
         return "discount: must lie in [0, 1]"
     return None
@@ -581,12 +783,11 @@ class ReplayService(Service):
 
     def __init__(self, cfg: ExperimentConfig, dims: QDims, learner: QLearner) -> None:
         self.cfg, self.hp, self.dims, self.learner = cfg, cfg.algorithm.params, dims, learner
-        fields = replay_fields(dims)
         r = self.hp.replay
-        self.buffer = (PrioritizedReplayBuffer(fields, r.capacity, r.alpha, r.priority_eps) if r.prioritized
-                       else ReplayBuffer(fields, r.capacity))
+        hidden = learner.online.hidden_size if is_recurrent(learner.online) else None  # sequences, one per row
+        self.buffer = replay_buffer(r, dims, r.capacity, hidden)
         self.buffer.snapshot_max_bytes = r.snapshot_max_bytes
-        self.specs = {TRANSITIONS: transitions_spec(fields)}
+        self.specs = {TRANSITIONS: transitions_spec(list(self.buffer.fields))}
         self.env_steps = 0
         self.credit = 0.0  # gradient updates owed by the replay ratio
         self.accepted = 0
@@ -614,7 +815,10 @@ class ReplayService(Service):
         self.accepted += 1
         steps = int(msg.info[ENV_STEPS])
         if len(msg.payload["action"]):
-            self.buffer.add(msg.payload)
+            if isinstance(self.buffer, EpisodeBuffer):
+                self.buffer.add_padded(msg.payload)
+            else:
+                self.buffer.add(msg.payload)
         before, self.env_steps = self.env_steps, self.env_steps + steps
         every = self.hp.target_update_every
         for _ in range(self.env_steps // every - before // every):
@@ -688,10 +892,37 @@ class ReplayService(Service):
 
 
 # ----------------------------------------------------------------------------- algorithm
+def check_recurrent(cfg: ExperimentConfig) -> None:
+    """A recurrent Q-network's settings, each refused with a ConfigError naming the key: iql/vdn/qmix only,
+    sequence replay (``replay.sequence``) with one-step targets, no prioritized replay, no dueling head."""
+    hp, r = cfg.algorithm.params, cfg.algorithm.params.replay
+    if getattr(cfg.critic.params, "recurrent", None) is None:
+        if r.sequence is not None:
+            raise ConfigError("algorithm.replay.sequence: sequence replay is for a recurrent Q-network "
+                              "(critic.recurrent: gru); feed-forward learners replay transitions")
+        return
+    name = cfg.algorithm.name
+    if name not in MULTI:
+        raise ConfigError(f"critic.recurrent: algorithm {name!r} has no recurrent Q-network (iql, vdn and qmix "
+                          "have; docs/value_based.md)")
+    if r.sequence is None:
+        raise ConfigError("algorithm.replay.sequence: a recurrent Q-network (critic.recurrent: gru) replays "
+                          "sequences; give their length in steps (an episode no longer than it is one sequence)")
+    if r.prioritized:
+        raise ConfigError("algorithm.replay.prioritized: not supported with a recurrent Q-network "
+                          "(critic.recurrent: gru); sequences are replayed uniformly")
+    if r.n_step != 1:
+        raise ConfigError(f"algorithm.replay.n_step: a recurrent Q-network bootstraps one step on within its "
+                          f"sequence (n_step: 1), got {r.n_step}")
+    if hp.dueling:
+        raise ConfigError("algorithm.dueling: not supported with a recurrent Q-network (critic.recurrent: gru)")
+
+
 class QLearning(Algorithm):
     """dqn | iql | vdn | qmix: the algorithm name picks the env kind and the mixer."""
 
     metric_fields = ["return", "length", "version", "epsilon"]
+    recurrent_policies = ("critic",)  # critic.recurrent: gru, the Q-network of iql/vdn/qmix (check_recurrent)
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
@@ -700,6 +931,7 @@ class QLearning(Algorithm):
             raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the replay "
                               "service (choices: hogwild)")
         dims = described(cfg, make_q_env, describe)
+        check_recurrent(cfg)
         with seeded_init(cfg.run.seed):  # a build only to check it: the caller's torch stream stays
             build_q_network(cfg, dims)
 
@@ -721,6 +953,10 @@ class QLearning(Algorithm):
     def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
         """The greedy policy of the checkpoint's online Q-network: its Q-values are the logits (the most
         likely action is the argmax); one network for every agent."""
+        if getattr(self.cfg.critic.params, "recurrent", None) is not None:
+            from marl_q.errors import UserError
+            raise UserError(f"algorithm {self.cfg.algorithm.name!r}: a recurrent Q-network (critic.recurrent) has no "
+                            "stateless acting policy to load from a checkpoint (docs/value_based.md)")
         service = self.make_service()
         service.load_state_dict(state)
         dims, net = self.dims, service.learner.online

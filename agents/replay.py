@@ -446,23 +446,30 @@ def n_step_chunk(chunk: Mapping[str, Any], gamma: float, n: int, drop_incomplete
 
 
 class EpisodeBuffer(ReplayBuffer):
-    """Whole episodes for recurrent agents, padded to ``max_len`` steps, ``capacity`` episodes.
+    """Whole episodes (or R2D2's fixed-length sequences) for recurrent agents, padded to ``max_len``
+    steps, ``capacity`` of them.
 
-    Each field is stored (capacity, max_len, *shape); the added field ``mask`` (max_len,) is True on an
-    episode's steps and False on the padding, whose values are zeros. Sampling draws whole episodes
-    uniformly (EPyMARL's episode buffer)."""
+    Each step field is stored (capacity, max_len, *shape); the added field ``mask`` (max_len,) is True
+    on an episode's steps and False on the padding, whose values are zeros. ``episode_fields`` are
+    stored once per row, unpadded (capacity, *shape): a sequence's start state, for example. Sampling
+    draws whole rows uniformly (EPyMARL's episode buffer)."""
 
-    def __init__(self, fields: Sequence[Field], capacity: int, max_len: int) -> None:
+    def __init__(self, fields: Sequence[Field], capacity: int, max_len: int,
+                 episode_fields: Sequence[Field] = ()) -> None:
         self.max_len = _positive_int("replay.max_episode_len", max_len)
         self.step_fields = tuple(Field(f.name, tuple(int(s) for s in f.shape), np.dtype(f.dtype)) for f in fields)
-        if any(f.name == "mask" for f in self.step_fields):
+        self.episode_fields = tuple(Field(f.name, tuple(int(s) for s in f.shape), np.dtype(f.dtype))
+                                    for f in episode_fields)
+        if any(f.name == "mask" for f in self.step_fields + self.episode_fields):
             raise ValueError("'mask' is the episode buffer's own field; name the field otherwise")
         padded = [Field(f.name, (self.max_len, *f.shape), f.dtype) for f in self.step_fields]
-        super().__init__(padded + [Field("mask", (self.max_len,), np.bool_)], capacity)
+        super().__init__(padded + [Field("mask", (self.max_len,), np.bool_)] + list(self.episode_fields), capacity)
 
-    def add(self, episodes: Mapping[str, Any], lengths: Any = None) -> np.ndarray:  # type: ignore[override]
-        """Write E episodes, each field (E, L, *shape) with L <= max_len; ``lengths`` (E,) (default L)."""
-        names = {f.name for f in self.step_fields}
+    def pad(self, episodes: Mapping[str, Any], lengths: Any = None) -> dict[str, np.ndarray]:
+        """E episodes, each step field (E, L, *shape) with L <= max_len and ``lengths`` (E,) (default L),
+        each episode field (E, *shape), as the rows ``add_padded`` takes: padded to ``max_len`` with
+        zeros, and ``mask``."""
+        names = {f.name for f in self.step_fields + self.episode_fields}
         missing, extra = sorted(names - set(episodes)), sorted(set(episodes) - names)
         if missing or extra:
             raise ReplayConfigError(f"episode chunk: missing fields {missing}, unknown fields {extra}")
@@ -484,4 +491,39 @@ class EpisodeBuffer(ReplayBuffer):
             out[:, :L] = arr
             out[~mask] = 0
             padded[f.name] = out
-        return super().add(padded)
+        for f in self.episode_fields:
+            padded[f.name] = _as_field(f, episodes[f.name], E)
+        return padded
+
+    def add(self, episodes: Mapping[str, Any], lengths: Any = None) -> np.ndarray:  # type: ignore[override]
+        """Write E episodes (``pad``'s arguments); returns the rows written."""
+        return self.add_padded(self.pad(episodes, lengths))
+
+    def add_padded(self, rows: Mapping[str, Any]) -> np.ndarray:
+        """Write rows already padded (every field as stored, ``mask`` included; what ``pad`` returns or a
+        worker sent): each mask must be a prefix of at least one step, and the padding is zeroed."""
+        arrays = self._rows(rows)
+        mask = arrays["mask"]
+        lengths = mask.sum(1)
+        if len(mask) and (lengths.min() < 1 or (mask != (np.arange(self.max_len) < lengths[:, None])).any()):
+            raise ReplayConfigError("episode mask: each row's steps must be a prefix of at least one step")
+        for f in self.step_fields:
+            arrays[f.name] = arrays[f.name].copy()
+            arrays[f.name][~mask] = 0
+        return super().add(arrays)
+
+
+def sequence_windows(length: int, sequence: int, overlap: int) -> list[tuple[int, int]]:
+    """R2D2's replay sequences of an episode of ``length`` steps: windows [s, min(s + sequence, length))
+    starting at s = 0, S, 2S, ... with the stride S = sequence - overlap (adjacent windows share
+    ``overlap`` steps), up to the first window that reaches the episode's end. An episode no longer
+    than ``sequence`` is one window: EPyMARL's whole-episode replay."""
+    sequence = _positive_int("replay.sequence", sequence)
+    if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < sequence:
+        raise ReplayConfigError(f"replay.overlap must be an integer in [0, replay.sequence={sequence}), got {overlap!r}")
+    out, s = [], 0
+    while True:
+        out.append((s, min(s + sequence, length)))
+        if s + sequence >= length:
+            return out
+        s += sequence - overlap

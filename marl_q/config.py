@@ -464,8 +464,13 @@ def validate_cross(cfg: ExperimentConfig) -> None:
         if getattr(cfg.backend, key) <= 0:
             raise ConfigError(f"backend.{key}: must be positive, got {getattr(cfg.backend, key)}")
     for role in ("actor", "critic"):
+        # an algorithm's recurrent_policies: True (either role) or the roles that may be recurrent
+        allowed = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "recurrent_policies", False)
         if getattr(getattr(cfg, role).params, "recurrent", None) is not None and \
-                not getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "recurrent_policies", False):
+                not (allowed is True or (allowed and role in allowed)):
+            if allowed:
+                raise ConfigError(f"{role}.recurrent: algorithm {cfg.algorithm.name!r} has no {role} to make "
+                                  f"recurrent (only {', '.join(f'{r}.recurrent' for r in allowed)})")
             raise ConfigError(f"{role}.recurrent: algorithm {cfg.algorithm.name!r} has no recurrent policies "
                               "(ippo, mappo, ia2c and maa2c have; docs/recurrent.md)")
     check = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "check_config", None)

@@ -8,7 +8,9 @@
 - the buffer pickles its filled rows only, and comes back identical;
 - evaluation during training (run.eval_every) plays greedy episodes (the masked argmax of the server's
   Q-network, as a plain loop over the raw env computes them) and leaves the run's bytes as they were;
-- config errors exit 2 with one line.
+- config errors exit 2 with one line;
+- the same for a GRU Q-network on sequence replay (SMALL_QMIX_GRU; its own tests: test_q_recurrent.py),
+  whose greedy evaluation carries the state from zeros at each episode's start.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import pytest
 import torch
 
 from agents.q_learning import NStepAssembler, QConfig, QDims, QLearner, TRANSITIONS
+from agents.recurrent import is_recurrent
 from agents.replay import ReplayBuffer, n_step_chunk, transition_fields
 from agents.value_targets import QMixer
 from marl_q.cli import main
@@ -39,6 +42,9 @@ SMALL_QMIX = QUIET + ["run.total_env_steps=800", "backend.workers=2", "algorithm
                       "algorithm.replay.ratio=0.05", "algorithm.replay.batch_size=8", "critic.hidden=[16]",
                       "algorithm.hypernet_embed=8", "algorithm.mixer_embed_dim=8", "scenario.max_cycles=10",
                       "algorithm.chunk_steps=10"]
+# a GRU Q-network on sequences of 6 steps with a burn-in of 2 (10-step episodes: windows 0-6 and 4-10)
+SMALL_QMIX_GRU = SMALL_QMIX + ["critic.recurrent=gru", "algorithm.replay.sequence=6", "algorithm.replay.burn_in=2",
+                               "algorithm.chunk_steps=7"]
 
 
 def _files(run: Path) -> dict[str, bytes]:
@@ -47,8 +53,10 @@ def _files(run: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true"]),
                                             ("spread_qmix.yaml", SMALL_QMIX),
-                                            ("spread_qmix.yaml", SMALL_QMIX + ["server.max_staleness=0"])])
+                                            ("spread_qmix.yaml", SMALL_QMIX + ["server.max_staleness=0"]),
+                                            ("spread_qmix.yaml", SMALL_QMIX_GRU)])
 def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transition(name, overrides, tmp_path):
+    """(With a recurrent Q-network a replay row, and an inserted "transition", is one sequence.)"""
     cfg = load_config(SCEN / name, overrides)
     first = run_experiment(cfg, tmp_path / "a")
     second = run_experiment(load_config(SCEN / name, overrides), tmp_path / "b")
@@ -70,7 +78,8 @@ def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transi
 
 @pytest.mark.parametrize("name,overrides,stop_at", [
     ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true", "algorithm.tau=0.5"], 40),
-    ("spread_qmix.yaml", SMALL_QMIX, 12)])
+    ("spread_qmix.yaml", SMALL_QMIX, 12),
+    ("spread_qmix.yaml", SMALL_QMIX_GRU, 12)])  # the workers' GRU states and open sequences travel too
 def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted_one(name, overrides, stop_at,
                                                                                      tmp_path):
     full = run_experiment(load_config(SCEN / name, overrides), tmp_path / "full")
@@ -280,6 +289,24 @@ def test_replay_memory_bench_reports_the_hand_counted_bytes_of_spread_qmix(capsy
     assert out["nbytes"] == 927 * 1000
 
 
+def test_replay_memory_bench_lays_out_the_gru_learners_sequences(capsys):
+    from marl_q.registry import BENCHES
+
+    bench = BENCHES.get("replay_memory").obj
+    assert bench(["--config", str(SCEN / "spread_qmix_gru.yaml"), "--transitions", "40", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 26 observations (25 steps and the bootstrap one): obs 3 x 18 float32, action 3 int64, reward float32,
+    # terminated bool, avail 3 x 5 bool, state 54 float32; mask 26 bool; h0 3 x 64 float32
+    assert out["row"] == "sequence of 25 steps"
+    assert out["bytes_per_transition"] == 26 * (3 * 18 * 4 + 3 * 8 + 4 + 1 + 3 * 5 + 54 * 4) + 26 + 3 * 64 * 4 == 13170
+    assert out["nbytes"] == 13170 * 40
+    assert main(["bench", "replay_memory", "--config", str(SCEN / "spread_qmix_gru.yaml"), "--transitions", "4",
+                 "--prioritized"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--prioritized: a recurrent Q-network (critic.recurrent) replays its sequences uniformly" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_circuit_q_network_scalings_get_their_own_learning_rates():
     from agents.q_learning import QDims, build_q_network
 
@@ -318,7 +345,8 @@ def test_load_trained_acts_greedily_on_the_checkpoints_q_values(name, overrides,
     assert 0 < trained.info["env_steps"] <= summary["env_steps"]
 
 
-@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX)])
+@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX),
+                                            ("spread_qmix.yaml", SMALL_QMIX_GRU)])
 def test_eval_every_writes_greedy_rows_and_leaves_the_run_unchanged(name, overrides, tmp_path):
     from marl_q.evaluation import FIELDS, read_eval_csv
 
@@ -354,25 +382,33 @@ def _greedy_by_hand(cfg, net, episodes: int, seed: int) -> list[float]:
                     returns.append(ret)
                     ret = 0.0
             restarting = bool(term[0] or trunc[0]) and not restarting
-    else:  # a PettingZoo ParallelEnv, one-hot agent ids, the team reward summed
+    else:  # a PettingZoo ParallelEnv, one-hot agent ids, the team reward summed; a GRU's state from zeros
         agents = list(env.possible_agents)
         obs, _ = env.reset(seed=seed)
         ret = 0.0
+        h = net.initial_state(len(agents)) if is_recurrent(net) else None
         while len(returns) < episodes:
             x = np.stack([np.concatenate([obs[a], np.eye(len(agents))[i]]) for i, a in enumerate(agents)])
             with torch.no_grad():
-                a = net(torch.from_numpy(x.astype(np.float32))).argmax(-1).numpy()
+                x = torch.from_numpy(x.astype(np.float32))
+                if h is None:
+                    a = net(x).argmax(-1).numpy()
+                else:
+                    q, h = net.step(x, h)
+                    a = q.argmax(-1).numpy()
             obs, rew, term, trunc, _ = env.step({ag: int(a[i]) for i, ag in enumerate(agents)})
             ret += sum(float(r) for r in rew.values())
             if not env.agents or any(term.values()) or all(trunc.values()):
                 returns.append(ret)
                 ret = 0.0
                 obs, _ = env.reset()
+                h = net.initial_state(len(agents)) if h is not None else None
     env.close()
     return returns
 
 
-@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX)])
+@pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX),
+                                            ("spread_qmix.yaml", SMALL_QMIX_GRU)])
 def test_evaluate_returns_are_the_greedy_returns_of_the_servers_q_network(name, overrides):
     from marl_q.registry import ALGORITHMS
 
@@ -410,3 +446,12 @@ def test_the_q_builds_draw_what_manual_seed_drew_and_leave_the_callers_stream_al
         for a, b in zip(got.parameters(), want.parameters(), strict=True):
             assert torch.equal(a, b)
     worker.close()
+
+
+def test_a_recurrent_q_network_has_no_stateless_policy_to_load(tmp_path):
+    from marl_q.errors import UserError
+    from marl_q.rundir import load_trained
+
+    run_experiment(load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX_GRU), tmp_path / "r")
+    with pytest.raises(UserError, match=r"a recurrent Q-network \(critic.recurrent\) has no stateless acting policy"):
+        load_trained(tmp_path / "r")
