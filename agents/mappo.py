@@ -44,7 +44,8 @@ from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorke
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import build_head
 from agents.recurrent_ac import TeamMemory, recurrent_update, team_memory
-from agents.rollout import AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
+from agents.rollout import (AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, TeamStep, evaluate, rollout,
+                            team_copies)
 from agents.turn_based import TurnTaking, turn_based
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
@@ -148,10 +149,11 @@ def make_env(cfg: ExperimentConfig, seed: int) -> Any:
     return make_scenario_env(cfg, seed, "aec" if turn_based(cfg) and not centralised(cfg) else "parallel")
 
 
-def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
+def describe_team(cfg: ExperimentConfig, env: Any, agents: Optional[list[str]] = None) -> TeamDescription:
     """Equal observation and action spaces across agents (one actor and critic serve all), a global
-    state; a ConfigError naming the agents and sizes otherwise."""
-    name, agents = cfg.algorithm.name, list(env.possible_agents)
+    state; a ConfigError naming the agents and sizes otherwise. ``agents``: the env's agents the networks
+    serve (one team's, in env order; default all of them)."""
+    name, agents = cfg.algorithm.name, list(env.possible_agents if agents is None else agents)
     obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
     acts = {a: env.action_space(a) for a in agents}
     first = acts[agents[0]]
@@ -309,6 +311,20 @@ def check_recurrent(cfg: ExperimentConfig, desc: TeamDescription) -> None:
 
 
 # ----------------------------------------------------------------------------- worker
+@dataclass
+class RolloutRows:
+    """One rollout's preallocated arrays (``TeamWorker.begin_rollout``): the batch, the (T + 1, E, N, ...)
+    actor rows, critic rows and availabilities, and the next step's index."""
+
+    T: int
+    rows: int
+    batch: dict[str, np.ndarray]
+    obs: np.ndarray
+    critic: Optional[np.ndarray]
+    avail: Optional[np.ndarray]
+    clock: int = 0
+
+
 class TeamWorker(ActorCriticWorker):
     """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once
     (``agents.rollout.ParallelCopies``); the rest is the actor-critic worker's."""
@@ -376,50 +392,68 @@ class TeamWorker(ActorCriticWorker):
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         """n_steps of every copy (agents.rollout) into preallocated arrays; a restart step and an agent
         out of play are masked out."""
-        T, E, N = self.ac.n_steps, len(self.envs), len(self.desc.agents)
-        rows = E * N
+        part = self.begin_rollout(self.ac.n_steps)
+
+        def act(vec: TeamRows) -> np.ndarray:
+            return self.act_rows(part, vec)
+
+        def store(t: int, vec: TeamRows, actions: np.ndarray, step: Step) -> None:
+            self.store_rows(part, t, actions, step.data)
+
+        episodes, steps = rollout(self.vec, self.book, part.T, act, store, row=lambda e: {"version": self.version},
+                                  to_env=self.dist.to_env)
+        return self.end_rollout(part, self.vec), episodes, steps
+
+    # -- one rollout's rows, step by step (``rollout`` above; a worker of one learner per team drives
+    # -- each team's learner through them over its own agents' rows: agents/team_learners.py)
+    def begin_rollout(self, T: int) -> "RolloutRows":
+        """The preallocated arrays of a rollout of ``T`` steps (the recurrent heads' states begin one)."""
+        rows = len(self.envs) * len(self.desc.agents)
         batch: dict[str, np.ndarray] = {
             "actions": np.zeros((T, rows) + self.dist.action_shape(), dtype=self.dist.action_dtype()),
             "rewards": np.zeros((T, rows)), "terminated": np.zeros((T, rows), dtype=bool),
             "dones": np.zeros((T, rows), dtype=bool), "valid": np.zeros((T, rows), dtype=bool)}
         obs, critic, avail = self._row_arrays(T + 1)  # the last: the bootstrap rows after the last step
-        clock = [0]
-        memory = self.memory
-        if memory is not None:
-            memory.begin(T, self.ac.chunk or T)
+        if self.memory is not None:
+            self.memory.begin(T, self.ac.chunk or T)
+        return RolloutRows(T, rows, batch, obs, critic, avail)
 
-        def act(vec: TeamRows) -> np.ndarray:
-            t = clock[0]
-            clock[0] += 1
-            self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
-            with torch.inference_mode():  # acting keeps no graph
-                x = torch.from_numpy(obs[t].reshape(rows, -1))
-                if memory is None:
-                    out = self.actor(x).numpy()
-                else:  # the recurrent heads step (the critic too: its states at the chunk starts)
-                    inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
-                    out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
-            return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
+    def act_rows(self, part: "RolloutRows", vec: TeamRows) -> np.ndarray:
+        """The actions of the rollout's next step: its rows filled from ``vec``, one forward, a sample."""
+        t = part.clock
+        part.clock += 1
+        obs, critic, avail, rows, memory = part.obs, part.critic, part.avail, part.rows, self.memory
+        self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
+        with torch.inference_mode():  # acting keeps no graph
+            x = torch.from_numpy(obs[t].reshape(rows, -1))
+            if memory is None:
+                out = self.actor(x).numpy()
+            else:  # the recurrent heads step (the critic too: its states at the chunk starts)
+                inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
+                out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
+        return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
 
-        def store(t: int, vec: TeamRows, actions: np.ndarray, step: Step) -> None:
-            data = step.data
-            batch["actions"][t] = actions
-            batch["valid"][t] = data.live.reshape(-1)
-            batch["rewards"][t] = data.rewards.reshape(-1)
-            batch["terminated"][t] = data.terminated.reshape(-1)
-            batch["dones"][t] = data.dones.reshape(-1)
+    def store_rows(self, part: "RolloutRows", t: int, actions: np.ndarray, data: TeamStep) -> None:
+        """Step ``t``'s actions and its ``TeamStep`` (E, N) arrays into the batch."""
+        batch = part.batch
+        batch["actions"][t] = actions
+        batch["valid"][t] = data.live.reshape(-1)
+        batch["rewards"][t] = data.rewards.reshape(-1)
+        batch["terminated"][t] = data.terminated.reshape(-1)
+        batch["dones"][t] = data.dones.reshape(-1)
 
-        episodes, steps = rollout(self.vec, self.book, T, act, store, row=lambda e: {"version": self.version},
-                                  to_env=self.dist.to_env)
-        self._fill(self.vec, obs[T], None if critic is None else critic[T], None if avail is None else avail[T])
-        if memory is not None:
-            memory.finish(batch)
+    def end_rollout(self, part: "RolloutRows", vec: TeamRows) -> dict[str, np.ndarray]:
+        """The bootstrap rows after the last step, from ``vec``; the batch the update reads."""
+        T, rows, batch, obs, critic, avail = part.T, part.rows, part.batch, part.obs, part.critic, part.avail
+        self._fill(vec, obs[T], None if critic is None else critic[T], None if avail is None else avail[T])
+        if self.memory is not None:
+            self.memory.finish(batch)
         batch["obs"] = obs.reshape(T + 1, rows, -1)
         if critic is not None:
             batch["critic_obs"] = critic.reshape(T + 1, rows, -1)
         if avail is not None:
             batch["avail"] = avail[:T].reshape(T, rows, -1)
-        return batch, episodes, steps
+        return batch
 
     def play_greedy(self, episodes: int, seed: int, progress: bool = False,
                     closed: Optional[list[dict[str, Any]]] = None) -> list[float]:

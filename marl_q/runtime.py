@@ -23,12 +23,13 @@ from marl_q.ledger import Ledger, QuantumLedger
 from marl_q.metrics import TrainLog
 from marl_q.progress import RunProgress
 from marl_q.protocol import Work, worker_names
-from marl_q.registry import ALGORITHMS
+from marl_q.registry import algorithm_class
 from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
                            service_arrays, set_tap, write_json_atomic)
 from marl_q.seeding import derive
-from marl_q.server import Server
+from marl_q.server import make_server
+from marl_q.services import ServiceGroup
 from marl_q.teams import ReturnsLog, with_team_fields
 
 CHECKPOINT_FORMAT = 2
@@ -48,7 +49,7 @@ def build_algorithm(cfg: ExperimentConfig) -> tuple[Any, Any]:
     """The run's algorithm and its service (the server's models): where a config the algorithm cannot
     run is refused (a head that cannot fit the env's sizes, say), so `run_experiment` builds them
     before it writes anything."""
-    algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
+    algorithm = algorithm_class(cfg)(cfg)
     return algorithm, algorithm.make_service()
 
 
@@ -71,9 +72,11 @@ class Runtime:
             # on resume TensorBoard hides what an earlier session logged after the checkpoint's env steps
             self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) + 1 if resume else None)
             set_tap(out, self.tracker)
-        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
+        # several services (one learner per team): comm.csv's rows name theirs
+        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"),
+                             services=isinstance(service, ServiceGroup))
         self.service = service
-        self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
+        self.server = make_server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
                              progress=self.progress, on_train=self.record_train)
         metrics_at = tuple(meta["metrics_position"]) if resume else None
         # per-team and per-agent returns (marl_q/teams.py): returns.csv, and with several teams a column per team
