@@ -79,8 +79,8 @@ class ActorCriticConfig:
                 raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError("gamma and gae_lambda must lie in [0, 1]")
-        if self.lr <= 0:
-            raise ValueError(f"lr: must be positive, got {self.lr}")
+        if self.lr < 0:  # 0 freezes the parameters (a fixed opponent among learners: agents/team_learners.py)
+            raise ValueError(f"lr: must be positive, or 0 to freeze the parameters, got {self.lr}")
         if self.reward_scale <= 0:
             raise ValueError(f"reward_scale: must be positive, got {self.reward_scale}")
         if self.update == "grad" and self.epochs > 1:

@@ -438,6 +438,9 @@ def build_learners(raw: dict[str, Any], source_dir: Optional[Path] = None) -> di
     if not isinstance(spec, dict) or not spec:
         raise ConfigError(f"{LEARNERS}: expected a mapping of team -> its learner's keys (e.g. "
                           f"{{good: {{name: mappo}}, adv: {{name: ippo}}}}), got {spec!r}")
+    base = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    if base.get("name") is not None:
+        _team_learner(str(base["name"]), "algorithm.name")
     out: dict[str, Learner] = {}
     for team, keys in spec.items():
         path = f"{LEARNERS}.{team}"
@@ -445,6 +448,8 @@ def build_learners(raw: dict[str, Any], source_dir: Optional[Path] = None) -> di
         if not isinstance(keys, dict):
             raise ConfigError(f"{path}: expected a mapping of the learner's keys, got {keys!r}")
         own = {k: v for k, v in keys.items() if k not in ("actor", "critic")}
+        if own.get("name") is not None:
+            _team_learner(str(own["name"]), f"{path}.name")
         sections = {"algorithm": _merged(raw.get("algorithm"), own, "algorithm", path)}
         for role in ("actor", "critic"):
             sections[role] = _merged(raw.get(role), keys.get(role), role, f"{path}.{role}")
@@ -453,6 +458,13 @@ def build_learners(raw: dict[str, Any], source_dir: Optional[Path] = None) -> di
                                  build_choice("critic", sections["critic"], source_dir, f"{path}.critic"),
                                  raw=dict(keys))
     return out
+
+
+def _team_learner(name: str, key: str) -> None:
+    """A ConfigError unless algorithm ``name`` can be a team's learner (its family has ``team_learners``)."""
+    if not getattr(ALGORITHMS.get(name, key=key).obj, "team_learners", None):
+        raise ConfigError(f"{key}: algorithm {name!r} cannot be a team's learner in learners: (ippo, mappo, ia2c "
+                          "or maa2c can)")
 
 
 def _merged(base: Any, over: Any, name: str, path: str) -> dict[str, Any]:

@@ -157,11 +157,11 @@ class LedgerAuditor:
             if service:
                 if service not in self._services:
                     self._services[service] = LedgerAuditor()
-                self._services[service].feed(r)
+                self._services[service]._feed(r)
                 return
             if r["kind"] in ("fault:dropout", "fault:crash"):  # how each service numbers the worker's pushes
                 for auditor in self._services.values():
-                    auditor.feed(r)
+                    auditor._feed(r)
             elif not r["kind"].startswith("fault:") and r["dst"] == SERVER:  # it named no service of the server
                 self.result.workers.setdefault(r["src"], _worker_row())["rejected"] += 1
                 return

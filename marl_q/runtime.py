@@ -89,7 +89,8 @@ class Runtime:
         # circuit executions, shots and the QPU estimate of circuit heads (quantum.csv; none without one)
         self.quantum = QuantumLedger(cfg, out, resume=meta.get("quantum"))
         # the learners' losses, entropy, KL and explained variance per update (train.csv; none without them)
-        self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0))
+        self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0),
+                              services=isinstance(service, ServiceGroup))
         if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
             self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))
@@ -145,9 +146,11 @@ class Runtime:
         if self._next_eval is not None and self.env_steps >= self._next_eval:
             self.evaluate(t)
 
-    def record_train(self, worker: str, updates: list, version: int, staleness: Optional[int], t: float) -> None:
-        """One train.csv row per update the server just took in (its diagnostics), at the run's env steps."""
-        self.train.write(t, worker, self.env_steps, version, staleness, updates)
+    def record_train(self, worker: str, updates: list, version: int, staleness: Optional[int], t: float,
+                     service: Optional[str] = None) -> None:
+        """One train.csv row per update the server just took in (its diagnostics), at the run's env steps
+        (``service``: which of several services took it in)."""
+        self.train.write(t, worker, self.env_steps, version, staleness, updates, service)
 
     def evaluate(self, t: float) -> None:
         """``run.eval_episodes`` greedy episodes of the server's current policy -> one eval.csv row."""

@@ -24,12 +24,15 @@ class Server:
 
     def __init__(self, service: Service, workers: list[str], cfg: ServerConfig, ledger: Ledger,
                  seed: int = 0, progress: Optional[Callable[[], float]] = None,
-                 on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None) -> None:
+                 on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None,
+                 name: Optional[str] = None) -> None:
         """``progress``: the fraction of the run's budget used (a service's schedules read it; 0 without);
         ``on_train``: the run's train.csv, called with (worker, diagnostics of the updates, version,
         staleness, t) for every accepted message that carries diagnostics or whose handling ran a
-        learner's update."""
+        learner's update; ``name``: the service's name on a ``MultiServer`` (its replies carry it in
+        ``info[SERVICE]``; None: the run's one service)."""
         self.service = service
+        self.name = name
         self.workers = tuple(workers)
         self._known = frozenset(workers)
         self.cfg = cfg
@@ -98,7 +101,8 @@ class Server:
         if outcome.applied:
             self.version += 1
         if outcome.accepted and self.on_train is not None and (TRAIN in msg.info or outcome.train):
-            self.on_train(msg.src, list(msg.info.get(TRAIN, ())) + outcome.train, self.version, staleness, t)
+            self.on_train(msg.src, list(msg.info.get(TRAIN, ())) + outcome.train, self.version, staleness, t,
+                          **({"service": self.name} if self.name is not None else {}))
         return self._send(outcome.replies, t)
 
     def serve(self, service: Service) -> None:
@@ -107,6 +111,8 @@ class Server:
 
     def _send(self, replies: list[Message], t: float) -> list[Message]:
         for reply in replies:
+            if self.name is not None:
+                reply.info[SERVICE] = self.name
             self.ledger.record(reply, t, self.version)
         return replies
 
@@ -163,7 +169,7 @@ class MultiServer:
     """The one server of a run with several services (``ServiceGroup``: one learner per team): one ``Server``
     core per service, each with its own version, staleness counts, generator and duplicate filter, all
     writing the one ledger (its rows name their service). A message goes to the core its
-    ``info[SERVICE]`` names, and that core's replies carry the name back; a message naming no service of
+    ``info[SERVICE]`` names, and that core's replies carry the name back (``Server.name``); a message naming no service of
     this server is refused with its reason (a ledger row) and answered by nobody."""
 
     def __init__(self, group: ServiceGroup, workers: list[str], cfg: ServerConfig, ledger: Ledger, seed: int = 0,
@@ -172,7 +178,7 @@ class MultiServer:
         self.service = group
         self.ledger = ledger
         self.cores = {name: Server(service, workers, cfg, ledger, seed=derive(seed, "learner", k),
-                                   progress=progress, on_train=on_train)
+                                   progress=progress, on_train=on_train, name=name)
                       for k, (name, service) in enumerate(group.services.items())}
 
     @property
@@ -196,10 +202,7 @@ class MultiServer:
             self.ledger.record(msg, t, 0, accepted=False,
                                reason=f"unknown service {name!r} (this server's: {', '.join(self.cores)})")
             return []
-        replies = core.receive(msg, t)
-        for reply in replies:
-            reply.info[SERVICE] = name
-        return replies
+        return core.receive(msg, t)
 
     def serve(self, group: ServiceGroup) -> None:
         self.service = group
