@@ -22,8 +22,8 @@ is), and each learner pushes its own update (gradient or delta) to its own servi
 service's parameters. Episodes are booked once, over every agent (returns.csv's per-team and per-agent
 returns; ``return`` is ``run.report_team``'s).
 
-Not covered (each refused in one line at load time): turn-based games, backends other than sim, and
-injected faults.
+Not covered (refused in one line at load time): turn-based games. Every backend (sim, local, ray) and
+the injected faults run it as they run one learner.
 """
 from __future__ import annotations
 
@@ -261,12 +261,7 @@ class TeamLearners(Algorithm):
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
         """Every team has a learner and every learner a team; the learners share one rollout; each one's
-        own checks over its team's agents; what is not covered yet (module docstring)."""
-        if cfg.backend.name != "sim":
-            raise ConfigError(f"learners: one learner per team runs on backend.name: sim only so far (got "
-                              f"{cfg.backend.name!r})")
-        if cfg.backend.faults.any:
-            raise ConfigError("learners: injected faults (backend.faults) are not supported with one learner per team")
+        own checks over its team's agents; no turn-based game."""
         if turn_based(cfg):
             raise ConfigError(f"learners: scenario {cfg.scenario.name!r} is turn-based; one learner per team plays "
                               "parallel envs only")

@@ -82,11 +82,17 @@ class Ledger:
                       int(accepted), reason) + ((str(msg.info.get(SERVICE, "")),) if self.services else ()))
 
     def record_fault(self, fault: str, t: float, src: str, dst: str, seq: int = 0, nbytes: int = 0,
-                     detail: str = "") -> None:
-        """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic."""
+                     detail: str = "", service: str = "") -> None:
+        """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic. ``service``: the
+        service of the message it befell (a run with several)."""
         self.faults[fault] = self.faults.get(fault, 0) + 1
         self._append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail)
-                     + (("",) if self.services else ()))
+                     + ((service,) if self.services else ()))
+
+    def record_message_fault(self, fault: str, t: float, msg: Message, detail: str = "") -> None:
+        """A fault that befell message ``msg`` (lost, duplicated, not sent...): ``record_fault`` with its
+        sender, addressee, seq, bytes and service."""
+        self.record_fault(fault, t, msg.src, msg.dst, msg.seq, msg.nbytes, detail, str(msg.info.get(SERVICE, "")))
 
     def _append(self, row: tuple) -> None:
         """One row (and its wall clock in the sidecar); written every flush_every rows or FLUSH_S seconds."""
@@ -158,8 +164,11 @@ class LedgerAuditor:
                 if service not in self._services:
                     self._services[service] = LedgerAuditor()
                 self._services[service]._feed(r)
+                if r["kind"].startswith("fault:"):  # counted once here (audit() takes faults from here)
+                    name = r["kind"][len("fault:"):]
+                    self.result.faults[name] = self.result.faults.get(name, 0) + 1
                 return
-            if r["kind"] in ("fault:dropout", "fault:crash"):  # how each service numbers the worker's pushes
+            if r["kind"] == "fault:crash":  # every service's numbering of the worker's pushes starts again
                 for auditor in self._services.values():
                     auditor._feed(r)
             elif not r["kind"].startswith("fault:") and r["dst"] == SERVER:  # it named no service of the server

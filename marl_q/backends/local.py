@@ -260,8 +260,7 @@ class LocalTransport:
         """An answer of the server: dropped if meant for a dead incarnation, held until every worker
         has said hello, posted otherwise."""
         if reply.dst in self.unheard:
-            self.rt.ledger.record_fault("undeliverable", t, reply.src, reply.dst, reply.seq,
-                                        reply.nbytes, f"{reply.kind} to a killed incarnation")
+            self.rt.ledger.record_message_fault("undeliverable", t, reply, f"{reply.kind} to a killed incarnation")
         elif self.t_run is None:
             self.held.append(reply)
         else:

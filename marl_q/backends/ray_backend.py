@@ -272,8 +272,8 @@ class ServerHost:
         if life != self.life[name]:
             for kind, body in items:
                 for m in (body.messages if kind == "work" else body):
-                    self.rt.ledger.record_fault("orphaned", self.now(), m.src, m.dst, m.seq, m.nbytes,
-                                                f"{m.kind} from incarnation {life} of {name}, which was replaced")
+                    self.rt.ledger.record_message_fault("orphaned", self.now(), m,
+                                                        f"{m.kind} from incarnation {life} of {name}, which was replaced")
             return True, []
         self.held[name][n] = items
         while self.expected[name] in self.held[name] and not self.stopping():

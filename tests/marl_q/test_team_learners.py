@@ -103,6 +103,29 @@ def test_the_ledger_splits_by_service_and_each_services_pushes_are_its_teams(tmp
     assert audit.repeated_keys == [] and summary["updates"] == sum(s["updates"] for s in summary["services"].values())
 
 
+def test_faults_on_two_services_leave_every_push_accounted_per_service(tmp_path: Path):
+    cfg = two_learners(["backend.workers=3", "run.total_env_steps=2400",
+                        "backend.faults={loss: 0.1, duplicate: 0.2, dropout: 0.15, rejoin_s: 0.01, crash: {1: 0.02}}"])
+    summary = run_experiment(cfg, tmp_path / "r")
+    assert summary["status"] == "completed"
+    audit = ledger_audit(tmp_path / "r")
+    _, rows = read(tmp_path / "r" / "comm.csv")
+    faults = [r for r in rows if r["kind"].startswith("fault:")]
+    assert {r["kind"] for r in faults} >= {"fault:loss", "fault:duplicate", "fault:dropout", "fault:crash"}
+    assert audit.faults == summary["faults_injected"]
+    # a fault that befell a message names its service; a crash befalls the worker, every service of it
+    assert all(r["service"] in ("good", "adv") for r in faults if r["kind"] != "fault:crash")
+    assert all(r["service"] == "" for r in faults if r["kind"] == "fault:crash")
+    assert audit.repeated_keys == [] and audit.refused_duplicates > 0
+    for team in ("good", "adv"):
+        part = audit.services[team]
+        assert part.lives["w1"] >= 2  # its first life, and the fresh worker after the crash
+        for worker, row in part.workers.items():  # the pushes left behind were never sent; the rest arrived once
+            assert row["received"] == row["accepted"] + row["rejected"] + row["dropped_stale"], (team, worker)
+            assert row["accepted"] == row["sent"] and row["rejected"] <= row["duplicated"], (team, worker)
+        assert sum(row["accepted"] for row in part.workers.values()) == summary["services"][team]["updates"]
+
+
 def test_a_frozen_team_keeps_its_parameters_while_the_other_learns(tmp_path: Path):
     cfg = two_learners(["learners.adv.lr=0", "run.checkpoint_every=2"])
     initial = TeamLearners(cfg).make_service().state_dict()
@@ -130,6 +153,26 @@ def test_a_two_learner_run_reruns_byte_identical_and_resumes_exactly(tmp_path: P
     assert header[:7] == ["t", "worker", "env_steps", "episode", "return", "return:good", "return:adv"]
     assert header[-2:] == ["version:good", "version:adv"]
     exact_resume(lambda: two_learners().to_dict(), stop_after=6)
+
+
+def test_on_local_processes_each_service_resumes_from_its_checkpoint(tmp_path: Path):
+    cfg = two_learners(["backend.name=local", "backend.workers=2", "backend.hello_timeout_s=300",
+                        "run.total_env_steps=1500", "run.stop_after_updates=6"])
+    part = run_experiment(cfg, tmp_path / "r")
+    assert part["status"] == "stopped"
+    arrays, meta = load_checkpoint(latest_checkpoint(tmp_path / "r"))
+    stopped_at = {t: s["version"] for t, s in meta["server_state"]["services"].items()}
+    assert sum(stopped_at.values()) >= 6 and {"service.good.params", "service.adv.params"} <= set(arrays)
+    summary = resume_experiment(tmp_path / "r")
+    assert summary["status"] == "completed" and summary["resumes"][0]["exact"] is False  # fresh workers
+    audit = ledger_audit(tmp_path / "r")
+    _, rows = read(tmp_path / "r" / "comm.csv")
+    for team in ("good", "adv"):
+        assert sum(r["accepted"] for r in audit.services[team].workers.values()) == summary["services"][team]["updates"]
+        pushes = [r for r in rows if r["dst"] == "server" and r["kind"] == "delta" and r["service"] == team]
+        # each service's versions go on from its checkpoint: one per accepted push, none repeated
+        assert sorted(int(r["server_version"]) for r in pushes) == list(range(len(pushes)))
+        assert all(audit.services[team].lives[w] == 2 for w in ("w0", "w1"))  # a hello before and after the resume
 
 
 def test_an_ia2c_learner_against_a_mappo_one_runs_and_loads_back(tmp_path: Path):
@@ -174,7 +217,8 @@ def test_a_one_learner_team_run_loads_back_with_agent_ids(tmp_path: Path):
     ("learners.adv={name: iql}", "learners.adv.name: algorithm 'iql' cannot be a team's learner"),
     ("learners.adv={name: ia2c, n_steps: 5, epochs: 1}", "learners: n_steps differs (good: 25, adv: 5)"),
     ("learners.adv.lr=-1", "learners.adv.lr: must be positive, or 0 to freeze the parameters, got -1"),
-    ("backend.name=local", "learners: one learner per team runs on backend.name: sim only so far"),
+    ('scenario={name: pettingzoo, env: "pettingzoo.classic.tictactoe_v3:env"}',
+     "learners: scenario 'pettingzoo' is turn-based; one learner per team plays parallel envs only"),
     ("learners=[good, adv]", "learners: expected a mapping of team -> its learner's keys"),
 ])
 def test_bad_learners_exit_2_with_one_line_and_make_no_run(override, message, tmp_path: Path, capsys):
