@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from agents.heads import head_report
-from agents.mappo import RolloutRows, TeamDescription, TeamWorker, describe_team, make_env, team_eval_returns
+from agents.mappo import TeamDescription, TeamWorker, describe_team, make_env, team_eval_returns
 from agents.recurrent_ac import team_memory
 from agents.rollout import AgentEpisodeBook, Step, TeamRows, TeamStep, evaluate, rollout, team_copies
 from agents.turn_based import turn_based

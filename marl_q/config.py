@@ -269,7 +269,7 @@ class ExperimentConfig:
             # only when set: the config.yaml of a run without a QPU estimate stays as it was
             **({"qpu": to_plain(self.qpu)} if self.qpu.profile is not None else {}),
             # only when set: a one-learner run's config.yaml stays as it was
-            **({"learners": {team: dict(l.raw) for team, l in self.learners.items()}} if self.learners else {}),
+            **({"learners": {team: l.to_dict() for team, l in self.learners.items()}} if self.learners else {}),
         }
 
     def to_yaml(self) -> str:
@@ -279,12 +279,16 @@ class ExperimentConfig:
 @dataclass
 class Learner:
     """One team's learner (``learners.<team>``): its algorithm, actor and critic sections, each the file's
-    section with the learner's keys over it, and the learner's own keys as written (``raw``)."""
+    section with the learner's keys over it."""
 
     algorithm: Choice
     actor: Choice
     critic: Choice
-    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key of the learner's sections, resolved: read back over any ``algorithm`` section (a
+        run's config.yaml has the file's resolved), it gives this learner again."""
+        return {**self.algorithm.to_dict(), "actor": self.actor.to_dict(), "critic": self.critic.to_dict()}
 
     def config(self, cfg: "ExperimentConfig") -> "ExperimentConfig":
         """``cfg`` as this learner sees it: its sections in place of the file's, and no ``learners``."""
@@ -455,8 +459,7 @@ def build_learners(raw: dict[str, Any], source_dir: Optional[Path] = None) -> di
             sections[role] = _merged(raw.get(role), keys.get(role), role, f"{path}.{role}")
         out[str(team)] = Learner(build_choice("algorithm", sections["algorithm"], source_dir, path),
                                  build_choice("actor", sections["actor"], source_dir, f"{path}.actor"),
-                                 build_choice("critic", sections["critic"], source_dir, f"{path}.critic"),
-                                 raw=dict(keys))
+                                 build_choice("critic", sections["critic"], source_dir, f"{path}.critic"))
     return out
 
 

@@ -14,7 +14,7 @@ import torch
 from agents.rollout import TeamStep
 from agents.team_learners import TeamLearners, TeamView, WholeRows, team_step
 from marl_q.cli import main
-from marl_q.config import load_config
+from marl_q.config import build_config, load_config
 from marl_q.experiment import resume_experiment, run_experiment
 from marl_q.ledger import COLUMNS, SERVICE_COLUMN, ledger_audit
 from marl_q.rundir import latest_checkpoint, load_checkpoint, load_trained
@@ -52,7 +52,12 @@ def test_each_learner_is_the_files_sections_with_its_keys_over_them():
     assert good.algorithm.envs_per_worker == adv.algorithm.envs_per_worker == 4  # the file's, under --set
     assert list(good.actor.hidden) == [16] and list(adv.actor.hidden) == [8, 8]
     assert list(adv.critic.hidden) == [16]
-    assert cfg.to_dict()["learners"] == {"good": {}, "adv": {"name": "ippo", "lr": 0.001, "actor": {"hidden": [8, 8]}}}
+    # config.yaml (resolved sections) reads back to the same learners, also one of another family
+    for c in (cfg, two_learners(["learners.adv={name: ia2c, epochs: 1}"])):
+        again = build_config(c.to_dict())
+        assert again.to_dict() == c.to_dict()
+    ia2c = build_config(two_learners(["learners.adv={name: ia2c, epochs: 1}"]).to_dict()).learners["adv"].algorithm
+    assert (ia2c.name, ia2c.update, ia2c.gae_lambda, ia2c.n_steps) == ("ia2c", "grad", 1.0, 25)  # its own defaults
     assert "learners" not in load_config(str(ROOT / "scenarios" / "adversary_teams.yaml")).to_dict()
 
 
@@ -153,6 +158,13 @@ def test_a_two_learner_run_reruns_byte_identical_and_resumes_exactly(tmp_path: P
     assert header[:7] == ["t", "worker", "env_steps", "episode", "return", "return:good", "return:adv"]
     assert header[-2:] == ["version:good", "version:adv"]
     exact_resume(lambda: two_learners().to_dict(), stop_after=6)
+
+
+def test_a_recurrent_learner_against_a_feed_forward_one_resumes_exactly(exact_resume):
+    gru = ["learners.adv={name: ippo, actor: {recurrent: gru}, critic: {recurrent: gru}}", "run.total_env_steps=800"]
+    cfg = two_learners(gru)
+    assert cfg.learners["adv"].actor.recurrent == "gru" and cfg.learners["good"].actor.recurrent is None
+    exact_resume(lambda: two_learners(gru).to_dict(), stop_after=4)
 
 
 def test_on_local_processes_each_service_resumes_from_its_checkpoint(tmp_path: Path):
