@@ -54,6 +54,7 @@ class TrainLog:
 
         state = resume or {}
         self.out = out
+        self.services = services
         self.updates = int(state.get("updates", 0))
         position = state.get("position")
         self.file = (LazyMetricsFile(Path(out) / TRAIN_FILE, TRAIN_FIELDS + ["service"] * services, position, base=TRAIN_BASE,
@@ -80,7 +81,7 @@ class TrainLog:
             row = {k: diag.get(k) for k in DIAGNOSTICS}
             row.update(t=t, worker=worker, env_steps=env_steps, update=self.updates, version=version,
                        staleness=staleness)
-            if service is not None:
+            if self.services:
                 row["service"] = service
             self.file.write(row)
 

@@ -72,9 +72,9 @@ class Runtime:
             # on resume TensorBoard hides what an earlier session logged after the checkpoint's env steps
             self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) + 1 if resume else None)
             set_tap(out, self.tracker)
-        # several services (one learner per team): comm.csv's rows name theirs
-        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"),
-                             services=isinstance(service, ServiceGroup))
+        # several services (one learner per team): comm.csv's and train.csv's rows name theirs
+        several = isinstance(service, ServiceGroup) and len(service.services) > 1
+        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"), services=several)
         self.service = service
         self.server = make_server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
                              progress=self.progress, on_train=self.record_train)
@@ -90,7 +90,7 @@ class Runtime:
         self.quantum = QuantumLedger(cfg, out, resume=meta.get("quantum"))
         # the learners' losses, entropy, KL and explained variance per update (train.csv; none without them)
         self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0),
-                              services=isinstance(service, ServiceGroup))
+                              services=several)
         if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
             self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))

@@ -131,6 +131,14 @@ def test_faults_on_two_services_leave_every_push_accounted_per_service(tmp_path:
         assert sum(row["accepted"] for row in part.workers.values()) == summary["services"][team]["updates"]
 
 
+def test_one_service_keeps_comm_csvs_columns(tmp_path: Path):
+    cfg = load_config(str(ROOT / "scenarios" / "spread_mappo.yaml"), SHORT[:4] + [
+        "run.total_env_steps=300", "algorithm.envs_per_worker=2", "learners={agent: {name: ippo}}"])
+    summary = run_experiment(cfg, tmp_path / "r")
+    assert read(tmp_path / "r" / "comm.csv")[0] == COLUMNS and "service" not in read(tmp_path / "r" / "train.csv")[0]
+    assert summary["learners"]["agent"]["algorithm"] == "ippo" and summary["services"]["agent"]["updates"] > 0
+
+
 def test_a_frozen_team_keeps_its_parameters_while_the_other_learns(tmp_path: Path):
     cfg = two_learners(["learners.adv.lr=0", "run.checkpoint_every=2"])
     initial = TeamLearners(cfg).make_service().state_dict()
