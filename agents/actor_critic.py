@@ -79,8 +79,8 @@ class ActorCriticConfig:
                 raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError("gamma and gae_lambda must lie in [0, 1]")
-        if self.lr <= 0:
-            raise ValueError(f"lr: must be positive, got {self.lr}")
+        if self.lr < 0:  # 0 freezes the parameters (a fixed opponent among learners: agents/team_learners.py)
+            raise ValueError(f"lr: must be positive, or 0 to freeze the parameters, got {self.lr}")
         if self.reward_scale <= 0:
             raise ValueError(f"reward_scale: must be positive, got {self.reward_scale}")
         if self.update == "grad" and self.epochs > 1:
@@ -428,6 +428,12 @@ class ActorCriticWorker(PullingWorker):
         if self.shares_models:  # the shared models take this worker's parameters for its step
             self.flat.activate()
         batch, episodes, steps = self.rollout()
+        msg = self.update_message(batch)
+        return Work([msg], env_steps=steps, episodes=episodes, resources=head_report(self.resources))
+
+    def update_message(self, batch: dict[str, np.ndarray]) -> Message:
+        """Learn on a rollout's batch and the push that carries the update (a gradient or a parameter
+        delta); the worker then waits for fresh parameters."""
         before = self.flat.numpy() if self.ac.update == "delta" else None
         diag = self.learn(batch)
         self.seq += 1
@@ -437,9 +443,8 @@ class ActorCriticWorker(PullingWorker):
             payload = {"delta": self.flat.numpy() - before}
         self.waiting = True
         # the update's diagnostics ride along for train.csv, outside the counted payload (marl_q.messages.TRAIN)
-        msg = Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq,
-                      info={TRAIN: [diag]})
-        return Work([msg], env_steps=steps, episodes=episodes, resources=head_report(self.resources))
+        return Message(self.name, SERVER, self.ac.update, payload, base_version=self.version, seq=self.seq,
+                       info={TRAIN: [diag]})
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
         if self.dist.continuous:

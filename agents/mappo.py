@@ -33,7 +33,7 @@ per-agent returns for returns.csv.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import numpy as np
 import torch
@@ -42,16 +42,19 @@ from torch import nn
 
 from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
-from agents.heads import build_head
+from agents.heads import FlatParameters, build_head
 from agents.recurrent_ac import TeamMemory, recurrent_update, team_memory
-from agents.rollout import AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, evaluate, rollout, team_copies
+from agents.rollout import (AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, TeamStep, evaluate, rollout,
+                            team_copies)
 from agents.turn_based import TurnTaking, turn_based
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
 from marl_q.evaluation import EvalReturns, eval_progress
+from marl_q.protocol import ActingPolicy
 from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, seeded_init
+from marl_q.services import PARAMS
 from marl_q.teams import Teams, team_column, teams_for
 from scenarios.aec import TURN_FIELDS
 
@@ -148,10 +151,11 @@ def make_env(cfg: ExperimentConfig, seed: int) -> Any:
     return make_scenario_env(cfg, seed, "aec" if turn_based(cfg) and not centralised(cfg) else "parallel")
 
 
-def describe_team(cfg: ExperimentConfig, env: Any) -> TeamDescription:
+def describe_team(cfg: ExperimentConfig, env: Any, agents: Optional[list[str]] = None) -> TeamDescription:
     """Equal observation and action spaces across agents (one actor and critic serve all), a global
-    state; a ConfigError naming the agents and sizes otherwise."""
-    name, agents = cfg.algorithm.name, list(env.possible_agents)
+    state; a ConfigError naming the agents and sizes otherwise. ``agents``: the env's agents the networks
+    serve (one team's, in env order; default all of them)."""
+    name, agents = cfg.algorithm.name, list(env.possible_agents if agents is None else agents)
     obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
     acts = {a: env.action_space(a) for a in agents}
     first = acts[agents[0]]
@@ -309,6 +313,20 @@ def check_recurrent(cfg: ExperimentConfig, desc: TeamDescription) -> None:
 
 
 # ----------------------------------------------------------------------------- worker
+@dataclass
+class RolloutRows:
+    """One rollout's preallocated arrays (``TeamWorker.begin_rollout``): the batch, the (T + 1, E, N, ...)
+    actor rows, critic rows and availabilities, and the next step's index."""
+
+    T: int
+    rows: int
+    batch: dict[str, np.ndarray]
+    obs: np.ndarray
+    critic: Optional[np.ndarray]
+    avail: Optional[np.ndarray]
+    clock: int = 0
+
+
 class TeamWorker(ActorCriticWorker):
     """Rolls out ``n_steps`` in ``envs_per_worker`` copies of a parallel env, all agents at once
     (``agents.rollout.ParallelCopies``); the rest is the actor-critic worker's."""
@@ -376,50 +394,68 @@ class TeamWorker(ActorCriticWorker):
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         """n_steps of every copy (agents.rollout) into preallocated arrays; a restart step and an agent
         out of play are masked out."""
-        T, E, N = self.ac.n_steps, len(self.envs), len(self.desc.agents)
-        rows = E * N
+        part = self.begin_rollout(self.ac.n_steps)
+
+        def act(vec: TeamRows) -> np.ndarray:
+            return self.act_rows(part, vec)
+
+        def store(t: int, vec: TeamRows, actions: np.ndarray, step: Step) -> None:
+            self.store_rows(part, t, actions, step.data)
+
+        episodes, steps = rollout(self.vec, self.book, part.T, act, store, row=lambda e: {"version": self.version},
+                                  to_env=self.dist.to_env)
+        return self.end_rollout(part, self.vec), episodes, steps
+
+    # -- one rollout's rows, step by step (``rollout`` above; a worker of one learner per team drives
+    # -- each team's learner through them over its own agents' rows: agents/team_learners.py)
+    def begin_rollout(self, T: int) -> "RolloutRows":
+        """The preallocated arrays of a rollout of ``T`` steps (the recurrent heads' states begin one)."""
+        rows = len(self.envs) * len(self.desc.agents)
         batch: dict[str, np.ndarray] = {
             "actions": np.zeros((T, rows) + self.dist.action_shape(), dtype=self.dist.action_dtype()),
             "rewards": np.zeros((T, rows)), "terminated": np.zeros((T, rows), dtype=bool),
             "dones": np.zeros((T, rows), dtype=bool), "valid": np.zeros((T, rows), dtype=bool)}
         obs, critic, avail = self._row_arrays(T + 1)  # the last: the bootstrap rows after the last step
-        clock = [0]
-        memory = self.memory
-        if memory is not None:
-            memory.begin(T, self.ac.chunk or T)
+        if self.memory is not None:
+            self.memory.begin(T, self.ac.chunk or T)
+        return RolloutRows(T, rows, batch, obs, critic, avail)
 
-        def act(vec: TeamRows) -> np.ndarray:
-            t = clock[0]
-            clock[0] += 1
-            self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
-            with torch.inference_mode():  # acting keeps no graph
-                x = torch.from_numpy(obs[t].reshape(rows, -1))
-                if memory is None:
-                    out = self.actor(x).numpy()
-                else:  # the recurrent heads step (the critic too: its states at the chunk starts)
-                    inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
-                    out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
-            return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
+    def act_rows(self, part: "RolloutRows", vec: TeamRows) -> np.ndarray:
+        """The actions of the rollout's next step: its rows filled from ``vec``, one forward, a sample."""
+        t = part.clock
+        part.clock += 1
+        obs, critic, avail, rows, memory = part.obs, part.critic, part.avail, part.rows, self.memory
+        self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
+        with torch.inference_mode():  # acting keeps no graph
+            x = torch.from_numpy(obs[t].reshape(rows, -1))
+            if memory is None:
+                out = self.actor(x).numpy()
+            else:  # the recurrent heads step (the critic too: its states at the chunk starts)
+                inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
+                out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
+        return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
 
-        def store(t: int, vec: TeamRows, actions: np.ndarray, step: Step) -> None:
-            data = step.data
-            batch["actions"][t] = actions
-            batch["valid"][t] = data.live.reshape(-1)
-            batch["rewards"][t] = data.rewards.reshape(-1)
-            batch["terminated"][t] = data.terminated.reshape(-1)
-            batch["dones"][t] = data.dones.reshape(-1)
+    def store_rows(self, part: "RolloutRows", t: int, actions: np.ndarray, data: TeamStep) -> None:
+        """Step ``t``'s actions and its ``TeamStep`` (E, N) arrays into the batch."""
+        batch = part.batch
+        batch["actions"][t] = actions
+        batch["valid"][t] = data.live.reshape(-1)
+        batch["rewards"][t] = data.rewards.reshape(-1)
+        batch["terminated"][t] = data.terminated.reshape(-1)
+        batch["dones"][t] = data.dones.reshape(-1)
 
-        episodes, steps = rollout(self.vec, self.book, T, act, store, row=lambda e: {"version": self.version},
-                                  to_env=self.dist.to_env)
-        self._fill(self.vec, obs[T], None if critic is None else critic[T], None if avail is None else avail[T])
-        if memory is not None:
-            memory.finish(batch)
+    def end_rollout(self, part: "RolloutRows", vec: TeamRows) -> dict[str, np.ndarray]:
+        """The bootstrap rows after the last step, from ``vec``; the batch the update reads."""
+        T, rows, batch, obs, critic, avail = part.T, part.rows, part.batch, part.obs, part.critic, part.avail
+        self._fill(vec, obs[T], None if critic is None else critic[T], None if avail is None else avail[T])
+        if self.memory is not None:
+            self.memory.finish(batch)
         batch["obs"] = obs.reshape(T + 1, rows, -1)
         if critic is not None:
             batch["critic_obs"] = critic.reshape(T + 1, rows, -1)
         if avail is not None:
             batch["avail"] = avail[:T].reshape(T, rows, -1)
-        return batch, episodes, steps
+        return batch
 
     def play_greedy(self, episodes: int, seed: int, progress: bool = False,
                     closed: Optional[list[dict[str, Any]]] = None) -> list[float]:
@@ -429,6 +465,14 @@ class TeamWorker(ActorCriticWorker):
         with its per-agent returns."""
         seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=len(self.envs))
         vec = team_copies(self.envs, self.desc.agents, self.dist.continuous, reset_seeds=seeds)
+        mode = self.greedy()
+        with eval_progress(episodes, progress) as bar:
+            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar,
+                            book=AgentEpisodeBook(len(self.envs), len(self.desc.agents)), closed=closed)
+
+    def greedy(self) -> Callable[[TeamRows], np.ndarray]:
+        """Every agent's policy mode on a vector's current rows, step after step (a recurrent actor from a
+        fresh state): ``play_greedy``'s hook."""
         obs, _, avail = self._row_arrays(1)
         rows = obs.shape[1] * obs.shape[2]
         memory = None if self.memory is None else self.memory.fresh(self.actor, self.critic)
@@ -441,9 +485,7 @@ class TeamWorker(ActorCriticWorker):
                        memory.act(None, {"actor": self.actor}, {"actor": x}, copies.pending_reset)).numpy()
             return self.dist.mode(out, None if avail is None else avail[0].reshape(rows, -1))
 
-        with eval_progress(episodes, progress) as bar:
-            return evaluate(vec, episodes, mode, to_env=self.dist.to_env, bar=bar,
-                            book=AgentEpisodeBook(len(self.envs), len(self.desc.agents)), closed=closed)
+        return mode
 
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, Optional[float]]:
         if self.memory is not None:  # chunked BPTT (agents/recurrent_ac.py)
@@ -473,9 +515,12 @@ class TeamActorCritic(ActorCritic):
     central_critic = False
     recurrent_policies = True  # actor.recurrent / critic.recurrent (agents/recurrent_ac.py)
     reports_teams = True  # per-team and per-agent returns (marl_q/teams.py; not on a turn-based game)
+    team_learners = "agents.team_learners:TeamLearners"  # one learner per team (``learners:``, marl_q.registry)
 
-    def __init__(self, cfg: ExperimentConfig) -> None:
+    def __init__(self, cfg: ExperimentConfig, agents: Optional[list[str]] = None) -> None:
+        """``agents``: the env's agents this learner's networks serve (one team's; default all of them)."""
         super().__init__(cfg)
+        self.agents = agents
         self.teams: Optional[Teams] = None  # a turn-based game's rows are its learner's seat's
         if turn_based(cfg):  # each episode's seat, opponent and outcome (agents/turn_based.py)
             self.metric_fields = self.metric_fields + list(TURN_FIELDS)
@@ -491,31 +536,68 @@ class TeamActorCritic(ActorCritic):
         super().check_config(cfg)
         env = make_env(cfg, cfg.run.seed)
         try:
-            desc = describe_team(cfg, env)
-            if desc.own_obs is not None and turn_based(cfg):
-                raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is turn-based; "
-                                  "agents with spaces of their own play parallel envs only (scenario.common_spaces: true)")
             if not turn_based(cfg):
                 teams_for(cfg, list(env.possible_agents))
+            cls.check_agents(cfg, env)
         finally:
             env.close()
+
+    @classmethod
+    def check_agents(cls, cfg: ExperimentConfig, env: Any, agents: Optional[list[str]] = None) -> TeamDescription:
+        """What the networks of ``agents`` (default: every agent of ``env``) need of the config; their description."""
+        desc = describe_team(cfg, env, agents)
+        if desc.own_obs is not None and turn_based(cfg):
+            raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is turn-based; "
+                              "agents with spaces of their own play parallel envs only (scenario.common_spaces: true)")
         check_recurrent(cfg, desc)
+        return desc
 
     def build_models(self) -> tuple[nn.Module, nn.Module]:
         env = make_env(self.cfg, self.cfg.run.seed)
         try:
-            actor, critic, _ = build_team_models(self.cfg, describe_team(self.cfg, env))
+            actor, critic, _ = build_team_models(self.cfg, describe_team(self.cfg, env, self.agents))
         finally:
             env.close()
         return actor, critic
 
-    def acting_policy(self, state: dict[str, np.ndarray]):
-        """ActorCritic's stateless policy; a recurrent actor has none (it needs its state per agent)."""
+    def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
+        """The decentralised actor at the checkpoint's parameters, each of its agents (``self.agents``, or the
+        env's) acting on its own observation with its id appended, as in a rollout; a recurrent actor has
+        none (it needs its state per agent)."""
         if getattr(self.cfg.actor.params, "recurrent", None) is not None:
             from marl_q.errors import UserError
             raise UserError(f"algorithm {self.cfg.algorithm.name!r}: a recurrent actor (actor.recurrent) has no "
                             "stateless acting policy to load from a checkpoint (docs/recurrent.md)")
-        return super().acting_policy(state)
+        cfg = self.cfg
+        env = make_env(cfg, cfg.run.seed)
+        try:
+            desc = describe_team(cfg, env, self.agents)
+        finally:
+            env.close()
+        actor, critic, _ = build_team_models(cfg, desc)
+        FlatParameters(actor, critic).load(state[PARAMS])
+        actor_in, _ = input_dims(cfg, desc)
+        index = {a: i for i, a in enumerate(desc.agents)}
+        ids = uses_ids(cfg)
+
+        @torch.no_grad()
+        def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            """The agents' rows as a rollout makes them (the observation zero-padded, then the agent's id)."""
+            names = sorted(obs)
+            if not names:
+                return {}
+            x = np.zeros((len(names), actor_in), dtype=np.float32)
+            for r, name in enumerate(names):
+                own = np.asarray(obs[name], dtype=np.float32).reshape(-1)
+                x[r, :own.size] = own
+                if ids:
+                    x[r, desc.obs_dim + index[name]] = 1.0
+            out = actor(torch.from_numpy(x)).numpy()
+            if desc.own_avail is not None:  # an agent's actions beyond its own are never taken
+                out = np.where(np.stack([desc.own_avail[index[n]] for n in names]) > 0, out, -np.inf)
+            return dict(zip(names, out))
+
+        return ActingPolicy(logits, agents=list(desc.agents), models={"actor": actor, "critic": critic})
 
     def make_worker(self, index: int) -> TeamWorker:
         return (TurnWorker if turn_based(self.cfg) else TeamWorker)(self.cfg, index)
@@ -527,14 +609,20 @@ class TeamActorCritic(ActorCritic):
             self._evaluator = self.make_worker(0)
         worker = self._evaluator
         worker.flat.load(self.service.param.numpy())
-        teams = self.teams
-        if teams is None or not teams.several:  # the one team's return: every agent's reward summed
-            return worker.play_greedy(episodes, seed, self.cfg.run.progress)
-        closed: list[dict[str, Any]] = []
-        worker.play_greedy(episodes, seed, self.cfg.run.progress, closed=closed)
-        per = [teams.team_returns(row["agent_returns"]) for row in closed]
-        return EvalReturns([p[teams.report] for p in per],  # eval_return is the report team's
-                           {f"eval_{team_column(t)}": float(np.mean([p[t] for p in per])) for t in teams.names})
+        return team_eval_returns(self.teams, worker.play_greedy, episodes, seed, self.cfg.run.progress)
+
+
+def team_eval_returns(teams: Optional[Teams], play: Callable[..., list[float]], episodes: int, seed: int,
+                      progress: bool) -> list[float]:
+    """A greedy evaluation's returns through ``play`` (a worker's ``play_greedy``): with several teams the
+    report team's, with each team's mean return as an ``eval_return:<team>`` column (marl_q/teams.py)."""
+    if teams is None or not teams.several:  # the one team's return: every agent's reward summed
+        return play(episodes, seed, progress)
+    closed: list[dict[str, Any]] = []
+    play(episodes, seed, progress, closed=closed)
+    per = [teams.team_returns(row["agent_returns"]) for row in closed]
+    return EvalReturns([p[teams.report] for p in per],  # eval_return is the report team's
+                       {f"eval_{team_column(t)}": float(np.mean([p[t] for p in per])) for t in teams.names})
 
 
 class CentralCriticTeamActorCritic(TeamActorCritic):

@@ -52,6 +52,16 @@ class Run:
     returns: Optional[dict[str, np.ndarray]] = None  # returns.csv: per-team and per-agent returns (marl_q/teams.py)
 
     @property
+    def algorithm(self) -> str:
+        """The algorithm as titles and labels name it: ``algorithm.name``, or with one learner per team
+        (``learners:``) each team's, ``mappo (good) vs ippo (adv)``."""
+        name = str(self.config.get("algorithm", {}).get("name"))
+        learners = self.config.get("learners")
+        if not isinstance(learners, dict) or not learners:
+            return name
+        return " vs ".join(f"{(keys or {}).get('name', name)} ({team})" for team, keys in learners.items())
+
+    @property
     def clock(self) -> str:
         return "virtual time (s)" if self.config.get("backend", {}).get("name") == "sim" else "wall time (s)"
 
@@ -203,7 +213,7 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
     groups = list(keyed.values())
     if len(groups) == 1:
         r = groups[0][0]
-        return {f"{r.flat.get('algorithm.name')} on {scenario_label(r)}": groups[0]}
+        return {f"{r.algorithm} on {scenario_label(r)}": groups[0]}
     keys = label_keys(groups, differing_keys(groups))
     out: dict[str, list[Run]] = {}
     for g in groups:
@@ -299,7 +309,7 @@ def describe(runs: list[Run]) -> str:
     """A title from what was run: algorithms (all of them), scenario (with the env of a generic one), heads,
     then the aggregation, staleness rule and stragglers where they have an effect (`effective_settings`),
     backend, workers and seeds; a value that differs between runs is shown as `a/b/c`."""
-    algos = _values(runs, "algorithm.name")
+    algos = list(dict.fromkeys(r.algorithm for r in runs))
     scen = list(dict.fromkeys(scenario_label(r) for r in runs))
     first = f"{' vs '.join(algos)} on {'/'.join(scen)}, {_heads(runs)}"
     backend = "/".join(_values(runs, "backend.name"))

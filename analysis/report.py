@@ -97,10 +97,11 @@ def runs_at_once(runs: list[plots.Run]) -> str:
 
 
 def ledger_rows(runs: list[plots.Run]) -> list[tuple[str, dict[str, float]]]:
-    """Per worker, the mean over runs of its ledger counts (worker order w0, w1, ..., w10)."""
+    """Per worker, the mean over runs of its ledger counts (worker order w0, w1, ..., w10); a run with
+    several services (one learner per team) has a row per worker and service, ``w0 (good)``."""
     from marl_q.ledger import ledger_audit
 
-    per_worker: dict[str, list[dict[str, float]]] = {}
+    per_worker: dict[tuple[str, str], list[dict[str, float]]] = {}
     for r in runs:
         if not (r.path / "comm.csv").is_file():
             continue
@@ -108,16 +109,23 @@ def ledger_rows(runs: list[plots.Run]) -> list[tuple[str, dict[str, float]]]:
         c = r.comm
         names = set(audit.workers) | ({str(w) for w in np.concatenate([c["src"], c["dst"]])} - {"server"}
                                       if c is not None else set())
+        services = list(audit.services) or [""]
         for w in names:
-            row = {k: float(v) for k, v in audit.worker(w).items()}
-            if c is not None:
-                up = (c["src"] == w) & np.array([not str(k).startswith("fault:") for k in c["kind"]])
-                down = (c["dst"] == w) & np.array([not str(k).startswith("fault:") for k in c["kind"]])
-                row.update(messages_up=float(up.sum()), messages_down=float(down.sum()),
-                           mb_up=float(np.nansum(c["bytes"][up])) / 1e6, mb_down=float(np.nansum(c["bytes"][down])) / 1e6)
-            per_worker.setdefault(w, []).append(row)
-    order = sorted(per_worker, key=lambda w: (len(w), w))
-    return [(w, {k: float(np.mean([row.get(k, np.nan) for row in per_worker[w]])) for k, _ in LEDGER}) for w in order]
+            for service in services:
+                row = {k: float(v) for k, v in (audit.services[service] if service else audit).worker(w).items()}
+                if c is not None:
+                    mine = np.array([not str(k).startswith("fault:") for k in c["kind"]])
+                    if service:
+                        mine &= np.array([str(v) == service for v in c["service"]])
+                    up, down = (c["src"] == w) & mine, (c["dst"] == w) & mine
+                    row.update(messages_up=float(up.sum()), messages_down=float(down.sum()),
+                               mb_up=float(np.nansum(c["bytes"][up])) / 1e6,
+                               mb_down=float(np.nansum(c["bytes"][down])) / 1e6)
+                per_worker.setdefault((w, service), []).append(row)
+    order = sorted(per_worker, key=lambda ws: (len(ws[0]), ws[0]))  # a worker's services in the run's order
+    return [(f"{w} ({service})" if service else w,
+             {k: float(np.mean([row.get(k, np.nan) for row in per_worker[(w, service)]])) for k, _ in LEDGER})
+            for w, service in order]
 
 
 def aggregates(groups: dict[str, list[plots.Run]], key: str = "final_return", reps: int = BOOTSTRAP_REPS,

@@ -254,6 +254,8 @@ class ExperimentConfig:
     actor: Choice
     critic: Choice
     qpu: QPUConfig = field(default_factory=QPUConfig)  # the QPU profile of the resource ledger's time estimate
+    # one learner per team (``learners:``, agents/team_learners.py): team -> its sections; None: one learner
+    learners: Optional[dict[str, "Learner"]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,10 +268,31 @@ class ExperimentConfig:
             "critic": self.critic.to_dict(),
             # only when set: the config.yaml of a run without a QPU estimate stays as it was
             **({"qpu": to_plain(self.qpu)} if self.qpu.profile is not None else {}),
+            # only when set: a one-learner run's config.yaml stays as it was
+            **({"learners": {team: l.to_dict() for team, l in self.learners.items()}} if self.learners else {}),
         }
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+@dataclass
+class Learner:
+    """One team's learner (``learners.<team>``): its algorithm, actor and critic sections, each the file's
+    section with the learner's keys over it."""
+
+    algorithm: Choice
+    actor: Choice
+    critic: Choice
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key of the learner's sections, resolved: read back over any ``algorithm`` section (a
+        run's config.yaml has the file's resolved), it gives this learner again."""
+        return {**self.algorithm.to_dict(), "actor": self.actor.to_dict(), "critic": self.critic.to_dict()}
+
+    def config(self, cfg: "ExperimentConfig") -> "ExperimentConfig":
+        """``cfg`` as this learner sees it: its sections in place of the file's, and no ``learners``."""
+        return dataclasses.replace(cfg, algorithm=self.algorithm, actor=self.actor, critic=self.critic, learners=None)
 
 
 FIXED = {"run": RunConfig, "backend": BackendConfig, "server": ServerConfig, "qpu": QPUConfig}
@@ -280,7 +303,8 @@ CHOSEN: dict[str, tuple[str, Registry, Optional[str]]] = {
     "actor": ("head", HEADS, "mlp"),
     "critic": ("head", HEADS, "mlp"),
 }
-SECTIONS = list(FIXED) + list(CHOSEN)
+LEARNERS = "learners"  # the optional section of one learner per team (``build_learners``)
+SECTIONS = list(FIXED) + list(CHOSEN) + [LEARNERS]
 
 
 # ----------------------------------------------------------------------------- loading
@@ -374,30 +398,89 @@ def build_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentCon
     out: dict[str, Any] = {}
     for name, cls in FIXED.items():
         out[name] = build_dataclass(cls, raw.get(name) or {}, name)
-    for name, (key, registry, default) in CHOSEN.items():
-        section = raw.get(name)
-        if section is None:
-            section = {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"{name}: expected a mapping, got {section!r}")
-        section = dict(section)
-        choice = section.pop(key, default)
-        if choice is None:
-            raise ConfigError(f"{name}.{key}: missing (choices: {', '.join(registry.names())})")
-        entry = registry.get(str(choice), key=f"{name}.{key}")
-        if name in ("actor", "critic") and "recurrent" in section and not (
-                dataclasses.is_dataclass(entry.config) and "recurrent" in {f.name for f in dataclasses.fields(entry.config)}):
-            raise ConfigError(f"{name}.recurrent: head {choice!r} cannot carry a hidden state; recurrent policies "
-                              f"need {name}.head: mlp (docs/recurrent.md)")
-        params = build_dataclass(entry.config, section, name, source_dir) if entry.config is not None else None
-        if params is None and section:
-            raise ConfigError(f"{name}: {key} {choice!r} takes no options, got {sorted(section)}")
-        if callable(getattr(params, "for_role", None)):  # a head's defaults that depend on its section
-            params.for_role(name)
-        out[name] = Choice(key, str(choice), params)
+    for name in CHOSEN:
+        out[name] = build_choice(name, raw.get(name), source_dir)
+    if raw.get(LEARNERS) is not None:
+        out[LEARNERS] = build_learners(raw, source_dir)
     cfg = ExperimentConfig(**out)
     validate_cross(cfg)
     return cfg
+
+
+def build_choice(name: str, section: Any, source_dir: Optional[Path] = None, path: Optional[str] = None) -> Choice:
+    """A chosen section (``CHOSEN[name]``) from its raw mapping; ``path``: how errors name it (default ``name``)."""
+    key, registry, default = CHOSEN[name]
+    path = path or name
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {section!r}")
+    section = dict(section)
+    choice = section.pop(key, default)
+    if choice is None:
+        raise ConfigError(f"{path}.{key}: missing (choices: {', '.join(registry.names())})")
+    entry = registry.get(str(choice), key=f"{path}.{key}")
+    if name in ("actor", "critic") and "recurrent" in section and not (
+            dataclasses.is_dataclass(entry.config) and "recurrent" in {f.name for f in dataclasses.fields(entry.config)}):
+        raise ConfigError(f"{path}.recurrent: head {choice!r} cannot carry a hidden state; recurrent policies "
+                          f"need {name}.head: mlp (docs/recurrent.md)")
+    params = build_dataclass(entry.config, section, path, source_dir) if entry.config is not None else None
+    if params is None and section:
+        raise ConfigError(f"{path}: {key} {choice!r} takes no options, got {sorted(section)}")
+    if callable(getattr(params, "for_role", None)):  # a head's defaults that depend on its section
+        params.for_role(name)
+    return Choice(key, str(choice), params)
+
+
+def build_learners(raw: dict[str, Any], source_dir: Optional[Path] = None) -> dict[str, Learner]:
+    """``learners``: team -> the learner's keys. A learner's algorithm section is the file's ``algorithm``
+    section with the learner's keys (all but ``actor`` and ``critic``) over it; its ``actor`` and
+    ``critic`` are the file's sections with the learner's ``actor`` / ``critic`` keys over them (one that
+    names another head replaces the section). Which teams and algorithms may have learners is the team
+    learners' check (agents/team_learners.py)."""
+    spec = raw.get(LEARNERS)
+    if not isinstance(spec, dict) or not spec:
+        raise ConfigError(f"{LEARNERS}: expected a mapping of team -> its learner's keys (e.g. "
+                          f"{{good: {{name: mappo}}, adv: {{name: ippo}}}}), got {spec!r}")
+    base = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    if base.get("name") is not None:
+        _team_learner(str(base["name"]), "algorithm.name")
+    out: dict[str, Learner] = {}
+    for team, keys in spec.items():
+        path = f"{LEARNERS}.{team}"
+        keys = {} if keys is None else keys
+        if not isinstance(keys, dict):
+            raise ConfigError(f"{path}: expected a mapping of the learner's keys, got {keys!r}")
+        own = {k: v for k, v in keys.items() if k not in ("actor", "critic")}
+        if own.get("name") is not None:
+            _team_learner(str(own["name"]), f"{path}.name")
+        sections = {"algorithm": _merged(raw.get("algorithm"), own, "algorithm", path)}
+        for role in ("actor", "critic"):
+            sections[role] = _merged(raw.get(role), keys.get(role), role, f"{path}.{role}")
+        out[str(team)] = Learner(build_choice("algorithm", sections["algorithm"], source_dir, path),
+                                 build_choice("actor", sections["actor"], source_dir, f"{path}.actor"),
+                                 build_choice("critic", sections["critic"], source_dir, f"{path}.critic"))
+    return out
+
+
+def _team_learner(name: str, key: str) -> None:
+    """A ConfigError unless algorithm ``name`` can be a team's learner (its family has ``team_learners``)."""
+    if not getattr(ALGORITHMS.get(name, key=key).obj, "team_learners", None):
+        raise ConfigError(f"{key}: algorithm {name!r} cannot be a team's learner in learners: (ippo, mappo, ia2c "
+                          "or maa2c can)")
+
+
+def _merged(base: Any, over: Any, name: str, path: str) -> dict[str, Any]:
+    """The file's section ``name`` with a learner's keys over it; keys naming another choice replace it."""
+    if over is None:
+        over = {}
+    if not isinstance(over, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {over!r}")
+    base = dict(base) if isinstance(base, dict) else {}
+    key, _, default = CHOSEN[name]
+    if key in over and str(over[key]) != str(base.get(key, default)) and name != "algorithm":
+        return dict(over)  # another head: the file's options belong to its own
+    return {**base, **over}
 
 
 def validate_cross(cfg: ExperimentConfig) -> None:
@@ -473,7 +556,9 @@ def validate_cross(cfg: ExperimentConfig) -> None:
                                   f"recurrent (only {', '.join(f'{r}.recurrent' for r in allowed)})")
             raise ConfigError(f"{role}.recurrent: algorithm {cfg.algorithm.name!r} has no recurrent policies "
                               "(ippo, mappo, ia2c and maa2c have; docs/recurrent.md)")
-    check = getattr(ALGORITHMS.get(cfg.algorithm.name).obj, "check_config", None)
+    from marl_q.registry import algorithm_class
+
+    check = getattr(algorithm_class(cfg), "check_config", None)
     if check is not None:
         check(cfg)
 

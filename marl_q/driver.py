@@ -207,8 +207,8 @@ class Duplicator:
 
     def copies(self, msg: Message, t: float) -> int:
         if self.p and self.rng.random() < self.p:
-            self.rt.ledger.record_fault("duplicate", t, msg.src, msg.dst, msg.seq, msg.nbytes,
-                                        f"{msg.kind} handed to the server twice")
+            self.rt.ledger.record_message_fault("duplicate", t, msg,
+                                                f"{msg.kind} handed to the server twice")
             return 2
         return 1
 

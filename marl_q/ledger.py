@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from marl_q.messages import HELLO, SERVER, Message
+from marl_q.messages import HELLO, SERVER, SERVICE, Message
 from marl_q.quantum import COLUMNS as QUANTUM_COLUMNS
 from marl_q.quantum import KINDS, QUANTUM_FILE, ROLES, counter_columns, qpu_seconds
 from marl_q.rundir import FileLog
 
 COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
            "staleness", "accepted", "reason"]
+SERVICE_COLUMN = "service"  # the last column of a run with several services (one learner per team)
 FLUSH_S = 2.0  # rows wait at most this long (wall clock) for the file
 
 
@@ -22,15 +23,18 @@ class Ledger(FileLog):
     """Counts and records traffic. Rows are buffered and flushed, so memory stays flat on long runs."""
 
     def __init__(self, path: Optional[Path] = None, flush_every: int = 4096,
-                 resume: Optional[dict] = None) -> None:
+                 resume: Optional[dict] = None, services: bool = False) -> None:
         """Rows go to ``path`` (comm.csv) through the run's CSV writer (``marl_q.rundir.MetricsWriter``);
         the wall clock of each row goes to a sidecar ``comm_wall.csv``, kept apart so that comm.csv of a
         sim run is byte-identical across runs.
 
         ``resume`` is a checkpoint's ``state()``: both files are cut back to its position and the
-        counters continue from its totals."""
+        counters continue from its totals. ``services``: the run's server has several services (one learner
+        per team), and each row names its service in a last column, ``service`` (empty for a fault, or a
+        message that named none); a run with one service has no such column."""
         from marl_q.rundir import MetricsWriter
 
+        self.services = services
         self.count = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -40,7 +44,7 @@ class Ledger(FileLog):
         self.faults: dict[str, int] = {}  # injected fault -> count (rows of kind "fault:<name>")
         if resume is not None:
             self._load_state(resume)
-        self.file = MetricsWriter(path, COLUMNS, flush_every=flush_every, base=["id"], flush_s=FLUSH_S,
+        self.file = MetricsWriter(path, COLUMNS + [SERVICE_COLUMN] * services, flush_every=flush_every, base=["id"], flush_s=FLUSH_S,
                                   resume_at=tuple(resume["position"]) if resume is not None and path is not None else None,
                                   wall_offset=(resume or {}).get("wall_s", 0.0))
 
@@ -76,13 +80,20 @@ class Ledger(FileLog):
         tally[1] += nbytes
         self._append((self.count, f"{t:.6f}", msg.src, msg.dst, msg.kind, msg.seq, nbytes,
                       msg.base_version, server_version, "" if staleness is None else staleness,
-                      int(accepted), reason))
+                      int(accepted), reason) + ((str(msg.info.get(SERVICE, "")),) if self.services else ()))
 
     def record_fault(self, fault: str, t: float, src: str, dst: str, seq: int = 0, nbytes: int = 0,
-                     detail: str = "") -> None:
-        """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic."""
+                     detail: str = "", service: str = "") -> None:
+        """An injected fault, as a row of kind ``fault:<name>``; not counted as traffic. ``service``: the
+        service of the message it befell (a run with several)."""
         self.faults[fault] = self.faults.get(fault, 0) + 1
-        self._append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail))
+        self._append((self.count, f"{t:.6f}", src, dst, f"fault:{fault}", seq, nbytes, "", "", "", 0, detail)
+                     + ((service,) if self.services else ()))
+
+    def record_message_fault(self, fault: str, t: float, msg: Message, detail: str = "") -> None:
+        """A fault that befell message ``msg`` (lost, duplicated, not sent...): ``record_fault`` with its
+        sender, addressee, seq, bytes and service."""
+        self.record_fault(fault, t, msg.src, msg.dst, msg.seq, msg.nbytes, detail, str(msg.info.get(SERVICE, "")))
 
     def _append(self, row: tuple) -> None:
         """One row (and its wall clock in the sidecar); written every flush_every rows or FLUSH_S seconds."""
@@ -114,6 +125,9 @@ class LedgerAudit:
     repeated_keys: list[tuple[str, int, str]] = field(default_factory=list)  # accepted more than once: a bug
     refused_duplicates: int = 0  # rows the server refused as "duplicate: seq ... already seen"
     faults: dict[str, int] = field(default_factory=dict)  # fault:<name> rows
+    # a run with several services (comm.csv's ``service`` column): each one's own audit, by name; the
+    # counts above are theirs added up ({} for a run with one service)
+    services: dict[str, "LedgerAudit"] = field(default_factory=dict)
 
     def worker(self, name: str) -> dict[str, int]:
         """One worker's counts; zeros for a worker the ledger never heard from."""
@@ -130,9 +144,30 @@ class LedgerAuditor:
         self._top: dict[tuple[str, int], int] = {}  # (worker, life) -> highest seq seen
         # worker -> seq of the push it left with (fault:dropout): it rejoins numbering on from there
         self._left_at: dict[str, int] = {}
+        self._services: dict[str, LedgerAuditor] = {}  # several services: each one's auditor
 
     def feed(self, r: dict[str, str]) -> None:
-        """One comm.csv row, as csv.DictReader gives it."""
+        """One comm.csv row, as csv.DictReader gives it. A row of a run with several services goes to that
+        service's own auditor (its pushes are numbered on their own); a fault row, to every one."""
+        service = r.get(SERVICE_COLUMN)
+        if service is not None:
+            if service:
+                if service not in self._services:
+                    self._services[service] = LedgerAuditor()
+                self._services[service]._feed(r)
+                if r["kind"].startswith("fault:"):  # counted once here (audit() takes faults from here)
+                    name = r["kind"][len("fault:"):]
+                    self.result.faults[name] = self.result.faults.get(name, 0) + 1
+                return
+            if r["kind"] == "fault:crash":  # every service's numbering of the worker's pushes starts again
+                for auditor in self._services.values():
+                    auditor._feed(r)
+            elif not r["kind"].startswith("fault:") and r["dst"] == SERVER:  # it named no service of the server
+                self.result.workers.setdefault(r["src"], _worker_row())["rejected"] += 1
+                return
+        self._feed(r)
+
+    def _feed(self, r: dict[str, str]) -> None:
         audit = self.result
         kind, src = r["kind"], r["src"]
         if kind.startswith("fault:"):
@@ -179,7 +214,25 @@ class LedgerAuditor:
             audit.refused_duplicates += r["reason"].startswith("duplicate:")
 
     def audit(self) -> LedgerAudit:
-        return self.result
+        """What the rows say so far; with several services each one's, and their counts added up."""
+        services = self._services
+        if not services:
+            return self.result
+        out = LedgerAudit(workers={w: dict(c) for w, c in self.result.workers.items()}, faults=dict(self.result.faults))
+        for name, auditor in services.items():
+            part = out.services[name] = auditor.audit()
+            for w, counts in part.workers.items():
+                mine = out.workers.setdefault(w, _worker_row())
+                for key, n in counts.items():
+                    mine[key] += n
+            for w, n in part.lives.items():
+                out.lives[w] = max(out.lives.get(w, 0), n)
+            for w, n in part.accepted_after_restart.items():
+                out.accepted_after_restart[w] = out.accepted_after_restart.get(w, 0) + n
+            out.distinct_accepted += part.distinct_accepted
+            out.repeated_keys += [(f"{w}/{name}", life, seq) for w, life, seq in part.repeated_keys]
+            out.refused_duplicates += part.refused_duplicates
+        return out
 
 
 def ledger_audit(run_dir: Path) -> LedgerAudit:

@@ -13,6 +13,9 @@ LIFE = "life"  # Message.info key: which incarnation of a worker says hello (see
 # carries; the server hands them to train.csv when it accepts the message. A handful of floats of
 # monitoring, not of learning: like the episode rows of metrics.csv they are not in the ledger's bytes
 TRAIN = "train"
+# Message.info key: which of the server's services a message is for, or from (a run with one learner per
+# team: marl_q.server.MultiServer); absent in a run with one service
+SERVICE = "service"
 
 
 @dataclass

@@ -45,16 +45,20 @@ class TrainLog(FileLog):
     or one the server's own learner ran), written by ``marl_q.rundir.MetricsWriter`` (wall clock in
     train_wall.csv). The file is made at the first row, so a run without diagnostics has none."""
 
-    def __init__(self, out: Optional[Path], resume: Optional[dict[str, Any]] = None, wall_offset: float = 0.0) -> None:
+    def __init__(self, out: Optional[Path], resume: Optional[dict[str, Any]] = None, wall_offset: float = 0.0,
+                 services: bool = False) -> None:
         """``resume``: a checkpoint's ``state()`` (``{}`` for a checkpoint written before train.csv):
-        the file is cut back to its position, or removed if the checkpoint had no row yet."""
+        the file is cut back to its position, or removed if the checkpoint had no row yet. ``services``:
+        the server has several services (one learner per team); each row names its own in a last column,
+        ``service`` (its ``version`` is that service's)."""
         from marl_q.rundir import LazyMetricsFile
 
         state = resume or {}
         self.out = out
+        self.services = services
         self.updates = int(state.get("updates", 0))
         position = state.get("position")
-        self.file = (LazyMetricsFile(Path(out) / TRAIN_FILE, TRAIN_FIELDS, position, base=TRAIN_BASE,
+        self.file = (LazyMetricsFile(Path(out) / TRAIN_FILE, TRAIN_FIELDS + ["service"] * services, position, base=TRAIN_BASE,
                                      wall_offset=wall_offset) if out is not None else None)
         if out is not None and resume is not None and position is None:
             for name in (TRAIN_FILE, "train_wall.csv"):  # rows written after the checkpoint only
@@ -66,8 +70,9 @@ class TrainLog(FileLog):
         return self.file.writer if self.file is not None else None
 
     def write(self, t: float, worker: str, env_steps: int, version: int, staleness: Optional[int],
-              updates: list[dict[str, Any]]) -> None:
-        """One row per diagnostics dict in ``updates`` (keys of DIAGNOSTICS; others are ignored)."""
+              updates: list[dict[str, Any]], service: Optional[str] = None) -> None:
+        """One row per diagnostics dict in ``updates`` (keys of DIAGNOSTICS; others are ignored);
+        ``service``: the service that took them in (a run with several)."""
         if self.file is None:
             return
         for diag in updates:
@@ -77,6 +82,8 @@ class TrainLog(FileLog):
             row = {k: diag.get(k) for k in DIAGNOSTICS}
             row.update(t=t, worker=worker, env_steps=env_steps, update=self.updates, version=version,
                        staleness=staleness)
+            if self.services:
+                row["service"] = service
             self.file.write(row)
 
     def state(self) -> dict[str, Any]:

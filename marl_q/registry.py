@@ -210,3 +210,20 @@ def make_env(cfg: Any, seed: int, kind: str) -> Any:
         raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not "
                           f"{ENV_KINDS.get(kind, kind)} (kind {actual!r}){hint}")
     return spec.make(cfg.scenario.params, seed=seed)
+
+
+def algorithm_class(cfg: Any) -> Any:
+    """The class that runs ``cfg``: ``algorithm.name``'s, or for a run with one learner per team
+    (``learners:``) the class its family names in ``team_learners`` (``"module:Class"``, imported here:
+    the team actor-critics' is agents.team_learners.TeamLearners); a ConfigError when the family has none."""
+    import importlib
+
+    cls = ALGORITHMS.get(cfg.algorithm.name, key="algorithm.name").obj
+    if not getattr(cfg, "learners", None):
+        return cls
+    where = getattr(cls, "team_learners", None)
+    if where is None:
+        raise ConfigError(f"learners: algorithm {cfg.algorithm.name!r} cannot train one learner per team "
+                          "(algorithm.name and each learner's name must be ippo, mappo, ia2c or maa2c)")
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -618,7 +618,7 @@ def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPol
     models rebuilt by the registered algorithm's ``acting_policy`` hook. A missing run directory,
     config or checkpoint, or a corrupt checkpoint, is a UserError naming the path."""
     from marl_q.config import load_config
-    from marl_q.registry import ALGORITHMS
+    from marl_q.registry import algorithm_class
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -632,7 +632,7 @@ def load_trained(run_dir: Path, checkpoint: Optional[Path] = None) -> TrainedPol
             raise CheckpointError(f"{run_dir / 'checkpoints'}: no checkpoint to load "
                                   "(run with run.checkpoint_every > 0, or let it finish)")
     arrays, _ = load_checkpoint(Path(checkpoint))
-    algorithm = ALGORITHMS.get(cfg.algorithm.name, key="algorithm.name").obj(cfg)
+    algorithm = algorithm_class(cfg)(cfg)
     try:
         policy = algorithm.acting_policy(service_arrays(arrays))
     except UserError as exc:

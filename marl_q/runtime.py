@@ -23,12 +23,13 @@ from marl_q.ledger import Ledger, QuantumLedger
 from marl_q.metrics import TrainLog
 from marl_q.progress import RunProgress
 from marl_q.protocol import Work, worker_names
-from marl_q.registry import ALGORITHMS
+from marl_q.registry import algorithm_class
 from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
                            service_arrays, set_tap, write_json_atomic)
 from marl_q.seeding import derive
-from marl_q.server import Server
+from marl_q.server import make_server
+from marl_q.services import ServiceGroup
 from marl_q.teams import ReturnsLog, with_team_fields
 
 CHECKPOINT_FORMAT = 2
@@ -48,7 +49,7 @@ def build_algorithm(cfg: ExperimentConfig) -> tuple[Any, Any]:
     """The run's algorithm and its service (the server's models): where a config the algorithm cannot
     run is refused (a head that cannot fit the env's sizes, say), so `run_experiment` builds them
     before it writes anything."""
-    algorithm = ALGORITHMS.get(cfg.algorithm.name).obj(cfg)
+    algorithm = algorithm_class(cfg)(cfg)
     return algorithm, algorithm.make_service()
 
 
@@ -71,9 +72,11 @@ class Runtime:
             # on resume TensorBoard hides what an earlier session logged after the checkpoint's env steps
             self.tracker = TensorBoardTracker(out, purge_step=int(meta["env_steps"]) + 1 if resume else None)
             set_tap(out, self.tracker)
-        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"))
+        # several services (one learner per team): comm.csv's and train.csv's rows name theirs
+        several = isinstance(service, ServiceGroup) and len(service.services) > 1
+        self.ledger = Ledger(out / "comm.csv" if out else None, resume=meta.get("ledger_state"), services=several)
         self.service = service
-        self.server = Server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
+        self.server = make_server(self.service, self.worker_names, cfg.server, self.ledger, seed=cfg.run.seed,
                              progress=self.progress, on_train=self.record_train)
         metrics_at = tuple(meta["metrics_position"]) if resume else None
         # per-team and per-agent returns (marl_q/teams.py): returns.csv, and with several teams a column per team
@@ -86,7 +89,8 @@ class Runtime:
         # circuit executions, shots and the QPU estimate of circuit heads (quantum.csv; none without one)
         self.quantum = QuantumLedger(cfg, out, resume=meta.get("quantum"))
         # the learners' losses, entropy, KL and explained variance per update (train.csv; none without them)
-        self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0))
+        self.train = TrainLog(out, resume=meta.get("train", {}) if resume else None, wall_offset=meta.get("wall_s", 0.0),
+                              services=several)
         if self.tracker is not None and resume is not None:  # the files are cut back to the checkpoint now
             self.tracker.continue_from()
         self.env_steps = int(meta.get("env_steps", 0))
@@ -142,9 +146,11 @@ class Runtime:
         if self._next_eval is not None and self.env_steps >= self._next_eval:
             self.evaluate(t)
 
-    def record_train(self, worker: str, updates: list, version: int, staleness: Optional[int], t: float) -> None:
-        """One train.csv row per update the server just took in (its diagnostics), at the run's env steps."""
-        self.train.write(t, worker, self.env_steps, version, staleness, updates)
+    def record_train(self, worker: str, updates: list, version: int, staleness: Optional[int], t: float,
+                     service: Optional[str] = None) -> None:
+        """One train.csv row per update the server just took in (its diagnostics), at the run's env steps
+        (``service``: which of several services took it in)."""
+        self.train.write(t, worker, self.env_steps, version, staleness, updates, service)
 
     def evaluate(self, t: float) -> None:
         """``run.eval_episodes`` greedy episodes of the server's current policy -> one eval.csv row."""

@@ -6,7 +6,8 @@ stream and an index path: independent, well-mixed 32-bit seeds for any number of
 magic offsets that could collide. Add a stream name to the end of STREAMS when nothing fits (never
 reorder it: that would change every derived seed). agents/mappo.py (ippo, mappo, ia2c, maa2c) is
 built on it: ``worker_seed`` for its workers and ``derive(seed, "env_copy", worker, copy)`` for
-each environment copy. A circuit head that samples shots or SPSA directions gets
+each environment copy; with one learner per team, ``derive(seed, "learner", k)`` seeds learner k's
+server core and ``derive(seed, "learner", k, worker)`` its sampling on a worker. A circuit head that samples shots or SPSA directions gets
 ``derive(seed, "shots", worker, k)`` for the k-th such head of a worker, whatever the worker's kind
 (``agents.heads.worker_heads``, through ``circuits.shots.seed_heads``).
 
@@ -34,7 +35,7 @@ from typing import Iterator
 
 import numpy as np
 
-STREAMS = ("worker", "env_copy", "eval", "timing", "shots", "opponents")
+STREAMS = ("worker", "env_copy", "eval", "timing", "shots", "opponents", "learner")
 
 
 def derive(seed: int, stream: str, *path: int) -> int:

@@ -12,9 +12,11 @@ import numpy as np
 
 from marl_q.config import ServerConfig
 from marl_q.ledger import Ledger
-from marl_q.messages import HELLO, LIFE, SERVER, TRAIN, Message
+from marl_q.messages import HELLO, LIFE, SERVER, SERVICE, TRAIN, Message
 from marl_q.protocol import Context, MessageSpec, Service
 from marl_q.registry import STALENESS
+from marl_q.seeding import derive
+from marl_q.services import ServiceGroup
 
 
 class Server:
@@ -22,12 +24,15 @@ class Server:
 
     def __init__(self, service: Service, workers: list[str], cfg: ServerConfig, ledger: Ledger,
                  seed: int = 0, progress: Optional[Callable[[], float]] = None,
-                 on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None) -> None:
+                 on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None,
+                 name: Optional[str] = None) -> None:
         """``progress``: the fraction of the run's budget used (a service's schedules read it; 0 without);
         ``on_train``: the run's train.csv, called with (worker, diagnostics of the updates, version,
         staleness, t) for every accepted message that carries diagnostics or whose handling ran a
-        learner's update."""
+        learner's update; ``name``: the service's name on a ``MultiServer`` (its replies carry it in
+        ``info[SERVICE]``; None: the run's one service)."""
         self.service = service
+        self.name = name
         self.workers = tuple(workers)
         self._known = frozenset(workers)
         self.cfg = cfg
@@ -96,7 +101,8 @@ class Server:
         if outcome.applied:
             self.version += 1
         if outcome.accepted and self.on_train is not None and (TRAIN in msg.info or outcome.train):
-            self.on_train(msg.src, list(msg.info.get(TRAIN, ())) + outcome.train, self.version, staleness, t)
+            self.on_train(msg.src, list(msg.info.get(TRAIN, ())) + outcome.train, self.version, staleness, t,
+                          **({"service": self.name} if self.name is not None else {}))
         return self._send(outcome.replies, t)
 
     def serve(self, service: Service) -> None:
@@ -105,6 +111,8 @@ class Server:
 
     def _send(self, replies: list[Message], t: float) -> list[Message]:
         for reply in replies:
+            if self.name is not None:
+                reply.info[SERVICE] = self.name
             self.ledger.record(reply, t, self.version)
         return replies
 
@@ -155,3 +163,70 @@ class Server:
 
     def summary(self) -> dict:
         return {"server_version": self.version, "updates": self.service.updates()}
+
+
+class MultiServer:
+    """The one server of a run with several services (``ServiceGroup``: one learner per team): one ``Server``
+    core per service, each with its own version, staleness counts, generator and duplicate filter, all
+    writing the one ledger (its rows name their service). A message goes to the core its
+    ``info[SERVICE]`` names, and that core's replies carry the name back (``Server.name``); a message naming no service of
+    this server is refused with its reason (a ledger row) and answered by nobody."""
+
+    def __init__(self, group: ServiceGroup, workers: list[str], cfg: ServerConfig, ledger: Ledger, seed: int = 0,
+                 progress: Optional[Callable[[], float]] = None,
+                 on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None) -> None:
+        self.service = group
+        self.ledger = ledger
+        self.cores = {name: Server(service, workers, cfg, ledger, seed=derive(seed, "learner", k),
+                                   progress=progress, on_train=on_train, name=name)
+                      for k, (name, service) in enumerate(group.services.items())}
+
+    @property
+    def version(self) -> int:
+        """The services' versions summed (what a progress bar shows)."""
+        return sum(core.version for core in self.cores.values())
+
+    @property
+    def staleness_counts(self) -> dict[int, int]:
+        """Every service's accepted updates by staleness, added up."""
+        out: dict[int, int] = {}
+        for core in self.cores.values():
+            for s, n in core.staleness_counts.items():
+                out[s] = out.get(s, 0) + n
+        return dict(sorted(out.items()))
+
+    def receive(self, msg: Message, t: float) -> list[Message]:
+        name = msg.info.get(SERVICE)
+        core = self.cores.get(name) if isinstance(name, str) else None
+        if core is None:
+            self.ledger.record(msg, t, 0, accepted=False,
+                               reason=f"unknown service {name!r} (this server's: {', '.join(self.cores)})")
+            return []
+        return core.receive(msg, t)
+
+    def serve(self, group: ServiceGroup) -> None:
+        self.service = group
+        for name, core in self.cores.items():
+            core.serve(group.services[name])
+
+    def state(self) -> dict:
+        return {"services": {name: core.state() for name, core in self.cores.items()}}
+
+    def load_state(self, state: dict) -> None:
+        for name, core in self.cores.items():
+            core.load_state(state["services"][name])
+
+    def summary(self) -> dict:
+        """The summed version and updates (as one server's), and each service's own."""
+        return {"server_version": self.version, "updates": self.service.updates(),
+                "services": {name: {"server_version": core.version, "updates": core.service.updates(),
+                                    "staleness_hist": {str(k): v for k, v in sorted(core.staleness_counts.items())}}
+                             for name, core in self.cores.items()}}
+
+
+def make_server(service: Service, workers: list[str], cfg: ServerConfig, ledger: Ledger, seed: int = 0,
+                progress: Optional[Callable[[], float]] = None,
+                on_train: Optional[Callable[[str, list, int, Optional[int], float], None]] = None) -> "Server | MultiServer":
+    """The server of a run: a ``MultiServer`` for a ``ServiceGroup``, else one ``Server``."""
+    kind = MultiServer if isinstance(service, ServiceGroup) else Server
+    return kind(service, workers, cfg, ledger, seed=seed, progress=progress, on_train=on_train)

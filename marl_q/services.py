@@ -96,3 +96,34 @@ class ParameterService(Service):
                                             if k.startswith("optim.")})
         self.aggregator.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("agg.")})
         self._snapshot = None
+
+
+class ServiceGroup(Service):
+    """Several named services on one server (one learner per team): ``marl_q.server.MultiServer`` gives each
+    its own core (version, staleness, duplicate filter) and routes messages by ``Message.info[SERVICE]``.
+    As the run's one service it answers for all of them: ``updates`` summed, ``state_dict`` each one's
+    arrays under ``<name>.`` (a checkpoint's ``service.<name>.<key>``), ``summary`` each one's under
+    ``services``."""
+
+    def __init__(self, services: dict[str, Service]) -> None:
+        self.services = dict(services)
+        self.specs = {}
+
+    def updates(self) -> int:
+        return sum(s.updates() for s in self.services.values())
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {f"{name}.{k}": v for name, s in self.services.items() for k, v in s.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for name, s in self.services.items():
+            s.load_state_dict(split_state(state, name))
+
+    def summary(self) -> dict:
+        return {}  # the server's summary has each service's (MultiServer.summary)
+
+
+def split_state(state: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
+    """Service ``name``'s arrays of a ``ServiceGroup.state_dict()``, without the ``<name>.`` prefix."""
+    prefix = f"{name}."
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}

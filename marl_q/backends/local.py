@@ -66,11 +66,11 @@ def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnatio
     import torch
 
     from marl_q.config import build_config
-    from marl_q.registry import ALGORITHMS
+    from marl_q.registry import algorithm_class
 
     cfg = build_config(cfg_dict)
     torch.set_num_threads(cfg.backend.threads_per_worker)
-    worker = ALGORITHMS.get(cfg.algorithm.name).obj(cfg).make_worker(index)
+    worker = algorithm_class(cfg)(cfg).make_worker(index)
     name = worker.name
     crash_after = cfg.backend.crash_after_steps.get(index) if incarnation == 0 else None
     steps = 0
@@ -260,8 +260,7 @@ class LocalTransport:
         """An answer of the server: dropped if meant for a dead incarnation, held until every worker
         has said hello, posted otherwise."""
         if reply.dst in self.unheard:
-            self.rt.ledger.record_fault("undeliverable", t, reply.src, reply.dst, reply.seq,
-                                        reply.nbytes, f"{reply.kind} to a killed incarnation")
+            self.rt.ledger.record_message_fault("undeliverable", t, reply, f"{reply.kind} to a killed incarnation")
         elif self.t_run is None:
             self.held.append(reply)
         else:

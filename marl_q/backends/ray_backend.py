@@ -272,8 +272,8 @@ class ServerHost:
         if life != self.life[name]:
             for kind, body in items:
                 for m in (body.messages if kind == "work" else body):
-                    self.rt.ledger.record_fault("orphaned", self.now(), m.src, m.dst, m.seq, m.nbytes,
-                                                f"{m.kind} from incarnation {life} of {name}, which was replaced")
+                    self.rt.ledger.record_message_fault("orphaned", self.now(), m,
+                                                        f"{m.kind} from incarnation {life} of {name}, which was replaced")
             return True, []
         self.held[name][n] = items
         while self.expected[name] in self.held[name] and not self.stopping():
@@ -380,11 +380,11 @@ class WorkerHost:
         import torch
 
         from marl_q.config import build_config
-        from marl_q.registry import ALGORITHMS
+        from marl_q.registry import algorithm_class
 
         cfg = build_config(cfg_dict)
         torch.set_num_threads(cfg.backend.threads_per_worker)
-        self.worker = ALGORITHMS.get(cfg.algorithm.name).obj(cfg).make_worker(index)
+        self.worker = algorithm_class(cfg)(cfg).make_worker(index)
         self.server, self.life = server, life
         self.crash_after = cfg.backend.crash_after_steps.get(index) if life == 0 else None
         self.max_in_flight = cfg.backend.ray.max_in_flight

@@ -141,7 +141,7 @@ class _EventSim:
     def delay(self, m: Message, t: float) -> float:
         d = self.timing.network_s(m)
         if self.faults.spike_p and self.timing.rng.random() < self.faults.spike_p:
-            self.rt.ledger.record_fault("delay_spike", t, m.src, m.dst, m.seq, m.nbytes, f"+{self.faults.spike_s} s")
+            self.rt.ledger.record_message_fault("delay_spike", t, m, f"+{self.faults.spike_s} s")
             d += self.faults.spike_s
         return d
 
@@ -149,14 +149,14 @@ class _EventSim:
         faults, rng = self.faults, self.timing.rng
         for m in msgs:
             if faults.loss and rng.random() < faults.loss:
-                self.rt.ledger.record_fault("loss", t, m.src, m.dst, m.seq, m.nbytes,
-                                            f"{m.kind} lost; resent after {faults.retransmit_s} s")
+                self.rt.ledger.record_message_fault("loss", t, m,
+                                                    f"{m.kind} lost; resent after {faults.retransmit_s} s")
                 self.push(t + faults.retransmit_s, "resend", m)
                 continue
             arrival = t + self.delay(m, t)
             self.push(arrival, "to_server", m)
             if faults.duplicate and rng.random() < faults.duplicate:
-                self.rt.ledger.record_fault("duplicate", t, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} delivered twice")
+                self.rt.ledger.record_message_fault("duplicate", t, m, f"{m.kind} delivered twice")
                 self.push(arrival + faults.dup_delay_s, "to_server", m)
 
     def start_compute(self, i: int, t: float) -> None:
@@ -193,9 +193,9 @@ class _EventSim:
         faults.rejoin_s as a new incarnation (answers addressed to the old one are void)."""
         ledger, name = self.rt.ledger, self.workers[i].name
         for m in msgs:
-            ledger.record_fault("dropout", now, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} not sent: {name} left")
+            ledger.record_message_fault("dropout", now, m, f"{m.kind} not sent: {name} left")
         for m in self.inbox[i]:
-            ledger.record_fault("undeliverable", now, m.src, m.dst, m.seq, m.nbytes, f"{m.kind} to a worker that left")
+            ledger.record_message_fault("undeliverable", now, m, f"{m.kind} to a worker that left")
         self.inbox[i].clear()
         self.alive[i] = False
         self.life[i] += 1
@@ -245,8 +245,8 @@ class _EventSim:
             item, addressee = item
             i = self.index[item.dst]
             if not self.alive[i] or addressee != self.life[i]:
-                rt.ledger.record_fault("undeliverable", now, item.src, item.dst, item.seq, item.nbytes,
-                                       f"{item.kind} to a crashed worker")
+                rt.ledger.record_message_fault("undeliverable", now, item,
+                                               f"{item.kind} to a crashed worker")
                 return
             if self.busy[i]:
                 self.inbox[i].append(item)

@@ -23,7 +23,8 @@ class StubRuntime:
         self.stopped = False
         self.updates = 0
         self.stop_after = stop_after
-        self.ledger = SimpleNamespace(record_fault=lambda *a, **k: self.calls.append(("fault_row", a[0])))
+        self.ledger = SimpleNamespace(record_fault=lambda *a, **k: self.calls.append(("fault_row", a[0])),
+                                      record_message_fault=lambda *a, **k: self.calls.append(("fault_row", a[0])))
 
     def deliver(self, msg, t):
         self.calls.append(("deliver", msg.src, msg.seq, t))
