@@ -175,11 +175,25 @@ def test_a_short_run_on_speaker_listener_completes(alg, tmp_path):
 def test_each_agent_learns_its_own_goal_action(alg, tmp_path):
     """Random play scores 5 * (1/2 + 1/3) = 4.17 an episode (standard deviation 1.54, so 0.24 for a
     mean of 40); the optimum, each agent always on its goal action, 10. The last 40 episodes' mean
-    above 9 is 20 standard deviations above chance: both agents learnt their own action."""
+    above 9 is 20 standard deviations above chance: both agents learnt their own action. The policy
+    rebuilt from the run's checkpoint (``load_trained``, each agent's own networks) plays the goal
+    actions greedily, and gives the actions beyond an agent's own space no logit and no draw."""
+    from marl_q.rundir import load_trained
+
     run_experiment(build_config(_raw(alg, steps=3000, lr=0.003)), tmp_path / "run")
     returns = [float(r["return"]) for r in csv.DictReader(open(tmp_path / "run" / "metrics.csv"))]
     assert len(returns) >= 500
     assert 9.0 < np.mean(returns[-40:]) <= 10.0
+    policy = load_trained(tmp_path / "run")
+    obs, _ = HeteroEnv().reset()
+    assert policy.agents == ["a", "b"] and policy.act(obs) == GOAL
+    logits, probs = policy.logits(obs), policy.probs(obs)
+    for agent in ("a", "b"):
+        assert np.isneginf(logits[agent][ACTS[agent]:]).all() and np.isfinite(logits[agent][:ACTS[agent]]).all()
+        assert probs[agent][ACTS[agent]:].sum() == 0.0 and abs(probs[agent].sum() - 1.0) < 1e-6
+    rng = np.random.default_rng(0)
+    drawn = [policy.act(obs, rng) for _ in range(300)]
+    assert {d["a"] for d in drawn} <= {0, 1} and {d["b"] for d in drawn} <= {0, 1, 2}
 
 
 def test_the_same_config_twice_on_sim_is_byte_identical(tmp_path):

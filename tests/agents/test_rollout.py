@@ -328,7 +328,8 @@ def test_the_vehicular_evaluation_matches_the_loop_it_replaced():
 
 def test_the_routing_replay_matches_the_loop_it_replaced():
     """agents.routing.evaluate_routing on the shared evaluation loop against its old request-by-request
-    loop (written out), for the three heuristics on two demands, two seeds: the same outcomes."""
+    loop (written out), for the three heuristics on two demands, the seed alternating (0 or 5): the same
+    outcomes."""
     from agents.routing import HEURISTICS, evaluate_routing
     from scenarios.routing import AgentStream, RoutingConfig, RoutingWorld
 
@@ -355,8 +356,8 @@ def test_the_routing_replay_matches_the_loop_it_replaced():
     kinds = set()
     for shift in ("none", "urllc_surge"):
         world = RoutingWorld(RoutingConfig(load_scale=3.0, max_replans=2), shift)
-        for name, make in HEURISTICS.items():
-            for seed in (0, 5):
+        for k, (name, make) in enumerate(HEURISTICS.items()):
+            for seed in ((0, 5)[(k + (shift != "none")) % 2],):
                 got = evaluate_routing(world, make(seed), False, 0.0, 120.0, seed)
                 want = old_loop(world, make(seed), 0.0, 120.0, seed)
                 assert len(got) > 20 and got == want, (shift, name, seed)

@@ -194,7 +194,7 @@ def test_sim_reruns_and_resumes_are_exact_with_shots(tmp_path):
     from marl_q.rundir import checkpoints, load_checkpoint
 
     scenario = str(Path(__file__).resolve().parents[2] / "scenarios" / "cartpole_qa2c_quantum_critic.yaml")
-    base = ["run.progress=false", "run.plots=false", "run.total_env_steps=300", "critic.grad=spsa",
+    base = ["run.progress=false", "run.plots=false", "run.total_env_steps=150", "critic.grad=spsa",
             "critic.noise={depolarizing: 0.01, readout: 0.02}"]
 
     def final(name: str, extra: list[str], resume: bool = False) -> dict[str, np.ndarray]:
@@ -205,7 +205,7 @@ def test_sim_reruns_and_resumes_are_exact_with_shots(tmp_path):
         return {k: v for k, v in arrays.items() if v.dtype.kind == "f"}
 
     full = final("full", ["critic.shots=64"])
-    for other in (final("again", ["critic.shots=64"]), final("part", ["critic.shots=64", "run.stop_after_updates=120"], resume=True)):
+    for other in (final("again", ["critic.shots=64"]), final("part", ["critic.shots=64", "run.stop_after_updates=60"], resume=True)):
         assert full.keys() == other.keys() and all(np.array_equal(full[k], other[k]) for k in full)
     different = final("other", ["critic.shots=65"])
     assert any(not np.array_equal(full[k], different[k]) for k in full)
