@@ -283,16 +283,6 @@ def run_epymarl(python: str, epymarl_dir: Path, work: Path, pair: str, steps: in
     return got
 
 
-def t_interval(values: list[float]) -> tuple[float, float]:
-    import numpy as np
-    from scipy import stats
-
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return float(v.mean()), float("nan")
-    return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", choices=["check", "speed", "returns"])
@@ -406,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
             for peer in ("epymarl", "marl-q"):
                 vals = [g["return_last"] for g in by[peer] if g["return_last"] is not None]
                 if vals:
-                    mean, hw = t_interval(vals)
+                    from analysis.stats import mean_ci  # marl-q's side only: not in EPyMARL's venv
+
+                    mean, hw = (float(x) for x in mean_ci(vals))
                     s[f"return_{peer}"] = {"mean": mean, "ci95": hw, "n": len(vals), "values": vals}
                     print(f"{pair} team return {peer}: {mean:.3f} ± {hw:.3f} (95% t, {len(vals)} runs: "
                           f"{[round(v, 3) for v in vals]})")
