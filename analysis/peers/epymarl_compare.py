@@ -46,6 +46,8 @@ Subcommands:
              ``--cpu`` with one thread; env steps/s of the loop and of the whole process, medians, ratio
     returns  ``--seeds`` per pair and side at ``--steps`` (pinned, one thread, run one after the other);
              mean and 95% t-interval over seeds
+    plot     ``--inputs`` (what speed/returns wrote, several files merged): the summary over all their
+             runs, and the curves against env steps as ``--png``
 
 Everything goes to ``--out`` (JSON) as well as stdout.
 """
@@ -83,6 +85,21 @@ PAIRS = {  # name: (marl-q file, its overrides, EPyMARL alg config, env key, tim
 def one_thread_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                 MPLBACKEND="Agg", PYTHONUNBUFFERED="1", **extra)
+
+
+def timed(cmd: list[str], **kwargs) -> tuple[int, str, str, float, float]:
+    """Run ``cmd``: exit code, stdout, stderr, wall seconds and CPU seconds (user + system) of the process
+    and of every process of its own that it waited for (EPyMARL's env workers), from ``wait4``. CPU
+    seconds are what a process got of a shared, loaded machine; wall seconds depend on the load."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, **kwargs)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read(), wall, usage.ru_utime + usage.ru_stime
 
 
 def uptime() -> str:
@@ -237,17 +254,15 @@ def run_marlq(tree: Path, pair: str, steps: int, seed: int, cpu: str, keep: Path
         cmd = ["taskset", "-c", cpu, sys.executable, "-m", "marl_q.cli", "run", marl_file, "--quiet", "--out", str(out)]
         for s in sets:
             cmd += ["--set", s]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=tree, env=one_thread_env(PYTHONPATH=str(tree)), capture_output=True, text=True)
-        whole = time.perf_counter() - start
-        if proc.returncode:
-            raise RuntimeError(f"marl-q run failed:\n{proc.stderr[-3000:]}")
+        code, _out, err, whole, cpu = timed(cmd, cwd=tree, env=one_thread_env(PYTHONPATH=str(tree)))
+        if code:
+            raise RuntimeError(f"marl-q run failed:\n{err[-3000:]}")
         summary = json.loads((out / "summary.json").read_text())
         with open(out / "metrics.csv") as f:
             rows = [(int(r["env_steps"]), float(r["return"])) for r in csv.DictReader(f)]
     end = rows[-1][0] if rows else 0
     last = [r for s, r in rows if s > end - LAST_STEPS]
-    return {"peer": "marl-q", "pair": pair, "seed": seed, "whole_s": whole, "train_s": summary["wall_s"],
+    return {"peer": "marl-q", "pair": pair, "seed": seed, "whole_s": whole, "cpu_s": cpu, "train_s": summary["wall_s"],
             "env_steps": summary["env_steps"], "return_last": sum(last) / len(last) if last else None,
             "curve": rows_curve(rows)}
 
@@ -269,23 +284,91 @@ def run_epymarl(python: str, epymarl_dir: Path, work: Path, pair: str, steps: in
             f"seed={seed}", f"t_max={steps}", "use_cuda=False", f"test_interval={steps * 10}",
             f"test_nepisode={batch}"]
     cmd = ["taskset", "-c", cpu, python, str(HERE), "--child-epymarl", str(workdir), *argv]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, env=one_thread_env(), capture_output=True, text=True)
-    whole = time.perf_counter() - start
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"peer": "epymarl"')]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"EPyMARL run failed ({workdir}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    code, out, err, whole, cpu = timed(cmd, env=one_thread_env())
+    lines = [ln for ln in out.splitlines() if ln.startswith('{"peer": "epymarl"')]
+    if code or not lines:
+        raise RuntimeError(f"EPyMARL run failed ({workdir}):\n{out[-2000:]}\n{err[-3000:]}")
     got = json.loads(lines[-1])
     shutil.rmtree(workdir / "src")
-    got.update(pair=pair, seed=seed, whole_s=whole, workdir=str(workdir))
+    got.update(pair=pair, seed=seed, whole_s=whole, cpu_s=cpu, workdir=str(workdir))
     got["return_last"] = got["return"][-1] if got["return"] else None
     got["curve"] = list(zip(got.pop("return_T"), got.pop("return")))
     return got
 
 
+def summarize(runs: list[dict]) -> dict:
+    """Per pair: each side's median env steps/s (loop, whole process), their ratio (and the ratio of
+    each run pair), and the team returns' mean and 95% t-interval over the runs; printed as well."""
+    from analysis.stats import mean_ci  # marl-q's side only: not in EPyMARL's venv
+
+    pairs = list(dict.fromkeys(g["pair"] for g in runs))
+    summary = {}
+    for pair in pairs:
+        by = {p: [g for g in runs if g["pair"] == pair and g["peer"] == p] for p in ("epymarl", "marl-q")}
+        s = summary[pair] = {}
+        for key in ("loop_steps_per_s", "whole_steps_per_s", "cpu_steps_per_s"):
+            if not all(key in g for g in by["epymarl"] + by["marl-q"]):
+                continue
+            e = statistics.median(g[key] for g in by["epymarl"])
+            m = statistics.median(g[key] for g in by["marl-q"])
+            ratios = [mq[key] / ep[key] for mq, ep in zip(by["marl-q"], by["epymarl"])]
+            s[key] = {"epymarl": e, "marl-q": m, "ratio_of_medians": m / e, "ratios": ratios}
+            print(f"{pair} {key}: EPyMARL median {e:,.0f}, marl-q median {m:,.0f}, marl-q/EPyMARL {m / e:.2f} "
+                  f"(per run {[round(x, 2) for x in ratios]})")
+        for peer in ("epymarl", "marl-q"):
+            vals = [g["return_last"] for g in by[peer] if g["return_last"] is not None]
+            if vals:
+                mean, hw = (float(x) for x in mean_ci(vals))
+                s[f"return_{peer}"] = {"mean": mean, "ci95": hw, "n": len(vals), "values": vals}
+                print(f"{pair} team return {peer}: {mean:.3f} ± {hw:.3f} (95% t, {len(vals)} runs: "
+                      f"{[round(v, 3) for v in vals]})")
+    return summary
+
+
+def plot(reports: list[dict], path: Path) -> Path:
+    """Team return against env steps, one panel per pair: each side's mean over seeds of its 10k-step
+    means (EPyMARL's logged ``return_mean``, marl-q's bins of the same width), with the 95% t band."""
+    import numpy as np
+
+    from analysis.plots import band_text, mean_band, new_figure, save_figure, wrap
+
+    runs = [g for rep in reports for g in rep["runs"]]
+    pairs = list(dict.fromkeys(g["pair"] for g in runs))
+    steps = max(rep["steps"] for rep in reports)
+    fig, axes = new_figure((6.0 * len(pairs), 4.6), ncols=len(pairs))
+    grid = np.arange(LAST_STEPS, steps + 1, LAST_STEPS, dtype=float)
+    for ax, pair in zip(axes[0], pairs):
+        counts = []
+        for peer, name in (("epymarl", "EPyMARL cbc38c0"), ("marl-q", "marl-q")):
+            curves = []
+            for g in (g for g in runs if g["pair"] == pair and g["peer"] == peer):
+                x, y = (np.asarray(v, dtype=float) for v in zip(*g["curve"]))
+                c = np.interp(grid, x, y)
+                c[(grid < x[0] - LAST_STEPS / 2) | (grid > x[-1] + LAST_STEPS / 2)] = np.nan
+                curves.append(c)
+            if not curves:
+                continue
+            counts.append(len(curves))
+            mean, lo, hi = mean_band(curves)
+            line, = ax.plot(grid, mean, marker=".", label=f"{name} ({len(curves)} seeds)")
+            if len(curves) > 1:
+                ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        _f, _o, alg, key, limit = PAIRS[pair]
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(f"team return (agents' rewards summed over the episode),\nmean of the episodes in each {LAST_STEPS // 1000}k env steps")
+        ax.set_title(wrap(f"{alg.upper()} on {key.split(':')[-1]} ({limit} steps): EPyMARL's {alg}.yaml "
+                          f"against marl-q's {PAIRS[pair][0].split('/')[-1]}, training episodes", 60), fontsize=9)
+        band = band_text(counts)
+        if ax is not axes[0][-1]:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, title=band, title_fontsize=7)
+    fig.suptitle(f"marl-q against EPyMARL, {steps:,} env steps per run, one core and one thread each", fontsize=10)
+    return save_figure(fig, axes[0][-1], path, legend_title=band_text(counts))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", choices=["check", "speed", "returns"])
+    parser.add_argument("what", nargs="?", choices=["check", "speed", "returns", "plot"])
     parser.add_argument("--epymarl-dir", default=os.environ.get("EPYMARL_DIR"),
                         help="an EPyMARL checkout (git clone https://github.com/uoe-agents/epymarl; cbc38c0); env EPYMARL_DIR")
     parser.add_argument("--epymarl-python", default="/tmp/venv_epymarl/bin/python")
@@ -298,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", default="1")
     parser.add_argument("--episodes", type=int, default=20, help="check: episodes replayed per task")
     parser.add_argument("--out", help="write every run's figures here (JSON)")
+    parser.add_argument("--inputs", nargs="+", help="plot: the JSON files that returns wrote (--out)")
+    parser.add_argument("--png", help="plot: the figure to write")
     parser.add_argument("--child-epymarl", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--child-check", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -310,8 +395,18 @@ def main(argv: list[str] | None = None) -> int:
         check_child(key, int(limit), int(episodes), int(seed))
         return 0
     if args.what is None:
-        print("epymarl_compare: say what to run: check, speed or returns", file=sys.stderr)
+        print("epymarl_compare: say what to run: check, speed, returns or plot", file=sys.stderr)
         return 2
+    if args.what == "plot":
+        if not args.inputs or not args.png:
+            print("epymarl_compare: plot needs --inputs (returns JSONs of --out) and --png", file=sys.stderr)
+            return 2
+        reports = [json.loads(Path(p).read_text()) for p in args.inputs]
+        summarize([g for rep in reports for g in rep["runs"]])
+        for rep in reports:
+            print(f"{rep.get('uptime_before')}  ..  {rep.get('uptime_after')}")
+        print(plot(reports, Path(args.png)))
+        return 0
     pairs = [p for p in args.pairs.split(",") if p]
     unknown = [p for p in pairs if p not in PAIRS]
     if unknown or not pairs:
@@ -375,34 +470,16 @@ def main(argv: list[str] | None = None) -> int:
                 got["round"] = r
                 got["loop_steps_per_s"] = got["env_steps"] / got["train_s"]
                 got["whole_steps_per_s"] = got["env_steps"] / got["whole_s"]
+                got["cpu_steps_per_s"] = got["env_steps"] / got["cpu_s"]
                 print(f"{pair} round {r} seed {seed} {peer:7}: {got['env_steps']} env steps, loop {got['train_s']:.1f} s "
                       f"({got['loop_steps_per_s']:,.0f}/s), whole {got['whole_s']:.1f} s ({got['whole_steps_per_s']:,.0f}/s), "
+                      f"CPU {got['cpu_s']:.1f} s ({got['cpu_steps_per_s']:,.0f}/s), "
                       f"team return (last {LAST_STEPS // 1000}k steps) {got['return_last']}", flush=True)
                 runs.append(got)
         report["runs"] = runs
         report["uptime_after"] = uptime()
         print(report["uptime_after"])
-        summary = {}
-        for pair in pairs:
-            by = {p: [g for g in runs if g["pair"] == pair and g["peer"] == p] for p in ("epymarl", "marl-q")}
-            s = summary[pair] = {}
-            for key in ("loop_steps_per_s", "whole_steps_per_s"):
-                e = statistics.median(g[key] for g in by["epymarl"])
-                m = statistics.median(g[key] for g in by["marl-q"])
-                ratios = [mq[key] / ep[key] for mq, ep in zip(by["marl-q"], by["epymarl"])]
-                s[key] = {"epymarl": e, "marl-q": m, "ratio_of_medians": m / e, "ratios": ratios}
-                print(f"{pair} {key}: EPyMARL median {e:,.0f}, marl-q median {m:,.0f}, marl-q/EPyMARL {m / e:.2f} "
-                      f"(per run {[round(x, 2) for x in ratios]})")
-            for peer in ("epymarl", "marl-q"):
-                vals = [g["return_last"] for g in by[peer] if g["return_last"] is not None]
-                if vals:
-                    from analysis.stats import mean_ci  # marl-q's side only: not in EPyMARL's venv
-
-                    mean, hw = (float(x) for x in mean_ci(vals))
-                    s[f"return_{peer}"] = {"mean": mean, "ci95": hw, "n": len(vals), "values": vals}
-                    print(f"{pair} team return {peer}: {mean:.3f} ± {hw:.3f} (95% t, {len(vals)} runs: "
-                          f"{[round(v, 3) for v in vals]})")
-        report["summary"] = summary
+        report["summary"] = summarize(runs)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
     return 0
