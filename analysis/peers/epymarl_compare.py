@@ -39,7 +39,7 @@ sum``), of training episodes: EPyMARL's logged ``return_mean`` nearest the budge
 Subcommands:
 
     check    both sides build the task: agents, observation and action sizes, episode length; the same
-             start states and actions give the same observations and rewards (LBF: the same lbforaging
+             start states and actions give the same observations and team rewards (LBF: the same lbforaging
              env reset with the same seed; spread: EPyMARL's PettingZoo positions set into marl-q's
              native spread, as analysis/peers/jaxmarl_spread.py does for JaxMARL)
     speed    ``--rounds`` interleaved rounds per pair of one run per side at ``--steps``, pinned to
@@ -234,7 +234,8 @@ def marlq_env_check(pair: str, recorded: dict, tree: Path) -> dict:
             if obs:
                 got = np.stack([obs[a] for a in agents])
                 obs_err = max(obs_err, float(np.abs(got - np.asarray(ep["obs"][t + 1])).max()))
-            rew_err = max(rew_err, float(np.abs(np.array([rew[a] for a in agents]) - ep["rewards"][t]).max()))
+            # the team reward (lbf_mappo.yaml's common_reward gives each agent the mean, not its own)
+            rew_err = max(rew_err, abs(sum(rew[a] for a in agents) - sum(ep["rewards"][t])))
             if all(term[a] or trunc[a] for a in agents):
                 break
         lengths.append(t + 1)
