@@ -477,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"CPU {got['cpu_s']:.1f} s ({got['cpu_steps_per_s']:,.0f}/s), "
                       f"team return (last {LAST_STEPS // 1000}k steps) {got['return_last']}", flush=True)
                 runs.append(got)
+                if args.out:  # after every run, so that a stopped comparison keeps what it measured
+                    Path(args.out).write_text(json.dumps(dict(report, runs=runs), indent=1))
         report["runs"] = runs
         report["uptime_after"] = uptime()
         print(report["uptime_after"])
