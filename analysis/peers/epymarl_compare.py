@@ -333,12 +333,12 @@ def plot(reports: list[dict], path: Path) -> Path:
 
     from analysis.plots import band_text, mean_band, new_figure, save_figure, wrap
 
-    runs = [g for rep in reports for g in rep["runs"]]
+    runs = [dict(g, budget=rep["steps"]) for rep in reports for g in rep["runs"]]
     pairs = list(dict.fromkeys(g["pair"] for g in runs))
-    steps = max(rep["steps"] for rep in reports)
     fig, axes = new_figure((6.0 * len(pairs), 4.6), ncols=len(pairs))
-    grid = np.arange(LAST_STEPS, steps + 1, LAST_STEPS, dtype=float)
     for ax, pair in zip(axes[0], pairs):
+        steps = max(g["budget"] for g in runs if g["pair"] == pair)
+        grid = np.arange(LAST_STEPS, steps + 1, LAST_STEPS, dtype=float)
         counts = []
         for peer, name in (("epymarl", "EPyMARL cbc38c0"), ("marl-q", "marl-q")):
             curves = []
@@ -357,13 +357,14 @@ def plot(reports: list[dict], path: Path) -> Path:
         _f, _o, alg, key, limit = PAIRS[pair]
         ax.set_xlabel("environment steps")
         ax.set_ylabel(f"team return (agents' rewards summed over the episode),\nmean of the episodes in each {LAST_STEPS // 1000}k env steps")
-        ax.set_title(wrap(f"{alg.upper()} on {key.split(':')[-1]} ({limit} steps): EPyMARL's {alg}.yaml "
-                          f"against marl-q's {PAIRS[pair][0].split('/')[-1]}, training episodes", 60), fontsize=9)
+        ax.set_title(wrap(f"{alg.upper()} on {key.split(':')[-1]} ({limit}-step episodes), {steps:,} env steps "
+                          f"a run: EPyMARL's {alg}.yaml against marl-q's {PAIRS[pair][0].split('/')[-1]}, "
+                          "training episodes", 62), fontsize=9)
         band = band_text(counts)
         if ax is not axes[0][-1]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, title=band, title_fontsize=7)
-    fig.suptitle(f"marl-q against EPyMARL, {steps:,} env steps per run, one core and one thread each", fontsize=10)
+    fig.suptitle("marl-q against EPyMARL (cbc38c0) on the same task, one core and one thread each", fontsize=10)
     return save_figure(fig, axes[0][-1], path, legend_title=band_text(counts))
 
 
