@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from multiprocessing import connection as mp_connection
+from multiprocessing import forkserver
 import os
 import queue
 import signal
@@ -59,9 +60,21 @@ def check_overload(cfg: ExperimentConfig) -> None:
           "(backend.oversubscribe); start-up will be slow", file=sys.stderr, flush=True)
 
 
-def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnation: int = 0) -> None:
-    """Entry point of a worker process."""
-    import os
+# What the fork server imports once (multiprocessing's "forkserver" start method): each worker process is then
+# forked from it with torch and the config already imported, instead of a fresh interpreter importing them
+# again (about a second of CPU per worker start and restart). The server is a fresh interpreter too, so no
+# thread of the main process (JAX's, a tracker's) is ever forked.
+PRELOAD = ["torch", "numpy", "marl_q.config", "marl_q.registry", "marl_q.backends.local"]
+
+
+def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnation: int = 0,
+                 environ: Optional[dict] = None) -> None:
+    """Entry point of a worker process. ``environ``: the main process's environment when it started this
+    worker (the fork server's was taken when the server started)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the main process only (see _sigint_ignored)
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
 
     import torch
 
@@ -125,7 +138,10 @@ class LocalTransport:
         self.rt = rt
         self.cfg = rt.cfg
         self.names = rt.worker_names
-        self.ctx = mp.get_context("spawn")
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(PRELOAD)  # taken when the server starts (the first run's first worker)
+        with _sigint_ignored():  # the server, and every process forked from it, starts with SIGINT ignored
+            forkserver.ensure_running()  # returns at once; the server imports PRELOAD before its first fork
         self.cfg_dict = self.cfg.to_dict()
         # One queue each way per worker, replaced when the worker is restarted: a process killed while
         # its queue's feeder thread held the queue's lock would otherwise block every other writer.
@@ -301,9 +317,12 @@ class LocalTransport:
         name = self.names[i]
         self.inboxes[name], self.outboxes[name] = self.ctx.Queue(), self.ctx.Queue()
         p = self.ctx.Process(target=_worker_main, daemon=True,
-                             args=(self.cfg_dict, i, self.inboxes[name], self.outboxes[name], self.incarnation[name]))
-        with _sigint_ignored():  # inherited by the new process: Ctrl-C reaches the main process only
-            p.start()
+                             args=(self.cfg_dict, i, self.inboxes[name], self.outboxes[name], self.incarnation[name],
+                                   dict(os.environ)))
+        # Not inside _sigint_ignored: the first start waits for the fork server's imports (a second or two),
+        # and a Ctrl-C then must still reach this process. The worker ignores SIGINT from its first
+        # instruction (the server's disposition) and again in _worker_main.
+        p.start()
         self.procs[name] = p
         self.last_sent[name] = time.perf_counter()  # a fresh process owes us its hello
         self.last_heard[name] = self.last_sent[name] - 1e-9

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -257,3 +258,31 @@ def test_a_restarted_sim_worker_hears_first_the_reply_to_its_own_hello(small_raw
     assert [f["kind"] for f in summary["faults"]].count("worker_restarted") == 2
     assert len(first_heard) == 4 and all(first_heard)  # two first lives, two successors
     assert summary["faults_injected"].get("undeliverable", 0) >= 1  # the in-flight replies were dropped
+
+
+def marked_cartpole(mark: str):
+    """A CartPole that a worker process can build only where MARLQ_TEST_MARK is ``mark``
+    (test_local_workers_see_the_environment_of_their_start)."""
+    import gymnasium
+
+    assert os.environ.get("MARLQ_TEST_MARK") == mark, (os.environ.get("MARLQ_TEST_MARK"), mark)
+    return gymnasium.make("CartPole-v1")
+
+
+def test_local_workers_see_the_environment_of_their_start(tmp_path, monkeypatch):
+    """The local backend forks its workers from a fork server that started with the first run's
+    environment; each worker must still see the main process's environment as it is at the worker's start
+    (a run that sets a variable after an earlier run in the same process: a sweep, a test, a notebook)."""
+    from marl_q.config import build_config
+    from marl_q.experiment import run_experiment
+
+    for mark in ("first", "second"):
+        monkeypatch.setenv("MARLQ_TEST_MARK", mark)
+        raw = {"run": {"seed": 0, "total_env_steps": 60, "plots": False, "progress": False},
+               "backend": {"name": "local", "workers": 1, "hello_timeout_s": 300, "max_restarts": 0},
+               "scenario": {"name": "gymnasium", "env": "tests.marl_q.test_runtime:marked_cartpole",
+                            "kwargs": {"mark": mark}, "num_envs": 1},
+               "algorithm": {"name": "a2c", "n_steps": 5},
+               "actor": {"head": "mlp", "hidden": [8]}, "critic": {"head": "mlp", "hidden": [8]}}
+        summary = run_experiment(build_config(raw), tmp_path / mark)
+        assert summary["env_steps"] >= 60 and summary["status"] == "completed", summary
