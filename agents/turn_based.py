@@ -19,7 +19,8 @@ turn of the learner in every copy: the learner's move, then the opponents' moves
 Env steps (the run's budget and ``env_steps`` columns) count the learner's moves; the opponents'
 moves are part of the environment it plays in.
 
-Opponents (``scenario.turns.opponents``; each training episode draws one uniformly):
+Opponents (``scenario.turns.opponents``; each training episode draws one, uniformly or with the
+relative ``scenario.turns.weights``):
 ``self_play`` plays a frozen past policy of the learner's drawn uniformly from a pool (``Pool``):
 the initial parameters, then a snapshot every ``refresh`` rollouts, the newest ``pool_size`` kept;
 ``random`` and scripted callables are ``scenarios.aec``'s. A frozen policy samples from its masked
@@ -205,9 +206,9 @@ class TurnTaking:
         self.rollouts = 0
 
     def draw_opponent(self) -> Opponent:
-        """A training episode's opponent: one of ``turns.opponents`` uniformly (a pool snapshot for self-play)."""
-        specs = self.turns.opponents
-        spec = specs[int(self.opponent_rng.integers(len(specs)))] if len(specs) > 1 else specs[0]
+        """A training episode's opponent: one of ``turns.opponents``, uniformly or by ``turns.weights``
+        (``TurnsConfig.draw``; a pool snapshot for self-play)."""
+        spec = self.turns.draw(self.opponent_rng)
         return self.pool.draw() if spec == SELF_PLAY else self.fixed[spec]
 
     def turn_rows(self, vec: TurnCopies) -> np.ndarray:

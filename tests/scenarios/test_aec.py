@@ -6,6 +6,7 @@ Turn order and reward credit are checked by hand on ``ThreeMoves``, a 3-move AEC
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import textwrap
 from pathlib import Path
 
@@ -223,10 +224,31 @@ def test_the_self_play_pool_keeps_the_newest_snapshots_and_plays_the_one_it_drew
     ({"eval_opponents": ["self_play"]}, r"self_play is a training opponent"),
     ({"pool_size": 0}, r"turns.pool_size: must be a positive integer"),
     ({"opponent": "random"}, r"unknown key 'opponent'"),
+    ({"opponents": ["self_play", "random"], "weights": [1.0]}, r"turns.weights: one non-negative number per opponent"),
+    ({"opponents": ["self_play", "random"], "weights": [1.0, -0.5]}, r"turns.weights: one non-negative number"),
+    ({"opponents": ["self_play", "random"], "weights": [0, 0]}, r"not all zero"),
+    ({"opponents": ["self_play", "random"], "weights": [1, "a"]}, r"turns.weights"),
 ])
 def test_bad_turns_keys_are_config_errors(turns, match):
     with pytest.raises(ConfigError, match=match):
         build_config(_raw(TTT, **turns))
+
+
+def test_weighted_opponents_are_drawn_at_their_normalised_weights_and_unweighted_ones_as_before():
+    from scipy.stats import chisquare
+    specs = ["self_play", "random", f"{HERE}:first_legal"]
+    cfg = TurnsConfig.from_dict({"opponents": specs, "weights": [1, 3, 6]})
+    rng, n = np.random.default_rng(5), 20000
+    counts = Counter(cfg.draw(rng) for _ in range(n))
+    expected = np.array([0.1, 0.3, 0.6]) * n  # 1:3:6 normalised, by hand
+    assert chisquare([counts[s] for s in specs], expected).pvalue > 1e-3
+    assert counts[specs[0]] < counts[specs[1]] < counts[specs[2]]
+    # a zero weight is never drawn
+    zero = TurnsConfig.from_dict({"opponents": specs, "weights": [0, 1, 1]})
+    assert "self_play" not in {zero.draw(rng) for _ in range(2000)}
+    # without weights: one integers draw per episode, the stream the shipped goldens were recorded with
+    plain, a, b = TurnsConfig.from_dict({"opponents": specs}), np.random.default_rng(9), np.random.default_rng(9)
+    assert [plain.draw(a) for _ in range(200)] == [specs[int(b.integers(3))] for _ in range(200)]
 
 
 def test_turns_on_a_game_that_is_not_turn_based_is_a_config_error():
