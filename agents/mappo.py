@@ -53,7 +53,7 @@ from marl_q.registry import ALGORITHMS
 from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, seeded_init
 from marl_q.teams import Teams, team_column, teams_for
-from scenarios.aec import TURN_FIELDS
+from scenarios.aec import TURN_FIELDS, TurnsConfig
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -256,7 +256,13 @@ def input_dims(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[int, int]:
     """The actor's and the critic's input sizes (id columns included)."""
     ids = len(desc.agents) if uses_ids(cfg) else 0
     critic_base = desc.state_dim if desc.central else desc.obs_dim
-    return desc.obs_dim + ids, critic_base + ids
+    return desc.obs_dim + ids, critic_base + ids + opponent_columns(cfg)
+
+
+def opponent_columns(cfg: ExperimentConfig) -> int:
+    """A turn-based game's critic's opponent one-hot columns (``scenario.turns.critic_opponent``), else 0."""
+    turns = getattr(cfg.scenario.params, "turns", None)
+    return TurnsConfig.from_dict(turns).critic_columns() if turns else 0
 
 
 def uses_ids(cfg: ExperimentConfig) -> bool:
@@ -492,6 +498,9 @@ class TeamActorCritic(ActorCritic):
         env = make_env(cfg, cfg.run.seed)
         try:
             desc = describe_team(cfg, env)
+            if opponent_columns(cfg) and (not cfg.algorithm.share_params or cfg.critic.recurrent):
+                raise ConfigError(f"scenario.turns.critic_opponent: algorithm {cfg.algorithm.name} needs "
+                                  "algorithm.share_params: true and a feed-forward critic for it")
             if desc.own_obs is not None and turn_based(cfg):
                 raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is turn-based; "
                                   "agents with spaces of their own play parallel envs only (scenario.common_spaces: true)")

@@ -40,7 +40,7 @@ from marl_q.evaluation import EvalReturns, eval_progress
 from marl_q.registry import SCENARIOS
 from marl_q.seeding import derive
 from scenarios.aec import (RANDOM, SELF_PLAY, TURN_FIELDS, Opponent, RandomOpponent, ScriptedOpponent, TurnGame,
-                           TurnsConfig)
+                           TurnsConfig, opponent_name)
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -217,6 +217,16 @@ class TurnTaking:
             return vec.obs.copy()
         return np.concatenate([vec.obs, self.seat_ids[vec.seat]], axis=1)
 
+    def critic_rows(self, vec: TurnCopies, actor_rows: np.ndarray) -> np.ndarray:
+        """The critic's inputs with ``turns.critic_opponent``: the actor's rows and a one-hot of each
+        copy's current opponent (its index in ``turns.opponents``; zeros before a copy's first game)."""
+        names = [opponent_name(s) for s in self.turns.opponents]
+        onehot = np.zeros((len(vec.opponent), len(names)), dtype=np.float32)
+        for e, opponent in enumerate(vec.opponent):
+            if opponent is not None:
+                onehot[e, names.index(opponent.name)] = 1.0
+        return np.concatenate([actor_rows, onehot], axis=1)
+
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         """n_steps learner turns in every copy (agents.rollout); restarts are masked out."""
         self.rollouts += 1
@@ -227,11 +237,14 @@ class TurnTaking:
             "actions": np.zeros((T, E), dtype=np.int64), "rewards": np.zeros((T, E)),
             "terminated": np.zeros((T, E), dtype=bool), "dones": np.zeros((T, E), dtype=bool),
             "valid": np.zeros((T, E), dtype=bool)}
-        obs_l, avail_l = [], []
+        obs_l, avail_l, critic_l = [], [], []
+        with_opponent = self.turns.critic_opponent
 
         def act(vec: TurnCopies) -> np.ndarray:
             x = self.turn_rows(vec)
             obs_l.append(x)
+            if with_opponent:
+                critic_l.append(self.critic_rows(vec, x))
             avail_l.append(vec.mask.copy())
             with torch.no_grad():
                 out = self.actor(torch.from_numpy(x)).numpy()
@@ -248,6 +261,8 @@ class TurnTaking:
         episodes, steps = rollout(self.vec, self.book, T, act, store,
                                   row=lambda e: dict(version=self.version, **self.vec.outcome(e)))
         batch["obs"] = np.stack(obs_l + [self.turn_rows(self.vec)])
+        if with_opponent:
+            batch["critic_obs"] = np.stack(critic_l + [self.critic_rows(self.vec, batch["obs"][-1])])
         batch["avail"] = np.stack(avail_l)
         return batch, episodes, steps
 

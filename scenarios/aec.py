@@ -126,6 +126,10 @@ class TurnsConfig:
     # training: each episode's opponent drawn with these relative weights, one per ``opponents`` entry
     # (None: uniformly, one ``integers`` draw; else one ``choice`` draw with the normalised weights)
     weights: Optional[list[float]] = None
+    # the critic also reads a one-hot of the episode's training opponent (its index in ``opponents``);
+    # the actor does not (it never knows whom it plays). Without it V(s) averages over the opponents,
+    # and an episode's advantages say more about which opponent was drawn than about the moves.
+    critic_opponent: bool = False
 
     @classmethod
     def from_dict(cls, raw: Optional[dict[str, Any]]) -> "TurnsConfig":
@@ -160,6 +164,8 @@ class TurnsConfig:
                                          f"({RANDOM} or import paths)")
                     load_scripted(spec, f"turns.{key}")
 
+        if not isinstance(self.critic_opponent, bool):
+            raise ValueError(f"turns.critic_opponent: true or false, got {self.critic_opponent!r}")
         if self.weights is not None:
             w = self.weights
             if (not isinstance(w, list) or len(w) != len(self.opponents)
@@ -167,6 +173,10 @@ class TurnsConfig:
                     or not all(np.isfinite(x) and x >= 0 for x in w) or sum(w) <= 0):
                 raise ValueError(f"turns.weights: one non-negative number per opponent ({len(self.opponents)}: "
                                  f"{', '.join(self.opponents)}), not all zero, got {w!r}")
+
+    def critic_columns(self) -> int:
+        """The columns the critic's input gains (``critic_opponent``: one per training opponent)."""
+        return len(self.opponents) if self.critic_opponent else 0
 
     def probabilities(self) -> Optional[np.ndarray]:
         """Each training opponent's probability of being drawn for an episode (None: uniform)."""

@@ -198,6 +198,47 @@ def test_the_learners_batch_carries_each_turns_legal_moves(tmp_path):
     assert episodes and all(e["illegal"] == 0 for e in episodes) and steps == valid.sum()
 
 
+def test_with_critic_opponent_the_critic_reads_the_opponent_each_row_was_played_against():
+    from agents.mappo import TurnWorker
+
+    specs = ["self_play", "random", f"{HERE}:first_legal"]
+    names = ["self_play", "random", "first_legal"]
+    cfg = build_config(_raw(TTT, opponents=specs, critic_opponent=True))
+    worker = TurnWorker(cfg, 0)
+    played: list[list] = []  # before each step (when the rows are read): each copy's opponent's name
+    step = worker.vec.step
+
+    def recording(actions):
+        played.append([None if o is None else o.name for o in worker.vec.opponent])
+        return step(actions)
+    worker.vec.step = recording
+    batch, episodes, steps = worker.rollout()
+    K, T = len(specs), cfg.algorithm.params.n_steps
+    obs, cobs, valid = batch["obs"], batch["critic_obs"], batch["valid"]
+    assert cobs.shape == obs.shape[:2] + (obs.shape[2] + K,)
+    assert np.array_equal(cobs[..., :-K], obs)  # the actor's rows, unchanged, then the one-hot
+    assert len(played) == T and valid.any()
+    seen = set()
+    for t, e in zip(*np.nonzero(valid)):
+        expected = np.zeros(K, dtype=np.float32)
+        expected[names.index(played[t][e])] = 1.0
+        assert np.array_equal(cobs[t, e, -K:], expected), (t, e)
+        seen.add(played[t][e])
+    assert len(seen) >= 2  # the rollout met several opponents
+    # the critic's input is sized for the one-hot; the actor's is not
+    first = lambda m: next(x for x in m.modules() if isinstance(x, torch.nn.Linear))
+    assert first(worker.critic).in_features == obs.shape[2] + K
+    assert first(worker.actor).in_features == obs.shape[2]
+    # a critic per agent (share_params: false) cannot take it: refused at load
+    raw = _raw(TTT, opponents=specs, critic_opponent=True)
+    raw["algorithm"]["share_params"] = False
+    with pytest.raises(ConfigError, match="critic_opponent: algorithm ippo needs algorithm.share_params: true"):
+        build_config(raw)
+    # without the key, no critic rows of its own
+    plain = TurnWorker(build_config(_raw(TTT, opponents=specs)), 0)
+    assert "critic_obs" not in plain.rollout()[0]
+
+
 # ----------------------------------------------------------------------------- opponents and config
 def test_the_self_play_pool_keeps_the_newest_snapshots_and_plays_the_one_it_drew():
     actor = torch.nn.Linear(3, 2)
@@ -228,6 +269,7 @@ def test_the_self_play_pool_keeps_the_newest_snapshots_and_plays_the_one_it_drew
     ({"opponents": ["self_play", "random"], "weights": [1.0, -0.5]}, r"turns.weights: one non-negative number"),
     ({"opponents": ["self_play", "random"], "weights": [0, 0]}, r"not all zero"),
     ({"opponents": ["self_play", "random"], "weights": [1, "a"]}, r"turns.weights"),
+    ({"critic_opponent": "yes"}, r"turns.critic_opponent: true or false"),
 ])
 def test_bad_turns_keys_are_config_errors(turns, match):
     with pytest.raises(ConfigError, match=match):
@@ -322,8 +364,9 @@ def test_a_tictactoe_run_reports_each_episodes_seat_opponent_and_outcome(algorit
         assert float(e["win_minimax"]) == 0.0  # a perfect player is never beaten
 
 
-def test_a_turn_based_run_on_sim_is_byte_identical_and_resumes_exactly(tmp_path):
-    raw = _raw(TTT, steps=320, opponents=["self_play", "random"], refresh=2, pool_size=2)
+@pytest.mark.parametrize("extra", [{}, {"weights": [1, 3], "critic_opponent": True}])
+def test_a_turn_based_run_on_sim_is_byte_identical_and_resumes_exactly(extra, tmp_path):
+    raw = _raw(TTT, steps=320, opponents=["self_play", "random"], refresh=2, pool_size=2, **extra)
     raw["run"].update(eval_every=160, eval_episodes=4)
     files = ("metrics.csv", "comm.csv", "train.csv", "eval.csv")
     run_experiment(build_config(raw), tmp_path / "one")
