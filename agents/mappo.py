@@ -56,7 +56,7 @@ from marl_q.registry import make_env as make_scenario_env
 from marl_q.seeding import derive, seeded_init
 from marl_q.services import PARAMS
 from marl_q.teams import Teams, team_column, teams_for
-from scenarios.aec import TURN_FIELDS
+from scenarios.aec import TURN_FIELDS, TurnsConfig
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -260,7 +260,13 @@ def input_dims(cfg: ExperimentConfig, desc: TeamDescription) -> tuple[int, int]:
     """The actor's and the critic's input sizes (id columns included)."""
     ids = len(desc.agents) if uses_ids(cfg) else 0
     critic_base = desc.state_dim if desc.central else desc.obs_dim
-    return desc.obs_dim + ids, critic_base + ids
+    return desc.obs_dim + ids, critic_base + ids + opponent_columns(cfg)
+
+
+def opponent_columns(cfg: ExperimentConfig) -> int:
+    """A turn-based game's critic's opponent one-hot columns (``scenario.turns.critic_opponent``), else 0."""
+    turns = getattr(cfg.scenario.params, "turns", None)
+    return TurnsConfig.from_dict(turns).critic_columns() if turns else 0
 
 
 def uses_ids(cfg: ExperimentConfig) -> bool:
@@ -536,6 +542,9 @@ class TeamActorCritic(ActorCritic):
         super().check_config(cfg)
         env = make_env(cfg, cfg.run.seed)
         try:
+            if opponent_columns(cfg) and (not cfg.algorithm.share_params or cfg.critic.recurrent):
+                raise ConfigError(f"scenario.turns.critic_opponent: algorithm {cfg.algorithm.name} needs "
+                                  "algorithm.share_params: true and a feed-forward critic for it")
             if not turn_based(cfg):
                 teams_for(cfg, list(env.possible_agents))
             cls.check_agents(cfg, env)

@@ -19,7 +19,8 @@ turn of the learner in every copy: the learner's move, then the opponents' moves
 Env steps (the run's budget and ``env_steps`` columns) count the learner's moves; the opponents'
 moves are part of the environment it plays in.
 
-Opponents (``scenario.turns.opponents``; each training episode draws one uniformly):
+Opponents (``scenario.turns.opponents``; each training episode draws one, uniformly or with the
+relative ``scenario.turns.weights``):
 ``self_play`` plays a frozen past policy of the learner's drawn uniformly from a pool (``Pool``):
 the initial parameters, then a snapshot every ``refresh`` rollouts, the newest ``pool_size`` kept;
 ``random`` and scripted callables are ``scenarios.aec``'s. A frozen policy samples from its masked
@@ -39,7 +40,7 @@ from marl_q.evaluation import EvalReturns, eval_progress
 from marl_q.registry import SCENARIOS
 from marl_q.seeding import derive
 from scenarios.aec import (RANDOM, SELF_PLAY, TURN_FIELDS, Opponent, RandomOpponent, ScriptedOpponent, TurnGame,
-                           TurnsConfig)
+                           TurnsConfig, opponent_name)
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -205,9 +206,9 @@ class TurnTaking:
         self.rollouts = 0
 
     def draw_opponent(self) -> Opponent:
-        """A training episode's opponent: one of ``turns.opponents`` uniformly (a pool snapshot for self-play)."""
-        specs = self.turns.opponents
-        spec = specs[int(self.opponent_rng.integers(len(specs)))] if len(specs) > 1 else specs[0]
+        """A training episode's opponent: one of ``turns.opponents``, uniformly or by ``turns.weights``
+        (``TurnsConfig.draw``; a pool snapshot for self-play)."""
+        spec = self.turns.draw(self.opponent_rng)
         return self.pool.draw() if spec == SELF_PLAY else self.fixed[spec]
 
     def turn_rows(self, vec: TurnCopies) -> np.ndarray:
@@ -215,6 +216,16 @@ class TurnTaking:
         if self.seat_ids is None:
             return vec.obs.copy()
         return np.concatenate([vec.obs, self.seat_ids[vec.seat]], axis=1)
+
+    def critic_rows(self, vec: TurnCopies, actor_rows: np.ndarray) -> np.ndarray:
+        """The critic's inputs with ``turns.critic_opponent``: the actor's rows and a one-hot of each
+        copy's current opponent (its index in ``turns.opponents``; zeros before a copy's first game)."""
+        names = [opponent_name(s) for s in self.turns.opponents]
+        onehot = np.zeros((len(vec.opponent), len(names)), dtype=np.float32)
+        for e, opponent in enumerate(vec.opponent):
+            if opponent is not None:
+                onehot[e, names.index(opponent.name)] = 1.0
+        return np.concatenate([actor_rows, onehot], axis=1)
 
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
         """n_steps learner turns in every copy (agents.rollout); restarts are masked out."""
@@ -226,11 +237,14 @@ class TurnTaking:
             "actions": np.zeros((T, E), dtype=np.int64), "rewards": np.zeros((T, E)),
             "terminated": np.zeros((T, E), dtype=bool), "dones": np.zeros((T, E), dtype=bool),
             "valid": np.zeros((T, E), dtype=bool)}
-        obs_l, avail_l = [], []
+        obs_l, avail_l, critic_l = [], [], []
+        with_opponent = self.turns.critic_opponent
 
         def act(vec: TurnCopies) -> np.ndarray:
             x = self.turn_rows(vec)
             obs_l.append(x)
+            if with_opponent:
+                critic_l.append(self.critic_rows(vec, x))
             avail_l.append(vec.mask.copy())
             with torch.no_grad():
                 out = self.actor(torch.from_numpy(x)).numpy()
@@ -247,6 +261,8 @@ class TurnTaking:
         episodes, steps = rollout(self.vec, self.book, T, act, store,
                                   row=lambda e: dict(version=self.version, **self.vec.outcome(e)))
         batch["obs"] = np.stack(obs_l + [self.turn_rows(self.vec)])
+        if with_opponent:
+            batch["critic_obs"] = np.stack(critic_l + [self.critic_rows(self.vec, batch["obs"][-1])])
         batch["avail"] = np.stack(avail_l)
         return batch, episodes, steps
 

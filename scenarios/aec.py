@@ -20,7 +20,8 @@ What the game does (``TurnGame``):
   is ``infos[agent]["action_mask"]`` when present, else every action.
 - **Outcome.** Win, draw or loss of a seat: its episode total against the best of the others' totals.
 
-Opponents (``scenario.turns``, ``TurnsConfig``): ``self_play`` (the learner's own past policies, a
+Opponents (``scenario.turns``, ``TurnsConfig``; each training episode draws one, uniformly or with
+``weights``): ``self_play`` (the learner's own past policies, a
 pool of frozen copies; agents/turn_based.py), ``random`` (a uniform legal move) or a scripted
 callable given by import path ``package.module:callable``, called as ``callable(observation,
 action_mask, rng) -> action`` (observation as the env gives it, e.g. tic-tac-toe's (3, 3, 2) planes,
@@ -122,6 +123,13 @@ class TurnsConfig:
     pool_size: int = 8  # self_play: the frozen past policies kept (the newest)
     refresh: int = 10  # self_play: the learner's rollouts between two snapshots into the pool
     eval_opponents: list[str] = field(default_factory=lambda: [RANDOM])  # evaluation plays each
+    # training: each episode's opponent drawn with these relative weights, one per ``opponents`` entry
+    # (None: uniformly, one ``integers`` draw; else one ``choice`` draw with the normalised weights)
+    weights: Optional[list[float]] = None
+    # the critic also reads a one-hot of the episode's training opponent (its index in ``opponents``);
+    # the actor does not (it never knows whom it plays). Without it V(s) averages over the opponents,
+    # and an episode's advantages say more about which opponent was drawn than about the moves.
+    critic_opponent: bool = False
 
     @classmethod
     def from_dict(cls, raw: Optional[dict[str, Any]]) -> "TurnsConfig":
@@ -155,6 +163,34 @@ class TurnsConfig:
                         raise ValueError(f"turns.{key}: {SELF_PLAY} is a training opponent; evaluation plays fixed ones "
                                          f"({RANDOM} or import paths)")
                     load_scripted(spec, f"turns.{key}")
+
+        if not isinstance(self.critic_opponent, bool):
+            raise ValueError(f"turns.critic_opponent: true or false, got {self.critic_opponent!r}")
+        if self.weights is not None:
+            w = self.weights
+            if (not isinstance(w, list) or len(w) != len(self.opponents)
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w)
+                    or not all(np.isfinite(x) and x >= 0 for x in w) or sum(w) <= 0):
+                raise ValueError(f"turns.weights: one non-negative number per opponent ({len(self.opponents)}: "
+                                 f"{', '.join(self.opponents)}), not all zero, got {w!r}")
+
+    def critic_columns(self) -> int:
+        """The columns the critic's input gains (``critic_opponent``: one per training opponent)."""
+        return len(self.opponents) if self.critic_opponent else 0
+
+    def probabilities(self) -> Optional[np.ndarray]:
+        """Each training opponent's probability of being drawn for an episode (None: uniform)."""
+        if self.weights is None:
+            return None
+        w = np.asarray(self.weights, dtype=np.float64)
+        return w / w.sum()
+
+    def draw(self, rng: np.random.Generator) -> str:
+        """A training episode's opponent spec: one of ``opponents``, uniformly or by ``weights``."""
+        specs, p = self.opponents, self.probabilities()
+        if p is not None:
+            return specs[int(rng.choice(len(specs), p=p))]
+        return specs[int(rng.integers(len(specs)))] if len(specs) > 1 else specs[0]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,6 +5,9 @@
 opponent's; ``board_of`` reads them in action order), and the move is drawn uniformly among those of the best game-theoretic value (win 1,
 draw 0, loss -1 for the mover, perfect play on both sides), so it never loses and varies its games.
 
+``against_random(board, to_move, safe)`` is the best win and loss probabilities against a uniform random
+player (the ceiling of a learner's win rate against random; ``safe``: among minimax-safe moves only).
+
 ``values(board)`` gives every legal move's value; boards are 9-tuples of 0 (empty), 1 (mover),
 2 (opponent), cells in the action order 0..8. Memoised negamax over the at most 3^9 positions.
 """
@@ -72,3 +75,35 @@ def minimax(observation: np.ndarray, action_mask: np.ndarray, rng: np.random.Gen
     board = board_of(observation)
     moves = [a for a in best_moves(board) if action_mask[a]]
     return int(moves[rng.integers(len(moves))])
+
+
+# ----------------------------------------------------------------------------- against a random player
+@lru_cache(maxsize=None)
+def against_random(board: tuple[int, ...], to_move: bool, safe: bool) -> tuple[float, float]:
+    """(win, loss) probabilities of side 1 playing best against a uniform random side 2 from ``board``
+    (``to_move``: side 1 moves next): side 1 maximises win minus loss probability (expectimax over the
+    random side's moves); ``safe`` restricts it to moves of the best game value (``values``), so it
+    never loses to any player. The ceiling of a tic-tac-toe learner's win rate against random."""
+    w = winner(board)
+    if w is not None:
+        return (1.0, 0.0) if w == 1 else (0.0, 1.0)
+    moves = [a for a in range(9) if board[a] == 0]
+    if not moves:
+        return 0.0, 0.0
+    if to_move:
+        if safe:
+            vals = values(board)
+            moves = [a for a in moves if vals[a] == max(vals.values())]
+        return max((against_random(_put(board, a), False, safe) for a in moves), key=lambda o: o[0] - o[1])
+    outs = [against_random(board[:a] + (2,) + board[a + 1:], True, safe) for a in moves]
+    return sum(o[0] for o in outs) / len(outs), sum(o[1] for o in outs) / len(outs)
+
+
+def best_move_against_random(board: tuple[int, ...], safe: bool) -> int:
+    """Side 1's move that ``against_random`` values highest (the first in action order among ties)."""
+    moves = [a for a in range(9) if board[a] == 0]
+    if safe:
+        vals = values(board)
+        moves = [a for a in moves if vals[a] == max(vals.values())]
+    scores = [against_random(_put(board, a), False, safe) for a in moves]
+    return moves[max(range(len(moves)), key=lambda i: scores[i][0] - scores[i][1])]

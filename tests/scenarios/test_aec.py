@@ -6,6 +6,7 @@ Turn order and reward credit are checked by hand on ``ThreeMoves``, a 3-move AEC
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import textwrap
 from pathlib import Path
 
@@ -197,6 +198,47 @@ def test_the_learners_batch_carries_each_turns_legal_moves(tmp_path):
     assert episodes and all(e["illegal"] == 0 for e in episodes) and steps == valid.sum()
 
 
+def test_with_critic_opponent_the_critic_reads_the_opponent_each_row_was_played_against():
+    from agents.mappo import TurnWorker
+
+    specs = ["self_play", "random", f"{HERE}:first_legal"]
+    names = ["self_play", "random", "first_legal"]
+    cfg = build_config(_raw(TTT, opponents=specs, critic_opponent=True))
+    worker = TurnWorker(cfg, 0)
+    played: list[list] = []  # before each step (when the rows are read): each copy's opponent's name
+    step = worker.vec.step
+
+    def recording(actions):
+        played.append([None if o is None else o.name for o in worker.vec.opponent])
+        return step(actions)
+    worker.vec.step = recording
+    batch, episodes, steps = worker.rollout()
+    K, T = len(specs), cfg.algorithm.params.n_steps
+    obs, cobs, valid = batch["obs"], batch["critic_obs"], batch["valid"]
+    assert cobs.shape == obs.shape[:2] + (obs.shape[2] + K,)
+    assert np.array_equal(cobs[..., :-K], obs)  # the actor's rows, unchanged, then the one-hot
+    assert len(played) == T and valid.any()
+    seen = set()
+    for t, e in zip(*np.nonzero(valid)):
+        expected = np.zeros(K, dtype=np.float32)
+        expected[names.index(played[t][e])] = 1.0
+        assert np.array_equal(cobs[t, e, -K:], expected), (t, e)
+        seen.add(played[t][e])
+    assert len(seen) >= 2  # the rollout met several opponents
+    # the critic's input is sized for the one-hot; the actor's is not
+    first = lambda m: next(x for x in m.modules() if isinstance(x, torch.nn.Linear))
+    assert first(worker.critic).in_features == obs.shape[2] + K
+    assert first(worker.actor).in_features == obs.shape[2]
+    # a critic per agent (share_params: false) cannot take it: refused at load
+    raw = _raw(TTT, opponents=specs, critic_opponent=True)
+    raw["algorithm"]["share_params"] = False
+    with pytest.raises(ConfigError, match="critic_opponent: algorithm ippo needs algorithm.share_params: true"):
+        build_config(raw)
+    # without the key, no critic rows of its own
+    plain = TurnWorker(build_config(_raw(TTT, opponents=specs)), 0)
+    assert "critic_obs" not in plain.rollout()[0]
+
+
 # ----------------------------------------------------------------------------- opponents and config
 def test_the_self_play_pool_keeps_the_newest_snapshots_and_plays_the_one_it_drew():
     actor = torch.nn.Linear(3, 2)
@@ -223,10 +265,32 @@ def test_the_self_play_pool_keeps_the_newest_snapshots_and_plays_the_one_it_drew
     ({"eval_opponents": ["self_play"]}, r"self_play is a training opponent"),
     ({"pool_size": 0}, r"turns.pool_size: must be a positive integer"),
     ({"opponent": "random"}, r"unknown key 'opponent'"),
+    ({"opponents": ["self_play", "random"], "weights": [1.0]}, r"turns.weights: one non-negative number per opponent"),
+    ({"opponents": ["self_play", "random"], "weights": [1.0, -0.5]}, r"turns.weights: one non-negative number"),
+    ({"opponents": ["self_play", "random"], "weights": [0, 0]}, r"not all zero"),
+    ({"opponents": ["self_play", "random"], "weights": [1, "a"]}, r"turns.weights"),
+    ({"critic_opponent": "yes"}, r"turns.critic_opponent: true or false"),
 ])
 def test_bad_turns_keys_are_config_errors(turns, match):
     with pytest.raises(ConfigError, match=match):
         build_config(_raw(TTT, **turns))
+
+
+def test_weighted_opponents_are_drawn_at_their_normalised_weights_and_unweighted_ones_as_before():
+    from scipy.stats import chisquare
+    specs = ["self_play", "random", f"{HERE}:first_legal"]
+    cfg = TurnsConfig.from_dict({"opponents": specs, "weights": [1, 3, 6]})
+    rng, n = np.random.default_rng(5), 20000
+    counts = Counter(cfg.draw(rng) for _ in range(n))
+    expected = np.array([0.1, 0.3, 0.6]) * n  # 1:3:6 normalised, by hand
+    assert chisquare([counts[s] for s in specs], expected).pvalue > 1e-3
+    assert counts[specs[0]] < counts[specs[1]] < counts[specs[2]]
+    # a zero weight is never drawn
+    zero = TurnsConfig.from_dict({"opponents": specs, "weights": [0, 1, 1]})
+    assert "self_play" not in {zero.draw(rng) for _ in range(2000)}
+    # without weights: one integers draw per episode, the stream the shipped goldens were recorded with
+    plain, a, b = TurnsConfig.from_dict({"opponents": specs}), np.random.default_rng(9), np.random.default_rng(9)
+    assert [plain.draw(a) for _ in range(200)] == [specs[int(b.integers(3))] for _ in range(200)]
 
 
 def test_turns_on_a_game_that_is_not_turn_based_is_a_config_error():
@@ -300,8 +364,9 @@ def test_a_tictactoe_run_reports_each_episodes_seat_opponent_and_outcome(algorit
         assert float(e["win_minimax"]) == 0.0  # a perfect player is never beaten
 
 
-def test_a_turn_based_run_on_sim_is_byte_identical_and_resumes_exactly(tmp_path):
-    raw = _raw(TTT, steps=320, opponents=["self_play", "random"], refresh=2, pool_size=2)
+@pytest.mark.parametrize("extra", [{}, {"weights": [1, 3], "critic_opponent": True}])
+def test_a_turn_based_run_on_sim_is_byte_identical_and_resumes_exactly(extra, tmp_path):
+    raw = _raw(TTT, steps=320, opponents=["self_play", "random"], refresh=2, pool_size=2, **extra)
     raw["run"].update(eval_every=160, eval_episodes=4)
     files = ("metrics.csv", "comm.csv", "train.csv", "eval.csv")
     run_experiment(build_config(raw), tmp_path / "one")
@@ -358,6 +423,34 @@ def _positions(min_marks: int) -> list[tuple[int, ...]]:
             continue
         out.append(board)
     return out
+
+
+def test_the_best_win_rate_against_random_matches_by_hand_and_a_simulation_of_its_policy():
+    # by hand: side 1 to move with two in a line wins; side 2 (random) to move with one cell left,
+    # the last cell completing its line: it loses for sure
+    assert ttt.against_random((1, 1, 0, 2, 2, 0, 0, 0, 0), True, False) == (1.0, 0.0)
+    assert ttt.against_random((1, 1, 2, 2, 1, 2, 1, 2, 0), False, True) == (0.0, 1.0)  # 2 completes 2-5-8
+    # the policy that attains it, played against a uniform random player: win and loss rates within
+    # 4.5 standard errors of the exact values, and the safe one never loses
+    rng = np.random.default_rng(0)
+    for first, safe in ((True, True), (False, True), (False, False)):
+        exact_win, exact_loss = ttt.against_random((0,) * 9, first, safe)
+        n, wins, losses = 6000, 0, 0
+        for _ in range(n):
+            board, mine = [0] * 9, first
+            while ttt.winner(tuple(board)) is None and 0 in board:
+                if mine:
+                    board[ttt.best_move_against_random(tuple(board), safe)] = 1
+                else:
+                    empty = [a for a in range(9) if board[a] == 0]
+                    board[empty[rng.integers(len(empty))]] = 2
+                mine = not mine
+            wins += ttt.winner(tuple(board)) == 1
+            losses += ttt.winner(tuple(board)) == 2
+        for got, p in ((wins / n, exact_win), (losses / n, exact_loss)):
+            assert abs(got - p) <= 4.5 * np.sqrt(max(p * (1 - p), 1e-4) / n), (first, safe, got, p)
+        if safe:
+            assert losses == 0
 
 
 def test_minimax_values_and_best_moves_match_brute_force_on_small_positions():
