@@ -211,7 +211,29 @@ class MetricsWriter:
         self._writer = self._wall_writer = None
 
 
-class LazyMetricsFile:
+class FileLog:
+    """The flush/close/abandon of a run file kept by a log object (train.csv's TrainLog, comm.csv's Ledger,
+    quantum.csv's QuantumLedger, returns.csv's ReturnsLog): each holds its file as ``self.file``, a
+    MetricsWriter or LazyMetricsFile, or None when the run writes no file (LazyMetricsFile itself is one,
+    around the MetricsWriter it makes at its first row)."""
+
+    file: Any = None
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def abandon(self) -> None:
+        """Close without writing what is pending (``MetricsWriter.abandon``)."""
+        if self.file is not None:
+            self.file.abandon()
+
+
+class LazyMetricsFile(FileLog):
     """A MetricsWriter made at its first row (a run that writes none has no file), continuing from a
     checkpoint's byte ``position``: the shape quantum.csv, train.csv and eval.csv share."""
 
@@ -232,40 +254,14 @@ class LazyMetricsFile:
     def position(self) -> Optional[list[int]]:
         return list(self.writer.position()) if self.writer is not None else self._position
 
-    def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+    @property
+    def file(self) -> Optional[MetricsWriter]:  # FileLog's flush/close/abandon act on it
+        return self.writer
 
     def abandon(self) -> None:
         """``MetricsWriter.abandon``; no file is made after it."""
         self._abandoned = True
-        if self.writer is not None:
-            self.writer.abandon()
-
-
-class FileLog:
-    """The flush/close/abandon of a run file kept by a log object (train.csv's TrainLog, comm.csv's Ledger,
-    quantum.csv's QuantumLedger, returns.csv's ReturnsLog): each holds its file as ``self.file``, a
-    MetricsWriter or LazyMetricsFile, or None when the run writes no file."""
-
-    file: Any = None
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-
-    def abandon(self) -> None:
-        """Close without writing what is pending (``MetricsWriter.abandon``)."""
-        if self.file is not None:
-            self.file.abandon()
+        super().abandon()
 
 
 def _fmt(value: Any) -> Any:
