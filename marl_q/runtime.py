@@ -28,7 +28,7 @@ from marl_q.errors import CheckpointError, RunWriteError
 from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
                            service_arrays, set_tap, write_json_atomic)
 from marl_q.seeding import derive
-from marl_q.server import make_server
+from marl_q.server import make_server, staleness_hist
 from marl_q.services import ServiceGroup
 from marl_q.teams import ReturnsLog, with_team_fields
 
@@ -301,7 +301,7 @@ class Runtime:
             "virtual_s": clock_s if virtual else None,
             **self.ledger.totals(),
             **self.server.summary(),
-            "staleness_hist": {str(k): v for k, v in sorted(self.server.staleness_counts.items())},
+            "staleness_hist": staleness_hist(self.server.staleness_counts),
             "faults": self.faults,
             "resumes": self.resumes,
         }

@@ -165,6 +165,11 @@ class Server:
         return {"server_version": self.version, "updates": self.service.updates()}
 
 
+def staleness_hist(counts: dict[int, int]) -> dict[str, int]:
+    """summary.json's ``staleness_hist``: accepted updates by staleness, keys as text in increasing order."""
+    return {str(k): v for k, v in sorted(counts.items())}
+
+
 class MultiServer:
     """The one server of a run with several services (``ServiceGroup``: one learner per team): one ``Server``
     core per service, each with its own version, staleness counts, generator and duplicate filter, all
@@ -220,7 +225,7 @@ class MultiServer:
         """The summed version and updates (as one server's), and each service's own."""
         return {"server_version": self.version, "updates": self.service.updates(),
                 "services": {name: {"server_version": core.version, "updates": core.service.updates(),
-                                    "staleness_hist": {str(k): v for k, v in sorted(core.staleness_counts.items())}}
+                                    "staleness_hist": staleness_hist(core.staleness_counts)}
                              for name, core in self.cores.items()}}
 
 
