@@ -144,13 +144,22 @@ def test_peers_bad_arguments_exit_2(capsys):
     assert "--rounds: expected >= 1, got 0" in err and "choices: act, fwd_bwd" in err
 
 
+@pytest.fixture(scope="module")
+def jax_sims() -> dict[str, peers.Peer]:
+    """The JAX peers of one 3-qubit bench head, built once for this file: each jitted function compiles at
+    its first call, and every test below calls them at the batch of 5 that ``check_agreement`` uses, so
+    each compiles once (a JAX compile costs 5-15 CPU-s here)."""
+    sims, _ = contestants(3, 2, ["jax.jit", "tensorcircuit", "legacy"])
+    return sims
+
+
 @pytest.mark.parametrize("word, name", [pytest.param("jax.jit", "PL default.qubit+jax.jit", marks=needs_jax),
                                         pytest.param("tensorcircuit", "tensorcircuit-ng state jit+vmap", marks=needs_tensorcircuit)])
-def test_jax_peers_agree(word, name):
-    sims, absent = contestants(3, 2, [word])
+def test_jax_peers_agree(word, name, jax_sims):
+    sims, absent = contestants(3, 2, [word])  # builds without compiling: jit compiles at the first call
     assert name in sims, absent
     assert not set(sims) & peers.LEGACY  # the legacy peers run only when asked for
-    report = check_agreement(sims, 3)[name]
+    report = check_agreement({"marl-q auto": jax_sims["marl-q auto"], name: jax_sims[name]}, 3)[name]
     assert report["agrees"], report
 
 
@@ -158,46 +167,47 @@ def _rows(x: torch.Tensor) -> np.ndarray:
     return x.detach().double().numpy()
 
 
-@needs_tensorcircuit
-@pytest.mark.parametrize("n", [3])  # 5 qubits checked nothing 3 do not, at 2x the JAX compile (4 min loaded)
-def test_tensorcircuit_rewrite_computes_the_legacy_peer_and_the_head(n):
-    """The rewritten tensorcircuit-ng peer (P(0) from |psi|^2 of the state) gives the outputs and the
-    gradients of the legacy one (one expectation_ps per qubit) and of marl-q's head on the same
-    parameters, to 1e-5: outputs, every parameter's gradient of sum(outputs * c) and what fwd_bwd
-    returns (the gradient of sum(outputs), through value_and_grad)."""
-    sims, absent = contestants(n, 2, ["tensorcircuit", "legacy"])
-    new, old = sims.get("tensorcircuit-ng state jit+vmap"), sims.get("tensorcircuit-ng expectation_ps legacy")
-    assert new is not None and old is not None, absent
-    head = bench_module(n, 2)
-    generator = torch.Generator().manual_seed(7)
-    x = torch.randn(6, n, generator=generator) * 2.0
-    c = torch.randn(6, 2, generator=generator)
+def _check_peer_computes_the_head(peer: peers.Peer, head: VQC, x: torch.Tensor, c: torch.Tensor) -> None:
+    """Outputs, every parameter's gradient of sum(outputs * c), and what fwd_bwd returns (the gradient of
+    sum(outputs), through value_and_grad) of ``peer`` equal marl-q's head on the same parameters, to 1e-5."""
     params = [head.weights, head.post.weight, head.post.bias]
     out = head(x)
     want_grads = [_rows(g) for g in torch.autograd.grad((out * c).sum(), params)]
     want_sum = [_rows(g) for g in torch.autograd.grad(head(x).sum(), params)]
-    for peer in (new, old):
-        np.testing.assert_allclose(peer.outputs(x), _rows(out), atol=1e-5, rtol=0)
-        for got, want in zip(peer.grads(x, c.numpy()), want_grads):
-            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-        for got, want in zip(peer.fwd_bwd(peer.convert(x)), want_sum):
-            np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0)
-    np.testing.assert_allclose(new.outputs(x), old.outputs(x), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(peer.outputs(x), _rows(out), atol=1e-5, rtol=0)
+    for got, want in zip(peer.grads(x, c.numpy()), want_grads):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    for got, want in zip(peer.fwd_bwd(peer.convert(x)), want_sum):
+        np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0)
     assert np.abs(want_grads[0]).max() > 1e-3  # the circuit's gradients are not vacuous
 
 
+def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(5, 3, generator=generator) * 2.0  # 5 rows, as check_agreement: the compiled shapes
+    return x, torch.randn(5, 2, generator=generator)
+
+
+@needs_tensorcircuit
+def test_tensorcircuit_rewrite_computes_the_legacy_peer_and_the_head(jax_sims):
+    """The rewritten tensorcircuit-ng peer (P(0) from |psi|^2 of the state) gives the outputs and the
+    gradients of the legacy one (one expectation_ps per qubit) and of marl-q's head (3 qubits: 5 checked
+    nothing 3 do not, at 2x the JAX compile)."""
+    new, old = jax_sims.get("tensorcircuit-ng state jit+vmap"), jax_sims.get("tensorcircuit-ng expectation_ps legacy")
+    assert new is not None and old is not None
+    x, c = _batch(7)
+    for peer in (new, old):
+        _check_peer_computes_the_head(peer, bench_module(3, 2), x, c)
+    np.testing.assert_allclose(new.outputs(x), old.outputs(x), atol=1e-6, rtol=0)
+
+
 @needs_jax
-def test_pennylane_jax_peer_computes_the_head():
+def test_pennylane_jax_peer_computes_the_head(jax_sims):
     """PennyLane + jax.jit: outputs and gradients (sum and weighted) of marl-q's head to 1e-5."""
-    sims, absent = contestants(4, 2, ["jax.jit"])
-    peer = sims.get("PL default.qubit+jax.jit")
-    assert peer is not None, absent
-    head = bench_module(4, 2)
-    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(8))
-    params = [head.weights, head.post.weight, head.post.bias]
-    np.testing.assert_allclose(peer.outputs(x), _rows(head(x)), atol=1e-5, rtol=0)
-    for got, want in zip(peer.fwd_bwd(peer.convert(x)), torch.autograd.grad(head(x).sum(), params)):
-        np.testing.assert_allclose(np.asarray(got, dtype=np.float64), _rows(want), atol=1e-5 * max(1.0, float(want.abs().max())), rtol=0)
+    peer = jax_sims.get("PL default.qubit+jax.jit")
+    assert peer is not None
+    x, c = _batch(8)
+    _check_peer_computes_the_head(peer, bench_module(3, 2), x, c)
 
 
 def test_p0_table_reads_every_qubits_probability_of_zero():
