@@ -9,19 +9,25 @@ Blocks live one module (or a few related ones) per file in the packages ``circui
 package is (``discover``), and registers its blocks with ``register``. Adding one is adding one
 file: see docs/circuits.md.
 
-These three tables are the one block registry. ``marlq list`` shows their names without importing
-them (or torch): the plugin index (``marl_q.plugins``) reads each block module's
+The block registry is ``marl_q.registry``'s ``ANSATZE``, ``ENCODINGS`` and ``OBSERVABLES`` (one table
+each, where ``marlq list`` reads them too); ``register`` adds to them, and this module's tables of the
+same names are views of them by name (``BlockTable``: ``ANSATZE[name]``, ``list(ENCODINGS)``, in the
+order the blocks were registered). ``marlq list`` shows their names without importing them (or
+torch): the plugin index (``marl_q.plugins``) reads each block module's
 ``register(Ansatz(name=..., help=...))`` from its source, the registry named by the class's
 ``registry`` attribute, and the block modules are found by the same function that finds every
 plugin module (``marl_q.plugins.import_package``).
 """
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
 import torch
+
+from marl_q import registry as components  # the registries (not the blocks' ``registry`` attribute)
 
 
 class CircuitConfigError(ValueError):
@@ -54,7 +60,7 @@ class Ansatz:
     matrix: the analytic dense gradient uses d/dw R(w) = R(w + pi) / 2 (the parity tests check it).
     """
 
-    registry = "ANSATZE"  # the table it is registered in (here and in marl_q.registry, read from source)
+    registry = "ANSATZE"  # the table it is registered in (marl_q.registry's; the plugin index reads it from source)
 
     name: str
     help: str
@@ -123,22 +129,46 @@ class Observable:
 
 Block = TypeVar("Block", Ansatz, Encoding, Observable)
 
-ANSATZE: dict[str, Ansatz] = {}
-ENCODINGS: dict[str, Encoding] = {}
-OBSERVABLES: dict[str, Observable] = {}
-_TABLES: dict[str, dict[str, Any]] = {"ANSATZE": ANSATZE, "ENCODINGS": ENCODINGS, "OBSERVABLES": OBSERVABLES}
+class BlockTable(MutableMapping):
+    """The blocks of one kind by name: a view of their registry in ``marl_q.registry`` (the one table),
+    holding the blocks registered so far (every block module is imported with its package), in the
+    order they were. Setting a name replaces that block in the registry (a test's stand-in)."""
+
+    def __init__(self, reg: components.Registry) -> None:
+        self.registry = reg
+        self._entries = reg.registered  # live and read-only: a lookup is one mapping read
+
+    def __getitem__(self, name: str) -> Any:
+        return self._entries[name].obj
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __setitem__(self, name: str, block: Any) -> None:
+        self.registry.replace(name, block, help=block.help)
+
+    def __delitem__(self, name: str) -> None:
+        self.registry.remove(name)
+
+    def __repr__(self) -> str:
+        return f"BlockTable({self.registry.kind}: {', '.join(self)})"
+
+
+ANSATZE = BlockTable(components.ANSATZE)
+ENCODINGS = BlockTable(components.ENCODINGS)
+OBSERVABLES = BlockTable(components.OBSERVABLES)
 PACKAGES = ("circuits.ansatze", "circuits.encodings", "circuits.observables")
 
 
 def register(block: Block) -> Block:
-    """Register an ansatz, encoding or observable under its name (the spec key's value); returns it.
-    Bind it to a module-level name (``ANSATZ = register(Ansatz(...))``): ``marl_q.plugins`` finds a
-    module's blocks among its names."""
-    table = _TABLES[type(block).registry]  # a subclass counts as its kind
-    old = table.get(block.name)
-    if old is not None and old is not block:
-        raise RuntimeError(f"{type(block).__name__.lower()} {block.name!r} is registered twice")
-    table[block.name] = block
+    """Register an ansatz, encoding or observable under its name (the spec key's value) in its registry
+    (``marl_q.registry``, the one named by its class's ``registry``; a subclass counts as its kind);
+    returns it. Bind it to a module-level name (``ANSATZ = register(Ansatz(...))``): ``marl_q.plugins``
+    finds a module's blocks among its names. A second block under a name is an error."""
+    getattr(components, type(block).registry).add(block.name, block, help=block.help)
     return block
 
 

@@ -291,10 +291,14 @@ class CompiledCircuit(nn.Module):
         fused = self.n_qubits <= 8 and angles.device.type == "cpu"
         return gates.product_state(angles, bit_shifts=self._buffers["bit_shifts"] if fused else None)
 
+    def dense_amplitudes(self, angles: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """The final states (B, 2^(n+1): [Re | Im]) of angles (B, n) by a dense matrix from ``dense_matrix``:
+        the dense executor's forward before its readout (the shots path reads probabilities from it)."""
+        return self.product_state(angles.to(self.real_dtype)) @ dense
+
     def forward_dense(self, angles: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) from angles (B, n) and a dense matrix from ``dense_matrix``."""
-        amplitudes = self.product_state(angles.to(self.real_dtype)) @ dense
-        return amplitudes.square() @ self.readout_stacked
+        return self.dense_amplitudes(angles, dense).square() @ self.readout_stacked
 
     def forward_dense_analytic(self, angles: torch.Tensor, weights: torch.Tensor, dense: torch.Tensor,
                                gradient: DenseGradient) -> torch.Tensor:

@@ -86,7 +86,7 @@ class Hardware(nn.Module):
         elif executor == "dense":
             circuit = vqc.circuit
             dense = vqc.dense_matrix() if weights is vqc.weights else circuit.dense_matrix(weights)
-            amplitudes = circuit.product_state(angles.to(circuit.real_dtype)) @ dense
+            amplitudes = circuit.dense_amplitudes(angles, dense)
             half = amplitudes.shape[-1] // 2
             probs = amplitudes[:, :half].square() + amplitudes[:, half:].square()
         else:

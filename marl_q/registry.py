@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from marl_q import plugins
 from marl_q.errors import ConfigError
@@ -36,6 +37,7 @@ class Registry:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Entry] = {}
+        self._view = MappingProxyType(self._entries)  # ``registered``
         self._declared: dict[str, tuple[str, Optional[str]]] = {}  # name -> (module, help or None: unknown)
         self._sources: list[str] = []
         self._indexed = False  # whether the plugin index has declared this registry's names
@@ -55,6 +57,20 @@ class Registry:
         if old is not None and old.obj is not obj:
             raise RuntimeError(f"{self.kind} {name!r} is registered twice")
         self._entries[name] = Entry(name, obj, config, help)
+
+    def replace(self, name: str, obj: Any, *, config: Optional[type] = None, help: str = "") -> None:
+        """Register ``obj`` under ``name`` in place of whatever was there (a test's stand-in)."""
+        self._entries[name] = Entry(name, obj, config, help)
+
+    def remove(self, name: str) -> None:
+        """Forget the registered entry ``name`` (undoing a ``replace`` of a name that was not there)."""
+        del self._entries[name]
+
+    @property
+    def registered(self) -> Mapping[str, Entry]:
+        """The entries registered so far, in the order they were, read-only and live: nothing is indexed
+        or imported (what ``circuits.blocks``' tables read: a block is registered when its module is imported)."""
+        return self._view
 
     def declare(self, name: str, module: str, help: Optional[str] = None) -> None:
         """Importing ``module`` registers ``name`` (``help``: its one-line help, None if only the import
@@ -173,7 +189,8 @@ STALENESS = Registry("staleness rule")
 BENCHES = Registry("benchmark")
 PLOTS = Registry("plot set")  # run directories -> PNGs; "standard" draws the plots of every run
 COMMANDS = Registry("command")  # extra `marlq NAME ...` commands (analysis reports), callable(argv) -> int
-# the building blocks of the quantum heads' circuits (listed by `marlq list`; the heads' configs validate them)
+# the building blocks of the quantum heads' circuits (listed by `marlq list`; the heads' configs validate them):
+# the one table of each kind (circuits.blocks.register adds to it; circuits.blocks' ANSATZE etc. are views of it)
 ANSATZE = Registry("ansatz")
 ENCODINGS = Registry("encoding")
 OBSERVABLES = Registry("observable")

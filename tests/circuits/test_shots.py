@@ -115,6 +115,23 @@ def test_shot_statistics_match_pennylane(observable):
         assert abs(float(covariance)) * shots > 0.05  # the readouts are correlated: the check has teeth
 
 
+@pytest.mark.parametrize("ansatz", ["strongly_entangling", "basic_entangler"])
+def test_the_dense_probabilities_are_the_gate_by_gate_state(ansatz):
+    """The shots path's exact probabilities on the dense executor (``CompiledCircuit.dense_amplitudes``,
+    the dense forward before its readout) against the torch_autograd executor's final state, |psi|^2
+    (tests/circuits/test_parity.py holds that executor to PennyLane)."""
+    torch.manual_seed(5)
+    n = 3
+    module = VQC(n, n, n_qubits=n, layers=2, ansatz=ansatz, shots=20, seed=1)
+    x = torch.randn(4, n)
+    assert module.plan(4, False).executor == "dense"
+    with torch.no_grad():
+        angles = module.angles(x)
+        probs = module.hardware.probabilities(module, angles, module.weights)
+        by_gates = torch.view_as_real(module.circuit.final_state(angles, module.weights)).square().sum(-1)
+    assert torch.allclose(probs, by_gates, atol=1e-5) and torch.allclose(probs.sum(-1), torch.ones(4), atol=1e-5)
+
+
 def test_the_analytic_limit_error_shrinks_like_one_over_sqrt_shots():
     """<Z_i> estimated with s shots: E[(est - exact)^2] s / (1 - exact^2) = 1 at every s, so the RMS
     error falls 10x from 100 to 10^4 shots (and the estimate converges to the exact value)."""

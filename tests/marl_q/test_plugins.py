@@ -161,6 +161,39 @@ def test_a_module_that_does_not_register_its_declared_name_is_named():
         reg.get("ghost")
 
 
+def test_the_circuit_blocks_are_kept_in_one_table(monkeypatch):
+    """circuits.blocks' ANSATZE, ENCODINGS and OBSERVABLES are marl_q.registry's (issue 27: the block
+    registry was kept twice): the same names and objects; a block registered once is in both; a second
+    block under its name is refused and the same block again is not; a stand-in set through circuits'
+    table (as monkeypatch.setitem does) is what the registry gives, and leaves with it."""
+    from circuits import blocks
+    from marl_q import registry
+
+    blocks.load_all()
+    for name in ("ANSATZE", "ENCODINGS", "OBSERVABLES"):
+        view, reg = getattr(blocks, name), getattr(registry, name)
+        assert len(view) >= 3 and sorted(view) == reg.names()
+        assert all(view[key] is reg.get(key).obj for key in view)
+    new = blocks.Encoding(name="angle_test_only", axis="ry", help="a test's encoding")
+    try:
+        assert blocks.register(new) is new and blocks.register(new) is new  # again: nothing happens
+        assert blocks.ENCODINGS["angle_test_only"] is new is registry.ENCODINGS.get("angle_test_only").obj
+        assert list(blocks.ENCODINGS)[-1] == "angle_test_only"  # in the order registered
+        with pytest.raises(RuntimeError, match="encoding 'angle_test_only' is registered twice"):
+            blocks.register(blocks.Encoding(name="angle_test_only", axis="rx", help="another"))
+    finally:
+        del blocks.ENCODINGS["angle_test_only"]
+    assert "angle_test_only" not in blocks.ENCODINGS and "angle_test_only" not in registry.ENCODINGS
+    original = blocks.ANSATZE["ry_cz"]
+    with monkeypatch.context() as patch:
+        stand_in = blocks.Ansatz(**{**vars(original), "name": "ry_cz", "help": "a stand-in"})
+        patch.setitem(blocks.ANSATZE, "ry_cz", stand_in)
+        patch.setitem(blocks.ANSATZE, "new_test_only", stand_in)
+        assert registry.ANSATZE.get("ry_cz").obj is stand_in is registry.ANSATZE.get("new_test_only").obj
+    assert registry.ANSATZE.get("ry_cz").obj is original is blocks.ANSATZE["ry_cz"]
+    assert "new_test_only" not in blocks.ANSATZE and "new_test_only" not in registry.ANSATZE
+
+
 def test_iterating_a_registry_lists_every_component():
     """What tests parametrised over a registry rely on: every entry, with its object and config."""
     names = [e.name for e in ALGORITHMS]
