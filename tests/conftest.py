@@ -46,12 +46,13 @@ def _group(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     if item.path.name == "test_golden.py" and callspec is not None and "name" in callspec.params:
         return f"golden:{callspec.params['name']}"
-    return str(item.path)
+    return item.nodeid.split("::")[0]  # the file, as pytest names it
 
 
 # The groups that take longest (measured: CPU seconds per test file, docs/performance.md), handed out first:
-# xdist gives groups to processes in collection order, so a long group collected last (the Ray files were)
-# runs alone at the end while the other process idles (longest-first is the classic fix for that tail).
+# xdist gives groups to processes in collection order (addopts: --no-loadscope-reorder, or it would order
+# them by their number of tests), so a long group collected last (the Ray files were) runs alone at the
+# end while the other process idles (longest-first is the classic fix for that tail).
 FIRST = ("ray", "test_golden.py", "test_resume.py", "test_peers.py", "test_runtime.py", "test_sim_scale.py",
          "test_old_checkpoints.py", "test_run_interrupts.py", "test_local_faults.py", "test_tracking.py",
          "test_newcomer.py", "test_kernels.py")
@@ -63,6 +64,7 @@ def _rank(item: pytest.Item) -> int:
     return FIRST.index(name) if name in FIRST else len(FIRST)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks to name each test's group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
