@@ -317,10 +317,10 @@ class SeedBatchedVQC:
     def __init__(self, modules: list[nn.Module]) -> None:
         self.twins = [NumpyVQC(m) for m in modules]
         self.vqc = modules[0]
-        self.layout: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (offset in a seed's row, shape)
+        self.layout: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # name -> (offset in a seed's row, size, shape)
         offset = 0
         for name, p in self.vqc.named_parameters():
-            self.layout[name] = (offset, tuple(p.shape))
+            self.layout[name] = (offset, p.numel(), tuple(p.shape))
             offset += p.numel()
         self.size = offset
         self.pending = np.zeros((len(modules), len(self.PENDING)), dtype=np.int64)
@@ -332,8 +332,8 @@ class SeedBatchedVQC:
 
     def _param(self, params: np.ndarray, name: str) -> np.ndarray:
         """The parameter ``name`` of every seed: (S, *shape), as stored (float32)."""
-        offset, shape = self.layout[name]
-        return params[:, offset:offset + int(np.prod(shape))].reshape((params.shape[0],) + shape)
+        offset, size, shape = self.layout[name]
+        return params[:, offset:offset + size].reshape((params.shape[0],) + shape)
 
     def _post(self, params: np.ndarray) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
         if "post.weight" not in self.layout:
@@ -384,14 +384,14 @@ class SeedBatchedVQC:
         grads = {"weights": kernels.weight_grad_seeds(program, states, grad_readouts, rot, gen)}
         if post_grads is not None:
             grads["post.weight"], grads["post.bias"] = post_grads
-        for name, (offset, shape) in self.layout.items():
-            out[:, offset:offset + int(np.prod(shape))] = grads[name].reshape(S, -1)
+        for name, (offset, size, _) in self.layout.items():
+            out[:, offset:offset + size] = grads[name].reshape(S, -1)
 
     def _load(self, vqc: nn.Module, row: np.ndarray) -> None:
         """A seed's parameters from its row, into its module (for its own twin)."""
         for name, p in vqc.named_parameters():
-            offset, shape = self.layout[name]
-            p.detach().numpy()[...] = row[offset:offset + p.numel()].reshape(shape)
+            offset, size, shape = self.layout[name]
+            p.detach().numpy()[...] = row[offset:offset + size].reshape(shape)
 
     def report_counts(self, seed: int) -> None:
         """Add seed's circuits since its last report to its head's counters (``circuits.gradients.count``,
