@@ -13,9 +13,10 @@ quantum.csv, checkpoints, summary.json). What is shared is the arithmetic:
   seed's resets draw from that seed's own env generator, in the same order as alone;
 - ``mlp`` heads run as stacked matmuls ((S, R, in) @ (S, in, out): numpy calls the same per-slice
   kernel as for the single seed's 2-D product), their backward likewise;
-- circuit heads (``vqc``/``hybrid`` with a numpy twin, ``circuits.twins``) run per seed through their
-  own twin, in one loop over the weight sets (the circuits engine takes a batch of rows for one weight
-  set; a stacked-weights entry point does not exist yet);
+- circuit heads (``vqc``/``hybrid`` with a numpy twin) run through the circuits' seed-batched entry
+  point (``circuits.twins.SeedBatchedVQC``: weights with a leading seed axis; on the compiled kernels
+  one call per pass for all seeds, each seed's bits its own twin's); the circuits they count are
+  reported per seed where they are read (an episode's quantum.csv row, a checkpoint, the summary);
 - the virtual clock of the sim backend is computed for every seed as ``_EventSim`` computes it for one
   worker (no jitter: no draws), and the ledger rows are the ones ``Server.receive`` writes.
 
@@ -44,6 +45,7 @@ from torch import nn
 from agents.actor_critic import ActorCriticConfig, build_models, make_server_optimizer
 from agents.heads import FlatParameters, head_report, worker_heads
 from agents.numpy_heads import NumpyMLP, numpy_head
+from circuits.twins import seed_batched_twin
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import DIAGNOSTICS
@@ -166,28 +168,24 @@ class StackedMLP:
                 grad = grad * (h_out > 0.0)
 
 
-class LoopedTwins:
-    """A circuit head of every seed: each seed's own numpy twin (``circuits.twins``) over its own
-    module, whose parameters are that seed's row (loaded before the forward), run one after another."""
+class CircuitHeads:
+    """A circuit head of every seed: ``circuits.twins.SeedBatchedVQC`` on the head's columns of the
+    stacked parameters (its parameters in the module's order, as ``FlatParameters`` lays them out)."""
 
-    def __init__(self, flats: list[FlatParameters], twins: list[Any], offset: int, size: int) -> None:
-        self.flats, self.twins, self.offset, self.end = flats, twins, offset, offset + size
+    def __init__(self, modules: list[nn.Module], offset: int, size: int) -> None:
+        self.twin = seed_batched_twin(modules)
+        if self.twin is None or self.twin.size != size:
+            raise ValueError("the seeds' circuit heads have no seed-batched twin")
+        self.offset, self.end = offset, offset + size
 
     def forward(self, params: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, Any]:
-        outs, caches = [], []
-        for s, twin in enumerate(self.twins):
-            self.flats[s].flat.data.numpy()[self.offset:self.end] = params[s, self.offset:self.end]
-            o, c = twin.forward(x[s])
-            outs.append(o)
-            caches.append(c)
-        return np.stack(outs), caches
+        return self.twin.forward(params[:, self.offset:self.end], x)
 
     def backward(self, params: np.ndarray, cache: Any, grad: np.ndarray, out: np.ndarray) -> None:
-        for s, twin in enumerate(self.twins):
-            view = self.flats[s].grad_view()
-            view[self.offset:self.end] = 0.0
-            twin.backward(cache[s], grad[s])
-            out[s, self.offset:self.end] = view[self.offset:self.end]
+        self.twin.backward(cache, grad, out[:, self.offset:self.end])
+
+    def report_counts(self, seed: int) -> None:
+        self.twin.report_counts(seed)
 
 
 # ----------------------------------------------------------------------------- CartPole
@@ -300,7 +298,17 @@ class BatchedA2C:
     def _head(self, modules: list[nn.Module], offset: int, size: int) -> Any:
         if NumpyMLP.supports(modules[0]):
             return StackedMLP(modules[0], offset)
-        return LoopedTwins(self.flats, [numpy_head(m) for m in modules], offset, size)
+        return CircuitHeads(modules, offset, size)
+
+    def _report(self, s: int) -> Optional[dict[str, Any]]:
+        """Seed s's circuit counts since its previous report (``head_report``; None without a circuit head)."""
+        res = self.resources[s]
+        if res is None:
+            return None
+        for head in (self.actor, self.critic):
+            if isinstance(head, CircuitHeads):
+                head.report_counts(s)
+        return head_report(res)
 
     # -- the server side of one seed, as Server.receive records it ----------------------------
     def _record_hello(self, s: int, t: float) -> None:
@@ -334,8 +342,12 @@ class BatchedA2C:
         train.writer.write_values((repr(t), W0, rt.env_steps, train.updates, version, 0, *diag))
 
     def _sync_service(self, s: int, updates: int) -> None:
-        """Seed s's Runtime holds its server's state (parameters, optimizer, counters) for a checkpoint."""
+        """Seed s's Runtime holds its server's state (parameters, optimizer, counters) and its circuit
+        counts for a checkpoint."""
         rt = self.rts[s]
+        report = self._report(s)
+        if report is not None:
+            rt.quantum.add(W0, report)
         service = rt.service
         service.param.copy_(self.param[s])
         opt = service.optimizer
@@ -433,16 +445,12 @@ class BatchedA2C:
             t_next = t_server + net
             for s in np.flatnonzero(active).tolist():
                 rt = self.rts[s]
-                res = self.resources[s]
-                if ended[s] or res is not None:  # a metrics row (or the circuits' counts): the run's own path
-                    episodes = []
-                    if ended[s]:
-                        episodes.append({"return": float(self.returns[s]), "length": int(self.lengths[s]),
-                                         "version": k - 1})
-                        self.returns[s], self.lengths[s] = 0.0, 0
-                    rt.record_work(W0, Work([], env_steps=int(valid[s]), episodes=episodes, resources=head_report(res)),
+                if ended[s]:  # a metrics row (and quantum.csv's, with the circuits counted so far): the run's own path
+                    episodes = [{"return": float(self.returns[s]), "length": int(self.lengths[s]), "version": k - 1}]
+                    self.returns[s], self.lengths[s] = 0.0, 0
+                    rt.record_work(W0, Work([], env_steps=int(valid[s]), episodes=episodes, resources=self._report(s)),
                                    float(t_done[s]))
-                else:
+                else:  # (the circuits' counts are added up and reported where they are read: the same totals)
                     rt.env_steps += int(valid[s])
                 if rt.done():  # its last push is never delivered (the sim stops at the step that ends it)
                     active[s] = False
@@ -452,6 +460,7 @@ class BatchedA2C:
             t_srv = t_server.tolist()
             for s in np.flatnonzero(active).tolist():
                 self._record_update(s, t_srv[s], k, diags[s])
+                self.rts[s].service._updates = k  # its server's update count, which run.checkpoint_every reads
                 if self.rts[s]._checkpoint_due():
                     self._sync_service(s, k)
                     self.rts[s].checkpoint(t_srv[s])

@@ -128,3 +128,38 @@ def weight_grad(program: Program, states: np.ndarray, grad_readouts: np.ndarray,
     _compiled().backward(states, np.ascontiguousarray(grad_readouts, dtype=np.float64), rot, gen, program.forward,
                          program.sign, program.entangle_first, program.readout_rows, out)
     return out
+
+
+# -- the same kernels over S weight sets (a leading seed axis): one compiled call for every seed, each
+# seed's arithmetic the single call's (``circuits.twins.SeedBatchedVQC``, batched seeds)
+def rotations_seeds(program: Program, weights: np.ndarray, generators: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``rotations`` of S weight sets (S, L, n, k): (S, L, n, 2, 2) and (S, L, n, k, 2, 2) (or empty).
+    Every builder works on each (layer, wire) alone, so the S sets are built as S L layers of one call."""
+    S, L = weights.shape[:2]
+    rot, gen = rotations(program, weights.reshape((S * L,) + weights.shape[2:]), generators)
+    rot = rot.reshape((S, L) + rot.shape[1:])
+    return rot, (gen.reshape((S, L) + gen.shape[1:]) if gen.size else gen)
+
+
+def forward_seeds(program: Program, angles: np.ndarray, rot: np.ndarray,
+                  keep_states: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``forward`` of S weight sets: angles (S, B, n), rot (S, L, n, 2, 2) -> readouts (S, B, m) and, with
+    ``keep_states``, the final states (S, B, 2^n)."""
+    angles = np.ascontiguousarray(angles, dtype=np.float64)
+    S, rows = angles.shape[:2]
+    size = program.readout_rows.shape[1]
+    readouts = np.empty((S, rows, program.readout_rows.shape[0]))
+    states = np.empty((S, rows if keep_states else 0, size), dtype=np.complex128)
+    _compiled().forward_seeds(angles, program.state_map, np.ascontiguousarray(rot), program.inverse, program.sign,
+                              program.entangle_first, program.readout_rows, states, readouts)
+    return readouts, states
+
+
+def weight_grad_seeds(program: Program, states: np.ndarray, grad_readouts: np.ndarray, rot: np.ndarray,
+                      gen: np.ndarray) -> np.ndarray:
+    """``weight_grad`` of S weight sets: d loss / d weights (S, L, n, k) from ``forward_seeds``' states."""
+    out = np.empty(gen.shape[:4])
+    _compiled().backward_seeds(states, np.ascontiguousarray(grad_readouts, dtype=np.float64), np.ascontiguousarray(rot),
+                               np.ascontiguousarray(gen), program.forward, program.sign, program.entangle_first,
+                               program.readout_rows, out)
+    return out

@@ -209,3 +209,20 @@ def backward(states, grad_readouts, rot, gen, fwd, sign, entangle_first, readout
                 grad_weights[l, w, i] = (e00.conjugate() * gen[l, w, i, 0, 0] + e01.conjugate() * gen[l, w, i, 0, 1]
                                          + e10.conjugate() * gen[l, w, i, 1, 0]
                                          + e11.conjugate() * gen[l, w, i, 1, 1]).real
+
+
+@njit(cache=True, fastmath=FAST)
+def forward_seeds(angles, state_map, rot, inv, sign, entangle_first, readout, states, readouts):
+    """``forward`` of S weight sets, one call: angles (S, B, n), rot (S, L, n, 2, 2), states (S, B, 2^n)
+    (or (S, 0, 2^n): not kept), readouts (S, B, m). Seed s runs ``forward`` itself on its own slices,
+    so each seed's readouts and states are the bits of a single call on its weights."""
+    for s in range(angles.shape[0]):
+        forward(angles[s], state_map, rot[s], inv, sign, entangle_first, readout, states[s], readouts[s])
+
+
+@njit(cache=True, fastmath=FAST)
+def backward_seeds(states, grad_readouts, rot, gen, fwd, sign, entangle_first, readout, grad_weights):
+    """``backward`` of S weight sets, one call: states (S, B, 2^n), grad_readouts (S, B, m), rot
+    (S, L, n, 2, 2), gen (S, L, n, k, 2, 2), grad_weights (S, L, n, k); seed s runs ``backward`` itself."""
+    for s in range(states.shape[0]):
+        backward(states[s], grad_readouts[s], rot[s], gen[s], fwd, sign, entangle_first, readout, grad_weights[s])

@@ -71,19 +71,24 @@ class CircuitCounter:
     def _on_grad(self, grad: torch.Tensor) -> None:
         self.backward(int((grad != 0).any(dim=-1).sum()))
 
-    def forward(self) -> None:
-        """One forward call: one job. Its circuits and shots are the head's own ``resource_counts``
+    def forward(self, calls: int = 1) -> None:
+        """Forward calls: one job each. Their circuits and shots are the head's own ``resource_counts``
         (counted where the rows are evaluated, ``circuits.gradients.count``), not counted again here."""
-        self.counts["act_jobs"] += 1
+        self.counts["act_jobs"] += calls
 
     def backward(self, rows: int) -> None:
         """One backward (one job) through ``rows`` rows with a nonzero output gradient (none: no job)."""
         if rows == 0:
             return
+        self.backwards(rows, 1)
+
+    def backwards(self, rows: int, jobs: int) -> None:
+        """``jobs`` backwards (each with at least one row) through ``rows`` rows with a nonzero output
+        gradient in all: what ``backward`` counts for each, added at once (``circuits.twins.SeedBatchedVQC``)."""
         circuits = rows * SHIFTS_PER_ANGLE * self.angles
         self.counts["grad_circuits"] += circuits
         self.counts["grad_shots"] += circuits * (self.shots or 0)
-        self.counts["grad_jobs"] += 1
+        self.counts["grad_jobs"] += jobs
 
     def backward_grad(self, grad: np.ndarray) -> None:
         """``backward`` from an output gradient (B, m) in numpy (the one-step numpy path)."""

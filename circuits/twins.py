@@ -7,12 +7,14 @@ numpy rows, reading the parameters from (and writing the gradients into) the tor
 tensors:
 
 - ``NumpyVQC``: forward and backward (``forward`` returns a ``ForwardCache`` that ``backward`` takes);
-- ``NumpyVQCActing``: the forward alone, with an optional ``preprocess: linear`` pre-layer.
+- ``NumpyVQCActing``: the forward alone, with an optional ``preprocess: linear`` pre-layer;
+- ``SeedBatchedVQC``: forward and backward of one head per seed, the parameters with a leading seed
+  axis (batched seeds, ``agents.batched_a2c``), each seed's bits its own ``NumpyVQC``'s.
 
 Which executor runs is the planner's (``circuits.planner``, entry ``numpy``): the statevector
 executor's compiled kernels for few rows, its numpy blocks or the dense executor past them. The
 public API the agents call: ``training_twin(module)`` / ``acting_twin(module)`` (None: the head has
-no twin, keep torch), then ``forward(x)`` and ``backward(cache, grad)``.
+no twin, keep torch), then ``forward(x)`` and ``backward(cache, grad)``; ``seed_batched_twin(modules)``.
 
 A head with shots, noise or a gradient rule has no twin (the twins are exact and would draw no shots).
 The twins agree with torch autograd to float rounding (tests/agents/test_numpy_heads.py,
@@ -45,6 +47,38 @@ class ForwardCache:
     hidden: Optional[np.ndarray]
     plan: Plan
     saved: tuple
+
+
+def head_forward(kind: str, readouts: np.ndarray, out_dim: int, sum_groups: Optional[np.ndarray],
+                 weight: Optional[np.ndarray], bias: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """A twin's output layer (``output`` key ``kind``) on readouts (..., B, m): the outputs and the
+    post-layer's input (None without one). ``weight`` (..., out, m) and ``bias`` (..., out) are the
+    post-layer's, float32 as stored, with the same leading axes as the readouts (a seed axis: each
+    seed's slice is the 2-D product of its single call)."""
+    if kind == "raw":
+        return readouts[..., : out_dim], None
+    if kind == "sum":
+        return readouts @ sum_groups, None
+    hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
+    return hidden @ np.swapaxes(weight, -1, -2).astype(np.float64) + bias[..., None, :], hidden
+
+
+def head_backward(kind: str, readouts: np.ndarray, hidden: Optional[np.ndarray], grad: np.ndarray,
+                  sum_groups: Optional[np.ndarray], weight: Optional[np.ndarray]
+                  ) -> tuple[np.ndarray, Optional[tuple[np.ndarray, np.ndarray]]]:
+    """``head_forward``'s backward from d loss / d outputs (..., B, out): d loss / d readouts, and the
+    post-layer's (weight, bias) gradients (None without one)."""
+    if kind == "raw":
+        grad_readouts = np.zeros_like(readouts)
+        grad_readouts[..., : grad.shape[-1]] = grad
+        return grad_readouts, None
+    if kind == "sum":
+        return grad @ sum_groups.T, None
+    post_grads = (np.swapaxes(grad, -1, -2) @ hidden, grad.sum(axis=-2))
+    grad_readouts = grad @ weight.astype(np.float64)
+    if kind == "relu_linear":
+        grad_readouts = grad_readouts * (readouts > 0.0)
+    return grad_readouts, post_grads
 
 
 class NumpyVQC:
@@ -160,15 +194,10 @@ class NumpyVQC:
 
     def _head(self, readouts: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         """The output layer on readouts (B, m): the outputs and the post-layer's input (None without one)."""
-        kind = self.vqc.cfg.output
-        if kind == "raw":
-            return readouts[:, : self.vqc.out_dim], None
-        if kind == "sum":
-            return readouts @ self.sum_groups, None
-        hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
-        post = self.vqc._modules["post"]
-        weight, bias = post._parameters["weight"], post._parameters["bias"]
-        return hidden @ weight.detach().numpy().T.astype(np.float64) + bias.detach().numpy(), hidden
+        post = self.vqc._modules.get("post")
+        weight, bias = (None, None) if post is None else (post._parameters["weight"].detach().numpy(),
+                                                          post._parameters["bias"].detach().numpy())
+        return head_forward(self.vqc.cfg.output, readouts, self.vqc.out_dim, self.sum_groups, weight, bias)
 
     def backward(self, cache: ForwardCache, grad: np.ndarray) -> None:
         """Write d loss / d parameters into the parameters' .grad (views of the flat gradient)."""
@@ -176,20 +205,12 @@ class NumpyVQC:
         counter = counter_of(self.vqc)
         if counter is not None:
             counter.backward_grad(grad)
-        kind = self.vqc.cfg.output
-        if kind == "raw":
-            grad_readouts = np.zeros_like(readouts)
-            grad_readouts[:, : grad.shape[1]] = grad
-        elif kind == "sum":
-            grad_readouts = grad @ self.sum_groups.T
-        else:
-            post = self.vqc._modules["post"]
-            weight, bias = post._parameters["weight"], post._parameters["bias"]
-            weight.grad.numpy()[...] = grad.T @ hidden
-            bias.grad.numpy()[...] = grad.sum(axis=0)
-            grad_readouts = grad @ weight.detach().numpy().astype(np.float64)
-            if kind == "relu_linear":
-                grad_readouts = grad_readouts * (readouts > 0.0)
+        post = self.vqc._modules.get("post")
+        weight = None if post is None else post._parameters["weight"]
+        grad_readouts, post_grads = head_backward(self.vqc.cfg.output, readouts, hidden, grad, self.sum_groups,
+                                                  None if weight is None else weight.detach().numpy())
+        if post_grads is not None:
+            weight.grad.numpy()[...], post._parameters["bias"].grad.numpy()[...] = post_grads
         variant = cache.plan.variant
         if variant == "kernels":
             program, states, rot, gen = cache.saved
@@ -272,6 +293,123 @@ class NumpyVQCActing(NumpyVQC):
 
     def backward(self, cache: Any, grad: np.ndarray) -> None:
         raise TypeError("NumpyVQCActing is for acting only: it has no backward pass")
+
+
+class SeedBatchedVQC:
+    """One ``VQC`` head per seed (the same spec, each seed its own weights), forward and backward for all
+    seeds at once: the parameters with a leading seed axis (S, P), in ``module.parameters()`` order,
+    and the inputs (S, B, in). What batched seeds (``agents.batched_a2c``) call instead of S twins.
+
+    The plan is the one planner's, for one seed's call (B rows, numpy entry, as ``NumpyVQC.plan``): S
+    weight sets cannot share a matrix, so a seed's rows are what the executor's cost depends on. On the
+    statevector executor's compiled kernels (every shipped one-step A2C head: 1 or 2 rows) all seeds
+    run in one compiled call per pass (``kernels.forward_seeds``, ``rotations_seeds``,
+    ``weight_grad_seeds``), in which each seed runs the single call's loops on its own slices, and the
+    output layer is a stacked product whose slices are the single call's 2-D products: each seed's
+    outputs and gradients have the bits of its own twin. Any other plan (more rows than the kernels
+    take, numba not here) runs each seed's own twin in turn (``NumpyVQC``) on its row of parameters.
+
+    The circuits counted (``circuits.resources``) are kept per seed and added to a seed's head counters
+    by ``report_counts``, before its counts are read: the totals its twin would have counted call by call."""
+
+    PENDING = ("act_rows", "act_calls", "grad_rows", "grad_calls")  # per seed, since its last report_counts
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self.twins = [NumpyVQC(m) for m in modules]
+        self.vqc = modules[0]
+        self.layout: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # name -> (offset in a seed's row, size, shape)
+        offset = 0
+        for name, p in self.vqc.named_parameters():
+            self.layout[name] = (offset, p.numel(), tuple(p.shape))
+            offset += p.numel()
+        self.size = offset
+        self.pending = np.zeros((len(modules), len(self.PENDING)), dtype=np.int64)
+
+    @staticmethod
+    def supports(modules: list[nn.Module]) -> bool:
+        return (bool(modules) and all(NumpyVQC.supports(m) and m.cfg == modules[0].cfg for m in modules)
+                and all(p.requires_grad for p in modules[0].parameters()))
+
+    def _param(self, params: np.ndarray, name: str) -> np.ndarray:
+        """The parameter ``name`` of every seed: (S, *shape), as stored (float32)."""
+        offset, size, shape = self.layout[name]
+        return params[:, offset:offset + size].reshape((params.shape[0],) + shape)
+
+    def _post(self, params: np.ndarray) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        if "post.weight" not in self.layout:
+            return None, None
+        return self._param(params, "post.weight"), self._param(params, "post.bias")
+
+    def forward(self, params: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ForwardCache]:
+        """Outputs (S, B, out) of inputs x (S, B, in) float64 at every seed's parameters (S, P)."""
+        S, rows = x.shape[:2]
+        first = self.twins[0]
+        plan = first.plan(rows)
+        if plan.variant != "kernels":
+            outs, caches = [], []
+            for s, twin in enumerate(self.twins):
+                self._load(twin.vqc, params[s])
+                out, cache = twin.forward(x[s])
+                outs.append(out)
+                caches.append(cache)
+            return np.stack(outs), ForwardCache(np.empty(0), None, plan, tuple(caches))
+        self.pending[:, 0] += rows
+        self.pending[:, 1] += 1
+        program = program_of(self.vqc._modules["circuit"])
+        rot, gen = kernels.rotations_seeds(program, self._param(params, "weights").astype(np.float64), True)
+        angles = first._angles(x.reshape(S * rows, x.shape[2])).reshape(S, rows, -1)
+        readouts, states = kernels.forward_seeds(program, angles, rot, True)
+        weight, bias = self._post(params)
+        out, hidden = head_forward(self.vqc.cfg.output, readouts, self.vqc.out_dim, first.sum_groups, weight, bias)
+        return out, ForwardCache(readouts, hidden, plan, (program, states, rot, gen, weight))
+
+    def backward(self, cache: ForwardCache, grad: np.ndarray, out: np.ndarray) -> None:
+        """d loss / d parameters of every seed into ``out`` (S, P) from d loss / d outputs (S, B, out)."""
+        if cache.plan.variant != "kernels":
+            for s, (twin, seed_cache) in enumerate(zip(self.twins, cache.saved)):
+                params = list(twin.vqc.parameters())
+                for p in params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                twin.backward(seed_cache, grad[s])
+                out[s] = np.concatenate([p.grad.numpy().reshape(-1) for p in params])
+            return
+        rows = np.count_nonzero(np.any(grad != 0.0, axis=-1), axis=1)
+        self.pending[:, 2] += rows
+        self.pending[:, 3] += rows > 0
+        program, states, rot, gen, weight = cache.saved
+        grad_readouts, post_grads = head_backward(self.vqc.cfg.output, cache.readouts, cache.hidden, grad,
+                                                  self.twins[0].sum_groups, weight)
+        S = grad.shape[0]
+        grads = {"weights": kernels.weight_grad_seeds(program, states, grad_readouts, rot, gen)}
+        if post_grads is not None:
+            grads["post.weight"], grads["post.bias"] = post_grads
+        for name, (offset, size, _) in self.layout.items():
+            out[:, offset:offset + size] = grads[name].reshape(S, -1)
+
+    def _load(self, vqc: nn.Module, row: np.ndarray) -> None:
+        """A seed's parameters from its row, into its module (for its own twin)."""
+        for name, p in vqc.named_parameters():
+            offset, size, shape = self.layout[name]
+            p.detach().numpy()[...] = row[offset:offset + size].reshape(shape)
+
+    def report_counts(self, seed: int) -> None:
+        """Add seed's circuits since its last report to its head's counters (``circuits.gradients.count``,
+        the head's ``CircuitCounter``), as its twin would have added them call by call."""
+        act_rows, act_calls, grad_rows, grad_calls = self.pending[seed].tolist()
+        vqc = self.twins[seed].vqc
+        count(vqc, "act", act_rows, vqc.cfg.shots)
+        counter = counter_of(vqc)
+        if counter is not None:
+            counter.forward(act_calls)
+            counter.backwards(grad_rows, grad_calls)
+        self.pending[seed] = 0
+
+
+def seed_batched_twin(modules: list[nn.Module]) -> Optional[SeedBatchedVQC]:
+    """The forward-and-backward entry point of one circuit head per seed (weights with a seed axis), or
+    None (a head without a twin, or seeds whose specs differ)."""
+    return SeedBatchedVQC(modules) if SeedBatchedVQC.supports(modules) else None
 
 
 def training_twin(module: nn.Module) -> Optional[NumpyVQC]:

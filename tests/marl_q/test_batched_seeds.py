@@ -18,6 +18,7 @@ from marl_q.cli import main
 from marl_q.config import load_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment
+from marl_q.rundir import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 QA2C = ROOT / "scenarios" / "cartpole_qa2c.yaml"
@@ -40,10 +41,16 @@ def assert_same_run_files(a: Path, b: Path) -> None:
     assert compared >= 4
 
 
-@pytest.mark.parametrize("config, steps", [("cartpole_qa2c.yaml", 700), ("cartpole_qa2c_quantum_critic.yaml", 150)])
-def test_batched_seeds_write_the_single_seed_runs_bytes(tmp_path, config, steps):
+@pytest.mark.parametrize("config, steps, extra", [
+    ("cartpole_qa2c.yaml", 700, []),
+    ("cartpole_qa2c_quantum_critic.yaml", 150, []),
+    # the circuit heads' counts are added up per seed and read at episode ends and checkpoints: a
+    # checkpoint every 40 updates reads them between episode ends (quantum.csv, the checkpoint's state)
+    ("cartpole_qa2c_quantum_actor.yaml", 150, ["run.checkpoint_every=40", "run.keep_checkpoints=5"]),
+])
+def test_batched_seeds_write_the_single_seed_runs_bytes(tmp_path, config, steps, extra):
     path = ROOT / "scenarios" / config
-    overrides = [f"run.total_env_steps={steps}", "run.plots=false"]
+    overrides = [f"run.total_env_steps={steps}", "run.plots=false", *extra]
     seeds = [0, 3, 1]  # any seeds, in any order
     summaries = run_batched_seeds(str(path), overrides, seeds, [tmp_path / f"b{s}" for s in seeds], progress=False)
     assert [s["seed"] for s in summaries] == seeds
@@ -52,11 +59,19 @@ def test_batched_seeds_write_the_single_seed_runs_bytes(tmp_path, config, steps)
         assert_same_run_files(tmp_path / f"b{seed}", tmp_path / f"s{seed}")
         drop = ("wall_s",)
         assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
-        a = np.load(sorted((tmp_path / f"b{seed}" / "checkpoints").glob("*.npz"))[-1])
-        b = np.load(sorted((tmp_path / f"s{seed}" / "checkpoints").glob("*.npz"))[-1])
-        for key in b.files:
-            if key != "__meta__":
-                assert np.array_equal(a[key], b[key]), key
+        mine = sorted((tmp_path / f"b{seed}" / "checkpoints").glob("*.npz"))
+        theirs = sorted((tmp_path / f"s{seed}" / "checkpoints").glob("*.npz"))
+        assert [p.name for p in mine] == [p.name for p in theirs]
+        for path_a, path_b in zip(mine, theirs):
+            (a, meta_a), (b, meta_b) = load_checkpoint(path_a), load_checkpoint(path_b)
+            assert a.keys() == b.keys()
+            for key in b:
+                assert np.array_equal(a[key], b[key]), (path_a.name, key)
+            for key in ("updates", "env_steps", "episodes", "t", "ledger", "quantum"):
+                assert meta_a.get(key) == meta_b.get(key), (path_a.name, key)
+            # train.csv's state; a position's second number is its wall-clock sidecar's length (not data)
+            train_a, train_b = dict(meta_a["train"]), dict(meta_b["train"])
+            assert train_a.pop("position")[0] == train_b.pop("position")[0] and train_a == train_b, path_a.name
 
 
 def test_a_batched_seed_resumes_from_its_checkpoint(tmp_path):
