@@ -154,8 +154,12 @@ RUN_FILES = ("metrics.csv", "train.csv", "comm.csv")  # what a sim rerun must wr
 
 
 def rerun_differences(first: Path, other: Path) -> list[str]:
-    """The run files (RUN_FILES) of ``other`` whose bytes are not those of ``first``'s."""
-    return [name for name in RUN_FILES if (first / name).read_bytes() != (other / name).read_bytes()]
+    """The run files (RUN_FILES) of ``other`` whose bytes are not those of ``first``'s (or that only one
+    of them wrote: an LSVI run writes no train.csv)."""
+    def content(path: Path) -> Optional[bytes]:
+        return path.read_bytes() if path.is_file() else None
+
+    return [name for name in RUN_FILES if content(first / name) != content(other / name)]
 
 
 def summarize_repeats(name: str, workers: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -306,6 +310,9 @@ def plot_returns(rows: list[dict[str, Any]], path: Path, args: argparse.Namespac
         top, bottom = axes[0, col], axes[1, col]
         for i, r in enumerate(r for r in rows if r["variant"] == name):
             cols = read_csv_columns(Path(r["run_dir"]) / "metrics.csv")
+            if "return" not in cols:  # (the LSVI family writes regret, not returns)
+                print(f"sim_scale: {r['run_dir']}/metrics.csv has no return column: not drawn", file=sys.stderr)
+                continue
             t, ret = np.asarray(cols["t"], float), np.asarray(cols["return"], float)
             steps = np.asarray(cols["env_steps"], float)
             if not len(t):

@@ -212,6 +212,11 @@ def test_the_bench_names_the_run_files_a_rerun_changed(tmp_path):
     assert rerun_differences(first, other) == []
     (other / "comm.csv").write_bytes(b"t,worker\n0.5,w1\n")  # one byte
     assert rerun_differences(first, other) == ["comm.csv"]
+    for d in (first, other):  # a file neither run wrote (an LSVI run's train.csv) is no difference
+        (d / "train.csv").unlink()
+    assert rerun_differences(first, other) == ["comm.csv"]
+    (first / "comm.csv").unlink()  # one that only one of them wrote is
+    assert rerun_differences(first, other) == ["comm.csv"]
 
 
 def test_medians_of_the_repeats_and_the_rerun_verdict(tmp_path):
