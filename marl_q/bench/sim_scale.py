@@ -299,7 +299,7 @@ def plot_returns(rows: list[dict[str, Any]], path: Path, args: argparse.Namespac
     and against env steps (bottom): one column per variant, one line per worker count."""
     import numpy as np
 
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     from analysis.plots import new_figure, plt, read_csv_columns, wrap
 
@@ -326,7 +326,8 @@ def plot_returns(rows: list[dict[str, Any]], path: Path, args: argparse.Namespac
         top.set_xscale("log")
         top.xaxis.set_minor_formatter(NullFormatter())
         top.set_xlabel("virtual time (s, log scale)")
-        bottom.set_xlabel("env steps (all workers)")
+        bottom.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e3:,.0f}k" if x else "0"))
+        bottom.set_xlabel("env steps (all workers; k = thousand)")
         for ax in (top, bottom):
             ax.set_ylabel(f"episode return (mean of last {window} episodes)")
             ax.set_title(name, fontsize=10)
