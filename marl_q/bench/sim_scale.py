@@ -8,17 +8,17 @@ per 1M env steps, the peak RSS, and the ratio of each to the first worker count 
 
 A run's fixed costs (building the workers, a first wave of steps computed at virtual time 0 at many
 workers) weigh more in a short run than in 1M steps, so the run also times its second half alone (from
-the first record of work at half its budget to its end): ``steady_*_per_1M`` is that rate, and
-``wall_1M_est`` the run's wall time carried on to 1M env steps at it (the run's own wall time when it
-counted 1M or more), a linear extrapolation which assumes that the second half's rate holds.
+the first record of work at half its budget to its last, before the final checkpoint): that rate is
+``steady_*_per_1M``, and ``wall_1M_est`` the run's wall time carried on to 1M env steps at it (the run's
+own wall time when it counted 1M or more), a linear extrapolation which assumes the rate holds.
 
 ``--repeats N`` runs every (variant, worker count) N times, interleaved (round r runs every one of them
 once, in order, before round r + 1), and prints the medians; each repeat of a run must write the bytes
 of its first (metrics.csv, train.csv, comm.csv: the sim backend's promise on one machine), which the
 ``rerun`` column says (and the exit code is 1 if one differs). Timings are printed, never asserted;
 the load average (``/proc/loadavg``) at the start and end is printed with them. ``--plot`` draws the
-episode return against virtual time for every run (one panel per variant, one line per worker
-count) from the first repeat's metrics.csv.
+episode return against virtual time and against env steps for every run (a column per variant, one
+line per worker count) from the first repeat's metrics.csv.
 
     marlq bench sim_scale --workers 10,100,1000 --steps 200000 --repeats 2 --out sweeps/sim_scale \
         --plot docs/img/sim_scale.png
@@ -28,9 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,7 +86,7 @@ def sim_scale_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--repeats", type=int, default=1,
                    help="runs of every (variant, worker count), interleaved; medians printed, rerun bytes compared")
     p.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: temporary)")
-    p.add_argument("--plot", type=Path, default=None, help="draw return against virtual time to this PNG")
+    p.add_argument("--plot", type=Path, default=None, help="draw return against virtual time and env steps to this PNG")
     p.add_argument("--json", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-dir", type=Path, default=None, help=argparse.SUPPRESS)
@@ -165,8 +165,8 @@ def rerun_differences(first: Path, other: Path) -> list[str]:
 def summarize_repeats(name: str, workers: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One row for the repeats of one (variant, worker count): the first run's counts and directory,
     the median of each measured cost, and ``rerun``: "identical", what differed, or "-" for one run."""
-    row: dict[str, Any] = {"variant": name, "workers": workers, **{k: v for k, v in runs[0].items()}}
-    for key, value in runs[0].items():
+    row: dict[str, Any] = {"variant": name, "workers": workers, **runs[0]}
+    for key in runs[0]:
         if key in MEASURED and all(r.get(key) is not None for r in runs):
             row[key] = round(statistics.median(r[key] for r in runs), 2)
     row["repeats"] = len(runs)
