@@ -70,8 +70,9 @@ def parse_workers(text: str) -> list[int]:
 
 
 def sim_scale_main(argv: Optional[Sequence[str]] = None) -> int:
-    """The sim backend against worker count: wall and CPU time per 1M env steps, peak RSS, and the
-    return against virtual time (--plot)."""
+    """The sim backend against worker count: wall and CPU time per 1M env steps (whole runs and their
+    second halves), peak RSS, byte-identical reruns (--repeats), and the return against virtual time
+    (--plot)."""
     p = argparse.ArgumentParser(prog="marlq bench sim_scale", description=sim_scale_main.__doc__)
     p.add_argument("--config", default="scenarios/cartpole_a3c.yaml", help="the scenario file every run starts from")
     p.add_argument("--workers", default="10,100,1000", help="worker counts, comma-separated")
