@@ -5,7 +5,7 @@ One cluster for the module, three raylets (Ray starts slowly on a busy 2-core ma
 node, one CPU), node "wk" (one CPU) and node "srv" (no CPUs, resource ``srv``: the server's node). One run loses
 "wk" and then "srv", and is resumed on the head alone: every start of Ray actors costs tens of seconds here, so
 the node-loss cases share one run. The cluster requires a token (RAY_AUTH_MODE=token), so a join without it can
-be tested. Nothing here asserts a wall-clock time: the tests wait on conditions.
+be tested: a driver's (`marlq run`) and a whole node's (`ray start --address`, and the RPCs a raylet makes). Nothing here asserts a wall-clock time: the tests wait on conditions.
 """
 from __future__ import annotations
 
@@ -168,6 +168,66 @@ def test_a_label_no_node_has_is_refused_at_the_start(small_raw):
 
 
 # ----------------------------------------------------------------------------- on the cluster
+def _rpc(method, request, token: str | None) -> str:
+    """A gRPC call to a Ray server as a client would make it, with ``token`` as the bearer token (or none):
+    "OK" or the status code's name."""
+    import grpc
+
+    metadata = (("authorization", "Bearer " + token),) if token is not None else ()
+    try:
+        method(request, metadata=metadata, timeout=30)
+    except grpc.RpcError as exc:
+        return exc.code().name
+    return "OK"
+
+
+def test_a_node_without_the_clusters_token_cannot_join_or_talk_to_a_raylet(cluster):
+    """A whole node (a raylet), not a driver: `ray start --address` without the token ends with Ray's
+    authentication error and the cluster keeps its three nodes; the RPC a joining raylet makes first
+    (RegisterNode at the GCS) and every raylet's node-manager service refuse a caller without the token
+    or with another one (UNAUTHENTICATED) and answer one with it (the control). Not reachable from here:
+    the object manager's service (Ray ships no Python stub for it) and the per-node agents' ports; what
+    Ray's token authentication covers there is Ray's word (docs/runtime.md, "Security")."""
+    import subprocess
+    import sys
+
+    import grpc
+    import psutil
+    from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
+
+    token, other = os.environ["RAY_AUTH_TOKEN"], uuid.uuid4().hex + uuid.uuid4().hex
+    alive = [n for n in ray.nodes() if n["Alive"]]  # all three, unless a test that removes nodes ran first
+    before = {n["NodeID"] for n in alive}
+    assert cluster.head_id in before
+    gcs = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(grpc.insecure_channel(cluster.address))
+    stranger = gcs_pb2.GcsNodeInfo(node_id=os.urandom(28), node_manager_address="127.0.0.1", node_manager_port=1)
+    for tok in (None, other):
+        assert _rpc(gcs.RegisterNode, gcs_service_pb2.RegisterNodeRequest(node_info=stranger), tok) == "UNAUTHENTICATED"
+        assert _rpc(gcs.GetAllNodeInfo, gcs_service_pb2.GetAllNodeInfoRequest(), tok) == "UNAUTHENTICATED"
+    assert _rpc(gcs.GetAllNodeInfo, gcs_service_pb2.GetAllNodeInfoRequest(), token) == "OK"
+    for n in alive:
+        raylet = node_manager_pb2_grpc.NodeManagerServiceStub(
+            grpc.insecure_channel(f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}"))
+        stats = node_manager_pb2.GetNodeStatsRequest()
+        assert [_rpc(raylet.GetNodeStats, stats, tok) for tok in (None, other, token)] == \
+            ["UNAUTHENTICATED", "UNAUTHENTICATED", "OK"], n["NodeID"]
+
+    label = "intruder_" + uuid.uuid4().hex[:8]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["RAY_gcs_server_port_wait_time_s"] = "1"  # one connection attempt, not Ray's twenty
+    try:
+        done = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", "--address", cluster.address,
+                               "--num-cpus=1", f"--resources={{\"{label}\": 1}}", "--disable-usage-stats"],
+                              env=env, capture_output=True, text=True, timeout=WAIT_S)
+        assert done.returncode != 0 and "Authentication token is missing or incorrect" in done.stderr, done.stderr[-2000:]
+        assert {n["NodeID"] for n in ray.nodes() if n["Alive"]} == before
+        assert not any(label in n["Resources"] for n in ray.nodes())
+    finally:  # had it joined, its processes must not outlive the test (ended by pid: only those it started)
+        for proc in psutil.process_iter(["cmdline"]):
+            if label in " ".join(proc.info["cmdline"] or []):
+                proc.kill()
+
+
 def test_lost_nodes_a_worker_node_then_the_server_node_and_the_resume(cluster, small_raw, tmp_path, capsys):
     """One run (Ray's start-up is the slow part): workers spread over the head and "wk", the server on "srv".
 
@@ -299,3 +359,4 @@ def test_a_join_without_the_clusters_token_is_refused(cluster, small_raw, tmp_pa
     assert code == 2, err
     assert "backend.ray.address" in err and "token" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r" / "metrics.csv").exists()
+

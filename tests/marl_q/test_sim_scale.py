@@ -1,6 +1,7 @@
 """The sim backend at many workers (docs/runtime.md, "Many workers on sim"): workers sharing one copy
 of the models compute what workers with their own compute, a lognormal fleet of speeds, drop-outs and
-rejoins, byte-identical reruns at 1,000 workers, and `marlq bench sim_scale`."""
+rejoins, byte-identical reruns at 250 workers, and `marlq bench sim_scale` (whose --repeats checks the
+rerun bytes at 1,000 workers, outside the suite: docs/runtime.md quotes it)."""
 from __future__ import annotations
 
 import csv
@@ -13,14 +14,12 @@ import pytest
 
 from agents.actor_critic import ActorCriticWorker, SharedModels
 from marl_q.backends.sim import _Timing
+from marl_q.bench.sim_scale import RUN_FILES, rerun_differences
 from marl_q.config import build_config, load_config
 from marl_q.errors import ConfigError
 from marl_q.experiment import run_experiment
 from marl_q.ledger import ledger_audit
 from marl_q.registry import ALGORITHMS
-
-RUN_FILES = ("metrics.csv", "train.csv", "comm.csv")
-
 
 def _files(run_dir) -> dict[str, bytes]:
     return {name: (run_dir / name).read_bytes() for name in RUN_FILES}
@@ -135,10 +134,13 @@ def test_workers_drop_out_and_rejoin_with_every_push_accounted(small_raw, tmp_pa
                 assert len(later) == 1 or int(later[1]["seq"]) == int(r["seq"]) + 1
 
 
-def _thousand(tmp_path, name: str, extra: list[str]) -> dict:
+MANY = 250  # workers in the suite's reruns; `marlq bench sim_scale --repeats 2` checks 1,000 (docs/runtime.md)
+
+
+def _many(tmp_path, name: str, extra: list[str]) -> dict:
     cfg = load_config("scenarios/cartpole_a3c.yaml", [
-        # one env step a worker step, each an episode (so that metrics.csv has a row per step)
-        "backend.workers=1000", "run.total_env_steps=1500", "scenario.num_envs=1", "algorithm.n_steps=1",
+        # one env step a worker step, each an episode (so that metrics.csv has a row per step): 4 waves
+        f"backend.workers={MANY}", f"run.total_env_steps={4 * MANY}", "scenario.num_envs=1", "algorithm.n_steps=1",
         "scenario.max_episode_steps=1",
         "run.progress=false", "run.plots=false", "run.checkpoint_every=0", "backend.compute.speeds=lognormal",
         "backend.faults.dropout=0.05", "backend.faults.rejoin_s=0.001", *extra])
@@ -148,48 +150,97 @@ def _thousand(tmp_path, name: str, extra: list[str]) -> dict:
 @pytest.mark.parametrize("extra", [["server.staleness.rule=poly"],
                                    ["server.aggregation=buffered", "server.buffer_k=100"]],
                          ids=["hogwild_poly", "buffered_k100"])
-def test_a_thousand_workers_rerun_byte_identical(tmp_path, extra):
-    first, second = _thousand(tmp_path, "a", extra), _thousand(tmp_path, "b", extra)
-    assert first["workers"] == 1000 and first["env_steps"] >= 1500 and first["faults_injected"]["dropout"] > 0
-    assert len({r["worker"] for r in csv.DictReader(open(tmp_path / "a" / "metrics.csv"))}) > 500
+def test_many_workers_rerun_byte_identical(tmp_path, extra):
+    first, second = _many(tmp_path, "a", extra), _many(tmp_path, "b", extra)
+    assert first["workers"] == MANY and first["env_steps"] >= 4 * MANY and first["faults_injected"]["dropout"] > 0
+    assert len({r["worker"] for r in csv.DictReader(open(tmp_path / "a" / "metrics.csv"))}) > MANY // 2
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
     assert {k: v for k, v in first.items() if k != "wall_s"} == {k: v for k, v in second.items() if k != "wall_s"}
 
 
-def test_a_thousand_lsvi_agents_rerun_byte_identical(tmp_path):
+def test_many_lsvi_agents_rerun_byte_identical(tmp_path):
     def run(name: str) -> dict:
-        cfg = load_config("scenarios/linear_mdp_regret.yaml", ["backend.workers=1000", "run.total_episodes=1500",
-                                                                "run.progress=false"])
+        cfg = load_config("scenarios/linear_mdp_regret.yaml", [f"backend.workers={MANY}",
+                                                                f"run.total_episodes={4 * MANY}", "run.progress=false"])
         return run_experiment(cfg, tmp_path / name)
 
     first, second = run("a"), run("b")
-    assert first["workers"] == 1000 and first["episodes"] == 1500
+    assert first["workers"] == MANY and first["episodes"] == 4 * MANY
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
     assert (tmp_path / "a" / "comm.csv").read_bytes() == (tmp_path / "b" / "comm.csv").read_bytes()
 
 
-def test_bench_sim_scale_measures_each_worker_count_and_draws_the_figure(tmp_path, capsys):
+def test_bench_sim_scale_reruns_measures_and_draws_the_figure(tmp_path, capsys):
     from marl_q.bench.sim_scale import sim_scale_main
 
     png = tmp_path / "scale.png"
-    code = sim_scale_main(["--workers", "2,5", "--steps", "300", "--variant", "hogwild:server.aggregation=hogwild",
-                           "--set", "scenario.num_envs=2", "--out", str(tmp_path / "runs"), "--plot", str(png),
-                           "--json"])
+    code = sim_scale_main(["--workers", "3", "--steps", "300", "--variant", "hogwild:server.aggregation=hogwild",
+                           "--set", "scenario.num_envs=2", "--repeats", "2", "--out", str(tmp_path / "runs"),
+                           "--plot", str(png), "--json"])
     assert code == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [(r["variant"], r["workers"]) for r in rows] == [("hogwild", 2), ("hogwild", 5)]
-    for r in rows:
-        assert r["env_steps"] >= 300 and r["peak_rss_mb"] > 0 and r["cpu_s"] > 0
-        # wall_s is written to 0.01 s: its rounding alone moves the ratio by up to 0.005 s per run
-        assert r["wall_per_1M"] == pytest.approx(r["wall_s"] * 1e6 / r["env_steps"], abs=0.0051e6 / r["env_steps"] + 0.05)
-        assert (tmp_path / "runs" / "hogwild" / f"w{r['workers']}" / "metrics.csv").is_file()
-    assert rows[0]["wall_x"] == rows[0]["cpu_x"] == rows[0]["rss_x"] == 1.0
-    assert rows[1]["cpu_x"] == pytest.approx(rows[1]["cpu_per_1M"] / rows[0]["cpu_per_1M"], abs=0.01)
+    [r] = json.loads(capsys.readouterr().out)
+    assert (r["variant"], r["workers"], r["repeats"]) == ("hogwild", 3, 2)
+    assert r["env_steps"] >= 300 and r["peak_rss_mb"] > 0 and r["cpu_s"] > 0
+    # wall_s is written to 0.01 s: its rounding alone moves the ratio by up to 0.005 s per run
+    assert r["wall_per_1M"] == pytest.approx(r["wall_s"] * 1e6 / r["env_steps"], abs=0.0051e6 / r["env_steps"] + 0.05)
+    # the repeat wrote the first run's bytes, and the bench compared them
+    first, rerun = tmp_path / "runs" / "hogwild" / "w3", tmp_path / "runs" / "hogwild" / "w3-rerun1"
+    assert r["rerun"] == "identical" and (first / "metrics.csv").is_file() and _files(first) == _files(rerun)
+    # the second half's rate, and the run carried on to 1M env steps at it
+    assert r["steady_cpu_per_1M"] > 0 and r["steady_wall_per_1M"] > 0
+    assert r["wall_1M_est"] == pytest.approx(r["wall_s"] + (1e6 - r["env_steps"]) * r["steady_wall_per_1M"] / 1e6,
+                                             rel=0.01)
+    assert r["loadavg_start"] and r["loadavg_end"] and r["wall_x"] == r["rss_x"] == r["steady_cpu_x"] == 1.0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_ratios_are_against_the_first_worker_count_of_each_variant():
+    from marl_q.bench.sim_scale import add_ratios
+
+    rows = add_ratios([{"variant": "a", "workers": 10, "cpu_per_1M": 200.0, "peak_rss_mb": 300.0},
+                       {"variant": "a", "workers": 1000, "cpu_per_1M": 290.0, "peak_rss_mb": 450.0},
+                       {"variant": "b", "workers": 10, "cpu_per_1M": 100.0, "peak_rss_mb": 0.0}])
+    assert [(r["cpu_x"], r["rss_x"], r["wall_x"]) for r in rows] == [(1.0, 1.0, None), (1.45, 1.5, None), (1.0, None, None)]
+
+
+def test_the_bench_names_the_run_files_a_rerun_changed(tmp_path):
+    first, other = tmp_path / "a", tmp_path / "b"
+    for d in (first, other):
+        d.mkdir()
+        for name in RUN_FILES:
+            (d / name).write_bytes(b"t,worker\n0.5,w0\n")
+    assert rerun_differences(first, other) == []
+    (other / "comm.csv").write_bytes(b"t,worker\n0.5,w1\n")  # one byte
+    assert rerun_differences(first, other) == ["comm.csv"]
+    for d in (first, other):  # a file neither run wrote (an LSVI run's train.csv) is no difference
+        (d / "train.csv").unlink()
+    assert rerun_differences(first, other) == ["comm.csv"]
+    (first / "comm.csv").unlink()  # one that only one of them wrote is
+    assert rerun_differences(first, other) == ["comm.csv"]
+
+
+def test_medians_of_the_repeats_and_the_rerun_verdict(tmp_path):
+    from marl_q.bench.sim_scale import summarize_repeats
+
+    dirs = []
+    for i, content in enumerate((b"x", b"x", b"y")):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        for name in RUN_FILES:
+            (d / name).write_bytes(content if name == "train.csv" else b"same")
+        dirs.append(d)
+    runs = [{"env_steps": 100, "wall_s": w, "cpu_s": c, "peak_rss_mb": m, "run_dir": str(d)}
+            for w, c, m, d in zip((3.0, 1.0, 2.0), (5.0, 4.0, 9.0), (10.0, 30.0, 20.0), dirs)]
+    row = summarize_repeats("v", 7, runs)
+    assert (row["wall_s"], row["cpu_s"], row["peak_rss_mb"]) == (2.0, 5.0, 20.0)  # by hand
+    assert row["rerun"] == "DIFFER: train.csv" and row["repeats"] == 3
+    assert summarize_repeats("v", 7, runs[:2])["rerun"] == "identical"
+    assert summarize_repeats("v", 7, runs[:1])["rerun"] == "-"
+
+
 @pytest.mark.parametrize("argv,message", [(["--workers", "0"], "--workers '0'"),
-                                          (["--variant", "nocolon"], "--variant 'nocolon'")])
+                                          (["--variant", "nocolon"], "--variant 'nocolon'"),
+                                          (["--repeats", "0"], "--repeats: must be >= 1")])
 def test_bench_sim_scale_refuses_bad_arguments(argv, message):
     from marl_q.bench.sim_scale import sim_scale_main
 
