@@ -4,6 +4,7 @@ that run them (outputs and every parameter's gradient, to the parity tests' 1e-5
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import itertools
 import os
@@ -194,14 +195,41 @@ for n, rows, ansatz in [(4, 1, "rzryrz_ring"), (6, 2, "strongly_entangling"), (8
     h.update(np.ascontiguousarray(out).tobytes())
     for p in m.parameters():
         h.update(p.grad.numpy().tobytes())
-print(h.hexdigest())
+# the seed-batched kernels (circuits.twins.SeedBatchedVQC: one compiled loop over the seeds' weight sets)
+# against each seed's own twin, in the same two processes
+from circuits.twins import seed_batched_twin
+spec = dict(n_qubits=4, layers=2, scaling="bound", bounds=[4.8, None, 0.418, None], output="relu_linear")
+mods = []
+for s in range(6):
+    torch.manual_seed(s)
+    mods.append(VQC(4, 2, **spec))
+rng = np.random.default_rng(0)
+params = rng.uniform(-2, 2, size=(6, sum(p.numel() for p in mods[0].parameters()))).astype(np.float32)
+x, g = rng.normal(size=(6, 2, 4)), rng.normal(size=(6, 2, 2))
+entry = seed_batched_twin(mods)
+out, cache = entry.forward(params, x)
+grads = np.zeros(params.shape, dtype=np.float32)
+entry.backward(cache, g, grads)
+batched = hashlib.sha256(out.tobytes() + grads.tobytes()).hexdigest()
+outs, rows = [], []
+for s, m in enumerate(mods):
+    entry._load(m, params[s])
+    twin = NumpyVQC(m)
+    o, c = twin.forward(x[s])
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)
+    twin.backward(c, g[s])
+    outs.append(o)
+    rows.append(np.concatenate([p.grad.numpy().reshape(-1) for p in m.parameters()]))
+print(h.hexdigest(), batched, hashlib.sha256(np.stack(outs).tobytes() + np.stack(rows).tobytes()).hexdigest())
 """
 
 
 def test_a_fresh_compile_and_a_cached_load_give_the_same_bits(tmp_path):
     """numba's cache: the first process compiles the kernels and writes them, later ones load them. With
     fastmath's reassoc the two gave different last bits (the golden bytes of a quantum run depended on
-    whether it was the machine's first); the outputs and every gradient must be bit-identical."""
+    whether it was the machine's first); the outputs and every gradient must be bit-identical. In both
+    processes the seed-batched kernels (one compiled loop over the seeds) give each seed its own twin's bits."""
     import subprocess
     import sys
     from pathlib import Path
@@ -214,6 +242,9 @@ def test_a_fresh_compile_and_a_cached_load_give_the_same_bits(tmp_path):
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
-        digests.append(done.stdout.strip())
+        digests.append(done.stdout.split())
         assert list(cache.rglob("*.nbi")), "the first process wrote no cache for the second to load"
     assert digests[0] == digests[1]
+    for single, batched, alone in digests:
+        assert batched == alone, "a seed-batched kernel call differs from its seeds' own calls"
+    assert hashlib.sha256(b"").hexdigest() not in digests[0]

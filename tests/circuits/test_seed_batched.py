@@ -4,11 +4,7 @@ against each seed's PennyLane QNode (outputs and every parameter's gradient to 1
 weights, inputs and output gradients; and the circuits it counts against the twin's counts."""
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,53 +173,3 @@ def test_seeds_with_different_specs_are_not_batched():
     assert SeedBatchedVQC.supports(a + a)
     assert seed_batched_twin(heads(2, 4, 2, **dict(KOELLE, shots=100))) is None  # a twin is exact: no shots
 
-
-PROBE = """
-import hashlib, numpy as np, torch
-from circuits import VQC
-from circuits.twins import NumpyVQC, seed_batched_twin
-spec = dict(n_qubits=4, layers=2, scaling="bound", bounds=[4.8, None, 0.418, None], output="relu_linear")
-mods = []
-for s in range(6):
-    torch.manual_seed(s)
-    mods.append(VQC(4, 2, **spec))
-rng = np.random.default_rng(0)
-params = rng.uniform(-2, 2, size=(6, sum(p.numel() for p in mods[0].parameters()))).astype(np.float32)
-x, g = rng.normal(size=(6, 2, 4)), rng.normal(size=(6, 2, 2))
-entry = seed_batched_twin(mods)
-out, cache = entry.forward(params, x)
-grads = np.zeros(params.shape, dtype=np.float32)
-entry.backward(cache, g, grads)
-batched = hashlib.sha256(out.tobytes() + grads.tobytes()).hexdigest()
-alone = hashlib.sha256()
-outs, rows = [], []
-for s, m in enumerate(mods):
-    entry._load(m, params[s])
-    twin = NumpyVQC(m)
-    o, c = twin.forward(x[s])
-    for p in m.parameters():
-        p.grad = torch.zeros_like(p)
-    twin.backward(c, g[s])
-    outs.append(o)
-    rows.append(np.concatenate([p.grad.numpy().reshape(-1) for p in m.parameters()]))
-print(batched, hashlib.sha256(np.stack(outs).tobytes() + np.stack(rows).tobytes()).hexdigest())
-"""
-
-
-def test_a_fresh_compile_and_a_cached_load_give_the_single_calls_bits(tmp_path):
-    """The seed-batched kernels call the single-call kernels inside one compiled loop: in the process
-    that compiles them and in one that loads them from numba's cache, each seed's bits are its twin's."""
-    cache = tmp_path / "numba_cache"
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env.pop("NUMBA_DISABLE_JIT", None)
-    lines = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
-        lines.append(done.stdout.split())
-    assert list(cache.rglob("*.nbi")), "the first process wrote no cache for the second to load"
-    for batched, alone in lines:
-        assert batched == alone
-    assert lines[0] == lines[1]
-    assert hashlib.sha256(b"").hexdigest() not in lines[0]
