@@ -25,6 +25,13 @@ INTERNAL = ("circuits.engine", "circuits.statevector", "circuits.adjoint", "circ
 REGISTRIES = ("_modules", "_parameters", "_buffers")
 
 
+def package_tree(root: Path) -> None:
+    """Empty packages of the project's names under ``root``: the tests' made-up checkouts start here."""
+    for package in PACKAGES:
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+
+
 def modules(root: Path) -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
@@ -145,9 +152,7 @@ def test_the_circuits_engine_has_no_cycle_and_no_private_import():
 def test_the_counter_sees_a_cycle_and_a_private_import(tmp_path):
     """The rules count what they say: a two-module cycle, a circuits -> agents import, an engine internal
     imported by analysis and an nn.Module registry read by agents."""
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+    package_tree(tmp_path)
     (tmp_path / "circuits" / "engine.py").write_text("from circuits import adjoint\n")
     (tmp_path / "circuits" / "adjoint.py").write_text("def f():\n    from circuits.engine import x\n    import agents.heads\n")
     (tmp_path / "agents" / "heads.py").write_text("def g(m):\n    return m._parameters\n")

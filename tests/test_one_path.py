@@ -16,19 +16,17 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGES = ("marl_q", "agents", "circuits", "scenarios", "analysis")
+try:  # as a test module (the repository root on sys.path) or as a script (tests/ on sys.path)
+    from tests.test_layering import modules as module_paths, package_tree
+except ModuleNotFoundError:
+    from test_layering import modules as module_paths, package_tree
 # modules that list another project's modules, not marl-q's: PettingZoo's env modules for a user's
 # env id, PennyLane's device plugins
 OTHER_PROJECTS = ("scenarios.generic", "circuits.reference")
 
 
 def modules(root: Path) -> dict[str, ast.Module]:
-    out = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
-            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = ast.parse(path.read_text())
-    return out
+    return {name: ast.parse(path.read_text()) for name, path in module_paths(root).items()}
 
 
 def imports_of(tree: ast.Module) -> set[str]:
@@ -79,9 +77,7 @@ def test_one_restart_policy():
 
 def test_the_counter_sees_a_second_of_each(tmp_path):
     """The scan counts what it says: a second bar, a second module finder and a second restart rule."""
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+    package_tree(tmp_path)
     (tmp_path / "marl_q" / "progress.py").write_text("def bar():\n    from tqdm import tqdm\n    return tqdm()\n")
     (tmp_path / "agents" / "loop.py").write_text("import tqdm.auto\n")
     (tmp_path / "marl_q" / "plugins.py").write_text("import pkgutil\nFOUND = list(pkgutil.iter_modules(['.']))\n")
