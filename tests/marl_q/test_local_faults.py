@@ -13,10 +13,11 @@ def test_a_killed_worker_is_restarted_and_duplicates_apply_once(small_raw, tmp_p
     small_raw["backend"].update({"name": "local", "kill": [{"worker": 1, "at_s": 0.02}], "max_restarts": 2,
                                  "faults": {"duplicate": 0.3}})
     small_raw["server"]["aggregation"] = "sync"  # the barrier needs w1: the run cannot end without its restart
-    # a budget the run cannot finish within 0.02 s of every worker's hello, so the kill always lands
-    small_raw["run"]["total_env_steps"] = 8000
+    # a budget the run cannot finish within 0.02 s of every worker's hello, so the kill always lands (3000
+    # steps are 75 sync rounds of two 20-step pushes: to be done in 0.02 s, a round would take under 0.27 ms)
+    small_raw["run"]["total_env_steps"] = 3000
     summary = run_experiment(build_config(small_raw), tmp_path / "r")
-    assert summary["status"] == "completed" and summary["env_steps"] >= 8000
+    assert summary["status"] == "completed" and summary["env_steps"] >= 3000
     assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]
     assert "killed by backend.kill at 0.02 s (SIGKILL)" in summary["faults"][0]["detail"]
     audit = ledger_audit(tmp_path / "r")
@@ -44,7 +45,7 @@ def test_under_hogwild_every_distinct_accepted_push_is_exactly_one_update(small_
     with a worker killed and duplicates injected (hogwild applies every accepted push, once)."""
     small_raw["backend"].update({"name": "local", "kill": [{"worker": 0, "at_s": 0.02}], "max_restarts": 2,
                                  "faults": {"duplicate": 0.3}})
-    small_raw["run"]["total_env_steps"] = 8000
+    small_raw["run"]["total_env_steps"] = 3000  # 150 pushes: not done within 0.02 s, so the kill lands
     summary = run_experiment(build_config(small_raw), tmp_path / "r")
     assert summary["status"] == "completed"
     assert [f["kind"] for f in summary["faults"]] == ["worker_restarted"]

@@ -32,10 +32,12 @@ CASES = {
                                          "run.total_env_steps=2500"], 5),
     "sync_a2c": ("cartpole_a2c_sync.yaml", ["run.total_env_steps=2500"], 7),
     "quantum_actor": ("cartpole_qa2c_quantum_actor.yaml", ["run.total_env_steps=600"], 250),
-    "coma_trajectories": ("team_cue_coma.yaml", ["run.total_env_steps=1500"], 6),
+    # (sizes: the stop lands early and the resumed part still has updates: team_cue 24 updates in 300 steps,
+    # speaker-listener 4 in 1000, vehicular 28 in 150)
+    "coma_trajectories": ("team_cue_coma.yaml", ["run.total_env_steps=300"], 6),
     "lsvi_schedule": ("linear_mdp_regret.yaml", ["run.total_episodes=60", "backend.workers=3"], 20),
     "routing_commits": ("routing_amarl.yaml", ["run.total_env_steps=600"], 8),
-    "vehicular": ("vehicular_a3c.yaml", ["run.total_env_steps=300"], 2),
+    "vehicular": ("vehicular_a3c.yaml", ["run.total_env_steps=150"], 2),
     # mappo: the team rollout over env copies, per-worker value normalisation and minibatch draws
     # (on the native spread: mpe2's own envs pickle by EzPickle, i.e. rebuilt unreset, not resumable)
     "mappo_team": ("cartpole_a3c.yaml",
@@ -49,7 +51,7 @@ CASES = {
                     "algorithm={name: mappo, envs_per_worker: 2, n_steps: 5, epochs: 2, minibatches: 2}",
                     "actor={head: mlp, hidden: [16]}", "critic={head: mlp, hidden: [16]}",
                     "run.total_env_steps=400"], 6),
-    "coma_speaker_listener": ("speaker_listener_coma.yaml", ["run.total_env_steps=1500"], 2),
+    "coma_speaker_listener": ("speaker_listener_coma.yaml", ["run.total_env_steps=1000"], 2),
     # ppo with a Gaussian policy (learned log-std) on a Box action space
     "ppo_gaussian": ("cartpole_a3c.yaml", ["scenario={name: gymnasium, env: Pendulum-v1, num_envs: 2}",
                                            "algorithm={name: ppo, n_steps: 16, epochs: 2, minibatches: 2}",

@@ -137,9 +137,11 @@ def test_a_new_run_file_is_logged_without_more_code(tmp_path):
 
 def test_sweep_logdir_lists_every_run_by_its_grid_cell(tmp_path):
     out = tmp_path / "sweep"
+    # 300 steps (12 episodes of 25, one update) and no per-run plots (--no-plot is the sweep's own figure; a
+    # run's plots import matplotlib and scipy in each process): what is checked is each run's logdir by its cell
+    short = ["run.total_env_steps=300", "run.plots=false", "run.progress=false", "backend.workers=2"]
     code = main(["sweep", SPREAD, "--seeds", "1", "--grid", "algorithm.name=coma,iac", "--jobs", "2", "--no-plot",
-                 "--out", str(out), "--tensorboard"] + [x for s in SHORT[:1] + ["backend.workers=2"]
-                                                        for x in ("--set", s)])
+                 "--out", str(out), "--tensorboard"] + [x for s in short for x in ("--set", s)])
     assert code == 0
     mux = EventMultiplexer().AddRunsFromDirectory(str(out))
     mux.Reload()
