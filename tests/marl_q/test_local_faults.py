@@ -1,6 +1,8 @@
 """Fault injection on the local backend: kill schedules, duplicated messages, and their config checks."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from marl_q.ledger import ledger_audit
@@ -106,10 +108,17 @@ def test_oversubscribe_runs_with_a_warning(small_raw, monkeypatch, capsys):
 
 
 def test_workers_that_never_say_hello_fail_fast_and_the_run_stops_when_all_keep_failing(small_raw, tmp_path,
-                                                                                         capsys):
+                                                                                         capsys, monkeypatch):
     """A hello timeout far shorter than start-up: every worker fails, is restarted (one console line
     each, as it happens), fails again, and the run stops with worker_failed and what to do, long
-    before reply_timeout_s x max_restarts."""
+    before reply_timeout_s x max_restarts. The env (the user's own, by import path) takes 2 s to build, so
+    no worker can say hello before the first liveness check: a worker forked from the warm fork server
+    otherwise could, within the 0.5 s between checks, and the run then completed (1 run in 4)."""
+    name = f"slow_env_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import time\n\nimport gymnasium\n\n\ndef make():\n"
+                                         "    time.sleep(2.0)\n    return gymnasium.make('CartPole-v1')\n")
+    monkeypatch.chdir(tmp_path)  # the own-env module is found in the current directory, as `python -m` does
+    small_raw["scenario"] = {"name": "gymnasium", "env": f"{name}:make", "num_envs": 1}
     small_raw["backend"].update({"name": "local", "hello_timeout_s": 0.01, "reply_timeout_s": 600, "max_restarts": 5})
     summary = run_experiment(build_config(small_raw), tmp_path / "r")
     assert summary["status"] == "worker_failed" and summary["env_steps"] == 0
