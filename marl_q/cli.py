@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--out", help="sweep folder (default: sweeps/<config>)")
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel runs")
-    s.add_argument("--no-plot", action="store_true", help="skip the plots at the end")
+    s.add_argument("--no-plot", action="store_true",
+                   help="skip the sweep's own figures at the end (each run still draws its own: --set run.plots=false)")
     s.add_argument("--tensorboard", action="store_true",
                    help=TENSORBOARD_HELP + "; `tensorboard --logdir SWEEP` names runs by their grid cell")
     s.add_argument("--batch-seeds", action="store_true",
