@@ -348,18 +348,18 @@ class BatchedA2C:
         report = self._report(s)
         if report is not None:
             rt.quantum.add(W0, report)
-        service = rt.service
-        service.param.copy_(self.param[s])
-        opt = service.optimizer
-        opt.steps = updates
-        for key in ("exp_avg", "exp_avg_sq", "square_avg"):
-            if hasattr(opt, key):
-                getattr(opt, key).copy_(getattr(self.optimizer, key)[s])
-        service._updates = updates
-        service._snapshot = None
-        rt.server.version = updates
-        rt.server.staleness_counts = {0: updates} if updates else {}
-        rt.server._last_seq = {(W0, "grad"): updates} if updates else {}
+        # through the service's and the server's own state (a checkpoint's format): the batched
+        # optimizer's rows are this seed's, and every update was one fresh push from its one worker
+        state = rt.service.state_dict()
+        state["params"] = self.param[s].numpy().copy()
+        state["updates"] = np.array(updates)
+        for key, value in self.optimizer.state_dict().items():
+            state[f"optim.{key}"] = value[s].numpy().copy() if value.dim() else np.array(updates)
+        rt.service.load_state_dict(state)
+        core = rt.server.state()
+        core.update(version=updates, staleness_counts=[[0, updates]] if updates else [],
+                    last_seq=[[W0, "grad", updates]] if updates else [])
+        rt.server.load_state(core)
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> list[dict[str, Any]]:
@@ -460,8 +460,7 @@ class BatchedA2C:
             t_srv = t_server.tolist()
             for s in np.flatnonzero(active).tolist():
                 self._record_update(s, t_srv[s], k, diags[s])
-                self.rts[s].service._updates = k  # its server's update count, which run.checkpoint_every reads
-                if self.rts[s]._checkpoint_due():
+                if self.rts[s].checkpoint_due(updates=k):
                     self._sync_service(s, k)
                     self.rts[s].checkpoint(t_srv[s])
             t = t_next

@@ -172,7 +172,7 @@ class Runtime:
     def after_delivery(self, t: float) -> None:
         """After a message, for a backend without safe points: checkpoint when enough updates have been
         applied; stop at run.stop_after_updates."""
-        if self._checkpoint_due():
+        if self.checkpoint_due():
             self.checkpoint(t)
         stop = self.cfg.run.stop_after_updates
         if stop is not None and self.service.updates() >= stop:
@@ -186,13 +186,16 @@ class Runtime:
             self.stopped = True
             self.checkpoint(t, capture)
             return True
-        if self._checkpoint_due():
+        if self.checkpoint_due():
             self.checkpoint(t, capture)
         return False
 
-    def _checkpoint_due(self) -> bool:
+    def checkpoint_due(self, updates: Optional[int] = None) -> bool:
+        """run.checkpoint_every updates have been applied since the last checkpoint. ``updates``: the
+        server's count where a learner keeps it outside the service (the seed-batched learner)."""
         every = self.cfg.run.checkpoint_every
-        return bool(every and self.out and self.service.updates() - self._last_ckpt_updates >= every)
+        done = self.service.updates() if updates is None else updates
+        return bool(every and self.out and done - self._last_ckpt_updates >= every)
 
     def progress(self) -> float:
         """Fraction of the budget used: the larger of the env-step and episode fractions."""
