@@ -195,6 +195,9 @@ class TurnTaking:
     def reset_env(self) -> None:
         self.seat_ids = self.agent_ids()
         self.turns = TurnsConfig.from_dict(self.cfg.scenario.params.turns)
+        self._opponent_column: dict[str, int] = {}  # the critic's one-hot column of each opponent (its first)
+        for i, spec in enumerate(self.turns.opponents):
+            self._opponent_column.setdefault(opponent_name(spec), i)
         self.opponent_rng = np.random.default_rng(derive(self.cfg.run.seed, "opponents", self.index))
         self.pool = None
         if SELF_PLAY in self.turns.opponents:
@@ -220,11 +223,10 @@ class TurnTaking:
     def critic_rows(self, vec: TurnCopies, actor_rows: np.ndarray) -> np.ndarray:
         """The critic's inputs with ``turns.critic_opponent``: the actor's rows and a one-hot of each
         copy's current opponent (its index in ``turns.opponents``; zeros before a copy's first game)."""
-        names = [opponent_name(s) for s in self.turns.opponents]
-        onehot = np.zeros((len(vec.opponent), len(names)), dtype=np.float32)
+        onehot = np.zeros((len(vec.opponent), len(self._opponent_column)), dtype=np.float32)
         for e, opponent in enumerate(vec.opponent):
             if opponent is not None:
-                onehot[e, names.index(opponent.name)] = 1.0
+                onehot[e, self._opponent_column[opponent.name]] = 1.0
         return np.concatenate([actor_rows, onehot], axis=1)
 
     def rollout(self) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
