@@ -418,14 +418,28 @@ def training_forward(program: Program, angles: np.ndarray, blocks: BlockMatrices
     return out, Tape(vectors, factors, kept, psi, readout)
 
 
+FACTOR_SPLIT_MIN_WIRES = 6  # factor_gradients: from this many wires, cut the register in two halves first
+
+
 def factor_gradients(lam: np.ndarray, factors: np.ndarray) -> np.ndarray:
     """g (n, 2, B): for a product state psi = u_0 (x) ... (x) u_{n-1} (factors (n, 2, B), wire 0 the most
     significant bit) and lam = d loss / d conj(psi) (2^n, B, torch's convention), each factor's
     gradient in the same convention, g_i[a] = sum over the other wires' indices of lam conj(prod_{j!=i} u_j).
     Walking the wires in order, ``left`` has the wires before i contracted with their conjugate
-    factors, met by the product of the wires after i: O(2^n B) in all."""
+    factors, met by the product of the wires after i: O(2^n B) in all. From ``FACTOR_SPLIT_MIN_WIRES``
+    wires the register is first cut in two halves: lam contracted with one half's conjugate product
+    (``gates.kron_vectors``) is the other half's lam, each half then walked on 2^(n/2) amplitudes, about
+    half the passes over the (2^n, B) array (8 qubits, 1,200 rows: 2.9 -> 1.5 ms)."""
     n, _, batch = factors.shape
     conj = factors.conj()
+    if n >= FACTOR_SPLIT_MIN_WIRES:
+        half = n // 2
+        view = lam.reshape(2**half, 2 ** (n - half), batch)
+        out = np.empty_like(factors)
+        out[:half] = factor_gradients((view * gates.kron_vectors(conj[half:], batch_last=True)).sum(axis=1), factors[:half])
+        out[half:] = factor_gradients((view * gates.kron_vectors(conj[:half], batch_last=True)[:, None]).sum(axis=0),
+                                      factors[half:])
+        return out
     suffixes: list[np.ndarray] = [None] * n  # type: ignore[list-item]
     suffix = np.ones((1, batch), dtype=factors.dtype)
     for wire in reversed(range(n)):

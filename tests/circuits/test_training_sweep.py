@@ -18,9 +18,10 @@ from circuits.program import program_of
 torch.set_num_threads(1)
 
 
-def test_factor_gradients_equal_a_brute_force_contraction():
+@pytest.mark.parametrize("n", [4, statevector.FACTOR_SPLIT_MIN_WIRES, 9])  # the walk, and the register cut in halves
+def test_factor_gradients_equal_a_brute_force_contraction(n):
     rng = np.random.default_rng(3)
-    n, batch = 4, 5
+    batch = 5
     factors = rng.standard_normal((n, 2, batch)) + 1j * rng.standard_normal((n, 2, batch))
     lam = rng.standard_normal((2**n, batch)) + 1j * rng.standard_normal((2**n, batch))
     got = statevector.factor_gradients(lam, factors)
