@@ -98,7 +98,7 @@ def rotations_and_generators(program: Program, weights: np.ndarray,
     always takes the numpy rule: 0.08 against 0.006 ms a call (8 qubits, 2 layers of Rot), nothing beside
     a training sweep of many rows, and a process whose plan never runs a kernel (a learner's 8-qubit
     actor at 1,200 rows) is spared numba's start-up, its import and the load of the cached machine code
-    (1.05 s, about a tenth of a 12,304-step MAPPO run on spread)."""
+    (1.05 s, about 8% of a 12,304-step MAPPO run on spread)."""
     built = pauli_rotations(program, weights, True) if compiled else None
     return shift_rule_rotations(program, weights) if built is None else built
 
