@@ -30,9 +30,10 @@ from typing import Callable
 STATEVECTOR_MIN_QUBITS = 5  # from here (CPU, exact, engine auto) training takes the statevector executor
 DENSE_MIN_BATCH = 2048  # ... except from this many rows up to 8 qubits: one GEMM with the dense matrix
 REUSE_MAX_QUBITS = 7  # from 8 qubits a call without a gradient takes the state vector even where the dense
-REUSE_MAX_BATCH = 63  # matrix is cached, past this many rows (8 qubits, 2 layers, numpy, one thread: the
-# cached matrix's float64 GEMM 7-10x slower than the complex64 blocks from 16 rows; up to 63 rows, where
-# the shipped scenarios act, the plan stays what they always ran: the goldens)
+REUSE_MAX_BATCH = 23  # matrix is cached, past this many rows (8 qubits, 2 layers, an actor's call through
+# torch, one thread, CPU time: the cached matrix 0.23 / 0.31 / 0.35 / 0.49 / 0.52 ms at 8 / 12 / 16 / 24 / 48
+# rows, the blocks 0.28 / 0.32 / 0.36 / 0.45 / 0.35 ms: MAPPO's 16 envs x 3 agents act on 48 rows. Was 63;
+# no shipped scenario has a head of 8 or more qubits, so no golden moved)
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,

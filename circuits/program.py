@@ -157,13 +157,15 @@ def _diagonal_phase(state_map: np.ndarray, n_qubits: int, dtype: np.dtype) -> np
 _BLAS_SINGLE_THREAD = False
 
 
-def single_thread_blas() -> None:
+def single_thread_blas(loaded: bool = False) -> None:
     """Numpy's BLAS to one thread, once per process, on the first call of a numpy executor. Its GEMMs
     (16 x 16 blocks against a few thousand columns, small dense matrices) gain nothing from threads,
     and OpenBLAS's spinning workers cost several times the CPU time of one thread on a busy machine,
-    far more in a process pinned to one CPU. torch's own pool is left alone (``torch.set_num_threads``)."""
+    far more in a process pinned to one CPU. torch's own pool is left alone (``torch.set_num_threads``).
+    ``loaded``: again, after an executor loaded a BLAS library of its own (scipy's,
+    ``statevector.conjugating_gemm``): the limit reaches only the libraries loaded when it is set."""
     global _BLAS_SINGLE_THREAD
-    if not _BLAS_SINGLE_THREAD:
+    if not _BLAS_SINGLE_THREAD or loaded:
         _BLAS_SINGLE_THREAD = True
         from threadpoolctl import threadpool_limits
 

@@ -10,7 +10,7 @@ def test_cached_dense_matrix_only_where_it_is_cheaper():
     for n in (5, REUSE_MAX_QUBITS):
         assert plan(Facts(n), 1024, False, dense_ready=True).executor == "dense"
     big = Facts(REUSE_MAX_QUBITS + 1)
-    assert plan(big, REUSE_MAX_BATCH, False, dense_ready=True).executor == "dense"  # the goldens' shapes
+    assert plan(big, REUSE_MAX_BATCH, False, dense_ready=True).executor == "dense"  # a few rows: the cached matrix
     assert plan(big, REUSE_MAX_BATCH + 1, False, dense_ready=True) == plan(big, 1024, False)
     assert plan(big, 1024, False, dense_ready=True).variant == "blocks"
 

@@ -18,9 +18,10 @@ from circuits.program import program_of
 torch.set_num_threads(1)
 
 
-def test_factor_gradients_equal_a_brute_force_contraction():
+@pytest.mark.parametrize("n", [4, statevector.FACTOR_SPLIT_MIN_WIRES, 9])  # the walk, and the register cut in halves
+def test_factor_gradients_equal_a_brute_force_contraction(n):
     rng = np.random.default_rng(3)
-    n, batch = 4, 5
+    batch = 5
     factors = rng.standard_normal((n, 2, batch)) + 1j * rng.standard_normal((n, 2, batch))
     lam = rng.standard_normal((2**n, batch)) + 1j * rng.standard_normal((2**n, batch))
     got = statevector.factor_gradients(lam, factors)
@@ -53,6 +54,49 @@ def test_factor_gradients_are_the_derivative_of_re_lambda_dagger_psi():
             bumped = factors.copy()
             bumped[wire, a, b] += unit * eps
             assert abs((loss(bumped) - loss(factors)) / eps - part[wire, a, b]) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("n, batch, first, width", [(8, 300, 0, 4), (8, 300, 4, 4), (8, 300, 2, 3), (9, 200, 5, 4),
+                                                    (8, 8, 4, 4)])
+def test_block_gradient_equals_a_brute_force_contraction(dtype, n, batch, first, width):
+    # G[i, j] = sum over the other wires and the rows of lam[.., i, ..] conj(psi[.., j, ..]); from
+    # CONJUGATING_GEMM_MIN_SIZE amplitudes BLAS reads psi conjugated in place (scipy's cgemm / zgemm),
+    # below (the last case) numpy's conj copy: both against an einsum in complex128
+    rng = np.random.default_rng(n + first)
+    lam = (rng.standard_normal((2**n, batch)) + 1j * rng.standard_normal((2**n, batch))).astype(dtype)
+    psi = (rng.standard_normal((2**n, batch)) + 1j * rng.standard_normal((2**n, batch))).astype(dtype)
+    assert (lam.size >= statevector.CONJUGATING_GEMM_MIN_SIZE) == (batch > 8)
+    shape = (2**first, 2**width, -1)
+    want = np.einsum("aib,ajb->ij", lam.astype(np.complex128).reshape(shape), psi.astype(np.complex128).reshape(shape).conj())
+    got = statevector.block_gradient(lam, psi, first, width)
+    assert got.dtype == dtype and got.shape == (2**width, 2**width)
+    tol = 1e-12 if dtype == np.complex128 else 2e-5
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+    # a view that is not C-contiguous takes numpy's path, with the same result
+    wide = np.empty((2**n, 2 * batch), dtype=dtype)
+    wide[:, ::2] = lam
+    np.testing.assert_allclose(statevector.block_gradient(wide[:, ::2], psi, first, width), got, rtol=0,
+                               atol=tol * np.abs(want).max())
+
+
+def test_a_training_call_on_the_block_executor_loads_no_numba():
+    # the blocks build their wires' matrices and generators with numpy (kernels.rotations_and_generators,
+    # compiled=False): a learner whose plan never runs a compiled kernel does not pay numba's start-up
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from circuits import VQC\n"
+            "m = VQC(21, 5, n_qubits=8, layers=2, preprocess='linear', output='linear', scaling='atan')\n"
+            "assert m.plan(1200, True).variant == 'blocks'\n"
+            "m(torch.randn(1200, 21)).square().sum().backward()\n"
+            "with torch.no_grad():\n"
+            "    m(torch.randn(1200, 21)); m(torch.randn(48, 21)); m(torch.randn(48, 21))\n"
+            "assert m.weights.grad.abs().max() > 0\n"
+            "print(sorted(k for k in sys.modules if k == 'numba' or k.startswith('numba.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def _outputs_and_grads(module: VQC, x: torch.Tensor, coefficients: torch.Tensor):
