@@ -35,13 +35,14 @@ from agents.coma import described, stack_obs, team_reward
 from agents.coma_learner import DuelingQ
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.losses import diagnostics
-from agents.numpy_heads import numpy_acting_head
+from agents.numpy_heads import TorchMLP, numpy_acting_head
 from agents.recurrent import is_recurrent
 from agents.replay import (EpisodeBuffer, Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError,
                            n_step_chunk, n_step_windows, sequence_windows, transition_fields)
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
-                                  linear_schedule, masked_argmax, q_taken, td_loss, td_target)
+                                  linear_schedule, masked_argmax, q_taken, td_loss, td_loss_grad,
+                                  td_target)
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.messages import SERVER, Message
@@ -618,7 +619,7 @@ class QLearner:
         if self.target_mixer is not None:
             for p in self.target_mixer.parameters():
                 p.requires_grad_(False)
-        self._init_flat_adam(None)
+        self._init_update(None)
         self.updates = 0
         self.target_updates = 0
 
@@ -641,13 +642,14 @@ class QLearner:
         grad = self.flat.flat.grad
         return [grad[o:o + n].view(shape) for (_, _, o, n), shape in zip(self.slots, self.shapes)]
 
-    def _init_flat_adam(self, adam_state: Optional[dict[str, Any]]) -> None:
+    def _init_update(self, adam_state: Optional[dict[str, Any]]) -> None:
         """Seat the trainable parameters (online network, then mixer) as views of one flat buffer, their
         gradients too (``FlatParameters``), and give each run of consecutive parameters that share a
         learning rate (a circuit head's input_scale / output_scale: ``lr_input_scale`` /
         ``lr_output_scale``; the rest: ``lr``) a ``FlatAdam`` over its slice: torch.optim.Adam's arithmetic,
         element for element (tests/agents/test_q_fast.py), in a few whole-buffer ops instead of
-        torch.optim's per-parameter bookkeeping.
+        torch.optim's per-parameter bookkeeping. A DQN whose Q-network is a plain MLP also gets its
+        hand-written pass (``numpy_heads.TorchMLP``: autograd's ops, without the engine).
 
         ``self.params`` lists the parameters in torch.optim's group order (lr, lr_input_scale,
         lr_output_scale), the order the checkpoint's ``optim.<i>.*`` keys number them by. ``adam_state``:
@@ -676,6 +678,8 @@ class QLearner:
         self.param_names = [n for key in ("lr", "lr_input_scale", "lr_output_scale") for n in lr_key if lr_key[n] == key]
         self.slots = [where[n] for n in self.param_names]
         self.shapes = [p.shape for n in self.param_names for m, p in self._named() if m == n]
+        # a plain MLP's DQN update runs its forward and backward without autograd (same bits, less time)
+        self._mlp = TorchMLP(self.online) if self.kind == "dqn" and TorchMLP.supports(self.online) else None
         if adam_state is not None:
             self.load_adam_state({f"{i}.{k}": np.asarray(v.detach().numpy() if torch.is_tensor(v) else v)
                                   for i, st in adam_state["state"].items() for k, v in st.items()})
@@ -767,7 +771,11 @@ class QLearner:
             td_abs = (td.abs() * mask).reshape(len(mask), -1).sum(1) / mask.reshape(len(mask), -1).sum(1).clamp(min=1)
             return float(loss.detach()), td_abs.numpy().astype(np.float64)
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
-        q = self._q(self.online, t["obs"])
+        cache = None
+        if self._mlp is not None:
+            q, cache = self._mlp.forward(t["obs"])
+        else:
+            q = self._q(self.online, t["obs"])
         chosen = q_taken(q, t["action"])
         with torch.no_grad():
             q_next = self._q(self.target, t["next_obs"])
@@ -779,7 +787,13 @@ class QLearner:
         target = td_target(t["reward"], t["discount"], t["terminated"], v_next)
         w = torch.from_numpy(weights) if weights is not None else None
         loss, td = td_loss(pred, target, w, self.hp.loss, self.hp.huber_delta)
-        self._descend(loss)
+        if cache is None:
+            self._descend(loss)
+        else:  # autograd's backward by hand: the loss's, gather's (scatter into zeros), the MLP's
+            g = td_loss_grad(chosen, target, w, self.hp.loss, self.hp.huber_delta)
+            action = t["action"].long().unsqueeze(-1)
+            self._mlp.backward(cache, torch.zeros_like(q).scatter_add_(-1, action, g.unsqueeze(-1)))
+            self._step()
         td_abs = td.abs()
         if td_abs.ndim > 1:
             td_abs = td_abs.mean(-1)
@@ -788,6 +802,10 @@ class QLearner:
     def _descend(self, loss: torch.Tensor) -> None:
         self.flat.zero_grad()
         loss.backward()
+        self._step()
+
+    def _step(self) -> None:
+        """Clip the flat gradient and step Adam."""
         grad = self.flat.flat.grad
         if self.hp.grad_clip is not None:
             clip_flat_grad(grad, self.grad_views(), self.hp.grad_clip)

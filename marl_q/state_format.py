@@ -295,7 +295,7 @@ def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
 # -- version 2 -> 3 ------------------------------------------------------------------------------
 # Version 2's Q-learners (agents.q_learning.QLearner) stepped torch.optim.Adam (``optimizer``) over their
 # parameters (``params``). Their parameters now sit in one flat buffer that FlatAdams step
-# (``QLearner._init_flat_adam``), which takes over the optimizer's moments and step count: the same
+# (``QLearner._init_update``), which takes over the optimizer's moments and step count: the same
 # numbers, so the resumed run goes on as the snapshot's would have.
 
 def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +304,7 @@ def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
         if "agents.q_learning.QLearner" in names and "optimizer" in obj.__dict__:
             optimizer = obj.__dict__.pop("optimizer")
             obj.__dict__.pop("params", None)
-            obj._init_flat_adam(optimizer.state_dict())
+            obj._init_update(optimizer.state_dict())
     return state
 
 

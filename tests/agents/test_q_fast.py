@@ -3,9 +3,11 @@ against the torch.optim path it replaced, bit for bit:
 
 - ``clip_flat_grad`` is ``nn.utils.clip_grad_norm_`` on the same gradients, clipping or not;
 - ``flush_denormals`` zeroes subnormal results inside its block only, and leaves the default after;
-- a QLearner (DQN with clipping that bites, QMIX with its mixer in the buffer, a circuit head with three
-  learning rates) takes the same parameters, losses and Adam moments over many updates as a twin that
-  steps torch.optim.Adam (foreach, as the learner did) after nn.utils.clip_grad_norm_;
+- a QLearner (DQN with clipping that bites, through the hand-written MLP pass ``numpy_heads.TorchMLP``
+  with Huber or MSE, PER weights, ReLU or tanh; QMIX with its mixer in the buffer; a circuit head with
+  three learning rates) takes the same parameters, losses, TD errors and Adam moments over many updates
+  as a twin that runs autograd and steps torch.optim.Adam (foreach, as the learner did) after
+  nn.utils.clip_grad_norm_;
 - the checkpoint's ``optim.<i>.*`` arrays are torch.optim.Adam's state_dict, and come back.
 """
 from __future__ import annotations
@@ -79,6 +81,7 @@ def _twins(hp: QConfig, kind: str, net: nn.Module, dims: QDims) -> tuple[QLearne
     opt = torch.optim.Adam([{"params": ps, "lr": lr} for lr, ps in groups.items()], lr=hp.lr, eps=hp.adam_eps,
                            foreach=True)
     ref._descend = _reference_step(ref, opt)
+    ref._mlp = None  # autograd
     return fast, ref, opt
 
 
@@ -99,12 +102,13 @@ def _batch(rng: np.random.Generator, dims: QDims, B: int, scale: float) -> dict[
 
 
 def _assert_same_run(fast: QLearner, ref: QLearner, opt: torch.optim.Optimizer, dims: QDims, steps: int,
-                     scale: float, B: int = 32) -> None:
+                     scale: float, B: int = 32, weighted: bool = False) -> None:
     rng = np.random.default_rng(0)
     for step in range(steps):
         batch = _batch(rng, dims, B, scale)
-        loss_fast, td_fast = fast.update(batch)
-        loss_ref, td_ref = ref.update(batch)
+        w = rng.uniform(0.1, 1.0, B) if weighted else None  # PER's importance weights (float64, as sampled)
+        loss_fast, td_fast = fast.update(batch, w)
+        loss_ref, td_ref = ref.update(batch, w)
         assert loss_fast == loss_ref, step
         np.testing.assert_array_equal(td_fast, td_ref)
         if step % 20 == 0:
@@ -121,14 +125,17 @@ def _assert_same_run(fast: QLearner, ref: QLearner, opt: torch.optim.Optimizer, 
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
-def test_dqn_update_matches_torch_adam_and_clip_grad_norm_bit_for_bit():
-    """A 4-64-64-2 MLP (SB3's CartPole net, narrower), the gradient norm clipped in some updates."""
+@pytest.mark.parametrize("loss, act, double, weighted", [("huber", nn.ReLU, False, False),
+                                                         ("mse", nn.Tanh, True, True)])
+def test_dqn_update_matches_autograd_torch_adam_and_clip_grad_norm_bit_for_bit(loss, act, double, weighted):
+    """A 4-64-64-2 MLP (SB3's CartPole net, narrower), the gradient norm clipped in most updates."""
     dims = QDims(obs_dim=4, n_actions=2)
-    hp = QConfig(lr=2.3e-3, grad_clip=0.3, double=False)  # clips most updates
+    hp = QConfig(lr=2.3e-3, grad_clip=0.3, double=double, loss=loss)
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
+    net = nn.Sequential(nn.Linear(4, 64), act(), nn.Linear(64, 64), act(), nn.Linear(64, 2))
     fast, ref, opt = _twins(hp, "dqn", net, dims)
-    _assert_same_run(fast, ref, opt, dims, steps=150, scale=30.0)
+    assert fast._mlp is not None  # the hand-written pass
+    _assert_same_run(fast, ref, opt, dims, steps=150, scale=30.0, weighted=weighted)
 
 
 def test_qmix_update_with_its_mixer_in_the_flat_buffer_matches_bit_for_bit():
