@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from agents.losses import a2c_loss_grad, diagnostics, explained_variance
@@ -70,6 +72,46 @@ class NumpyMLP:
                 grad = grad * (1.0 - h_out * h_out)
             else:
                 grad = grad * (h_out > 0.0)
+
+
+class TorchMLP(NumpyMLP):
+    """The same layers' forward and backward in torch at the parameters' dtype, without autograd: the ops
+    autograd records and replays for them (``F.linear``; the backward's ``g.t() @ h``, ``g.sum(0)``,
+    ``g @ W``, ``threshold_backward`` / ``tanh_backward``), so the gradients are autograd's to the bit
+    (tests/agents/test_q_fast.py) at a fraction of the engine's per-op cost. ``backward`` writes into the
+    parameters' .grad, which must exist (views of a flat gradient, ``heads.FlatParameters``)."""
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Cache]:
+        saved = []
+        h = x
+        for kind, module in self.layers:
+            saved.append(h)
+            if kind == "linear":
+                h = F.linear(h, module.weight, module.bias)
+            elif kind == "tanh":
+                h = torch.tanh(h)
+            else:
+                h = torch.relu(h)
+        return h, (saved, h)
+
+    @torch.no_grad()
+    def backward(self, cache: Cache, grad: torch.Tensor) -> None:
+        """d loss / d parameters into the parameters' .grad (the input's gradient is not formed)."""
+        saved, out = cache
+        outputs = saved[1:] + [out]
+        last = len(self.layers) - 1
+        for i, ((kind, module), h_in, h_out) in enumerate(zip(reversed(self.layers), reversed(saved), reversed(outputs))):
+            if kind == "linear":
+                torch.mm(grad.t(), h_in, out=module.weight.grad)
+                torch.sum(grad, 0, out=module.bias.grad)
+                if i == last:
+                    break
+                grad = grad.mm(module.weight)
+            elif kind == "tanh":
+                grad = torch.ops.aten.tanh_backward(grad, h_out)
+            else:
+                grad = torch.ops.aten.threshold_backward(grad, h_out, 0)
 
 
 def numpy_acting_head(module: nn.Module) -> Optional[Any]:

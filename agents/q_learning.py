@@ -35,17 +35,19 @@ from agents.coma import described, stack_obs, team_reward
 from agents.coma_learner import DuelingQ
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.losses import diagnostics
-from agents.numpy_heads import numpy_acting_head
+from agents.numpy_heads import TorchMLP, numpy_acting_head
 from agents.recurrent import is_recurrent
 from agents.replay import (EpisodeBuffer, Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError,
                            n_step_chunk, n_step_windows, sequence_windows, transition_fields)
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
-                                  linear_schedule, masked_argmax, q_taken, td_loss, td_target)
+                                  linear_schedule, masked_argmax, q_taken, td_loss, td_loss_grad,
+                                  td_target)
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
+from marl_q.optim import FlatAdam, clip_flat_grad, flush_denormals
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS
 from marl_q.seeding import derive, seeded_init
@@ -617,23 +619,95 @@ class QLearner:
         if self.target_mixer is not None:
             for p in self.target_mixer.parameters():
                 p.requires_grad_(False)
-        # parameter groups by learning rate: a circuit head's input_scale / output_scale, and the rest
-        groups: dict[str, list[nn.Parameter]] = {"lr": [], "lr_input_scale": [], "lr_output_scale": []}
-        named = list(self.online.named_parameters())
-        if self.mixer is not None:
-            named += list(self.mixer.named_parameters())
-        for name, p in named:
-            if p.requires_grad:
-                leaf = name.rsplit(".", 1)[-1]
-                key = f"lr_{leaf}" if leaf in ("input_scale", "output_scale") else "lr"
-                groups[key if getattr(hp, key) is not None else "lr"].append(p)
-        self.params = [p for ps in groups.values() for p in ps]
-        # the multi-tensor Adam: the same arithmetic as the per-tensor loop (bit for bit here), ~10% less
-        # time per update at SB3's CartPole sizes (torch picks the loop on the CPU by default)
-        self.optimizer = torch.optim.Adam([{"params": ps, "lr": getattr(hp, key)} for key, ps in groups.items() if ps],
-                                          lr=hp.lr, eps=hp.adam_eps, foreach=True)
+        self._init_update(None)
         self.updates = 0
         self.target_updates = 0
+
+    def _named(self) -> list[tuple[str, nn.Parameter]]:
+        """The trainable parameters, named ``online.*`` / ``mixer.*``, in the flat buffer's order."""
+        out = [(f"online.{n}", p) for n, p in self.online.named_parameters() if p.requires_grad]
+        if self.mixer is not None:
+            out += [(f"mixer.{n}", p) for n, p in self.mixer.named_parameters() if p.requires_grad]
+        return out
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        """The trainable parameters in torch.optim's group order (``param_names``); looked up each time,
+        since a sim snapshot's FlatParameters seats new ones on the way back."""
+        named = dict(self._named())
+        return [named[n] for n in self.param_names]
+
+    def grad_views(self) -> list[torch.Tensor]:
+        """Each parameter's gradient (``params``' order) as a view of the flat gradient."""
+        grad = self.flat.flat.grad
+        return [grad[o:o + n].view(shape) for (_, _, o, n), shape in zip(self.slots, self.shapes)]
+
+    def _init_update(self, adam_state: Optional[dict[str, Any]]) -> None:
+        """Seat the trainable parameters (online network, then mixer) as views of one flat buffer, their
+        gradients too (``FlatParameters``), and give each run of consecutive parameters that share a
+        learning rate (a circuit head's input_scale / output_scale: ``lr_input_scale`` /
+        ``lr_output_scale``; the rest: ``lr``) a ``FlatAdam`` over its slice: torch.optim.Adam's arithmetic,
+        element for element (tests/agents/test_q_fast.py), in a few whole-buffer ops instead of
+        torch.optim's per-parameter bookkeeping. A DQN whose Q-network is a plain MLP also gets its
+        hand-written pass (``numpy_heads.TorchMLP``: autograd's ops, without the engine).
+
+        ``self.params`` lists the parameters in torch.optim's group order (lr, lr_input_scale,
+        lr_output_scale), the order the checkpoint's ``optim.<i>.*`` keys number them by. ``adam_state``:
+        a torch.optim.Adam ``state_dict()`` over parameters of that order to continue from (a sim snapshot
+        of an older marl-q, ``marl_q.state_format``); None: fresh moments."""
+        hp = self.hp
+        modules = [m for m in (self.online, self.mixer) if m is not None]
+        self.flat = FlatParameters(*modules)
+        lr_key: dict[str, str] = {}
+        for name, p in self._named():
+            leaf = name.rsplit(".", 1)[-1]
+            key = f"lr_{leaf}" if leaf in ("input_scale", "output_scale") else "lr"
+            lr_key[name] = key if getattr(hp, key) is not None else "lr"
+        runs: list[list[Any]] = []  # [start, end, lr key] of consecutive parameters of one learning rate
+        where: dict[str, tuple[int, int, int, int]] = {}  # name -> (run, offset in the run, offset, size)
+        offset = 0
+        for name, p in self._named():  # the flat buffer's order (FlatParameters seats them in it)
+            if not runs or runs[-1][2] != lr_key[name]:
+                runs.append([offset, offset, lr_key[name]])
+            where[name] = (len(runs) - 1, offset - runs[-1][0], offset, p.numel())
+            offset += p.numel()
+            runs[-1][1] = offset
+        self.segments = [(start, end) for start, end, _ in runs]
+        self.adams = [FlatAdam(self.flat.flat.data[start:end], getattr(hp, key), eps=hp.adam_eps)
+                      for start, end, key in runs]
+        self.param_names = [n for key in ("lr", "lr_input_scale", "lr_output_scale") for n in lr_key if lr_key[n] == key]
+        self.slots = [where[n] for n in self.param_names]
+        self.shapes = [p.shape for n in self.param_names for m, p in self._named() if m == n]
+        # a plain MLP's DQN update runs its forward and backward without autograd (same bits, less time)
+        self._mlp = TorchMLP(self.online) if self.kind == "dqn" and TorchMLP.supports(self.online) else None
+        if adam_state is not None:
+            self.load_adam_state({f"{i}.{k}": np.asarray(v.detach().numpy() if torch.is_tensor(v) else v)
+                                  for i, st in adam_state["state"].items() for k, v in st.items()})
+
+    def adam_state(self) -> dict[str, np.ndarray]:
+        """The moments as torch.optim.Adam's state_dict numbers them: ``<i>.step`` (float32), ``<i>.exp_avg``,
+        ``<i>.exp_avg_sq`` per parameter i of ``self.params``; empty before the first step (as torch's)."""
+        if not self.adams or not self.adams[0].steps:
+            return {}
+        out = {}
+        for i, ((run, offset, _, n), shape) in enumerate(zip(self.slots, self.shapes)):
+            adam = self.adams[run]
+            out[f"{i}.step"] = np.array(float(adam.steps), dtype=np.float32)
+            for key in ("exp_avg", "exp_avg_sq"):
+                out[f"{i}.{key}"] = getattr(adam, key)[offset:offset + n].reshape(shape).numpy().copy()
+        return out
+
+    def load_adam_state(self, state: dict[str, np.ndarray]) -> None:
+        """Take back ``adam_state()``'s arrays (none: fresh moments at step 0)."""
+        for adam in self.adams:
+            adam.load_state_dict({"steps": torch.tensor(0), "exp_avg": torch.zeros(()), "exp_avg_sq": torch.zeros(())})
+        for i, (run, offset, _, n) in enumerate(self.slots):
+            adam = self.adams[run]
+            if f"{i}.step" in state:
+                adam.steps = int(float(state[f"{i}.step"]))
+            for key in ("exp_avg", "exp_avg_sq"):
+                if f"{i}.{key}" in state:
+                    getattr(adam, key)[offset:offset + n].copy_(torch.from_numpy(np.array(state[f"{i}.{key}"])).reshape(-1))
 
     def _q(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         return q_forward(net, obs, self.dims, self.hp.agent_id and self.dims.n_agents is not None)
@@ -697,7 +771,11 @@ class QLearner:
             td_abs = (td.abs() * mask).reshape(len(mask), -1).sum(1) / mask.reshape(len(mask), -1).sum(1).clamp(min=1)
             return float(loss.detach()), td_abs.numpy().astype(np.float64)
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
-        q = self._q(self.online, t["obs"])
+        cache = None
+        if self._mlp is not None:
+            q, cache = self._mlp.forward(t["obs"])
+        else:
+            q = self._q(self.online, t["obs"])
         chosen = q_taken(q, t["action"])
         with torch.no_grad():
             q_next = self._q(self.target, t["next_obs"])
@@ -709,18 +787,34 @@ class QLearner:
         target = td_target(t["reward"], t["discount"], t["terminated"], v_next)
         w = torch.from_numpy(weights) if weights is not None else None
         loss, td = td_loss(pred, target, w, self.hp.loss, self.hp.huber_delta)
-        self._descend(loss)
+        if cache is None:
+            self._descend(loss)
+        else:  # autograd's backward by hand: the loss's, gather's (scatter into zeros), the MLP's
+            g = td_loss_grad(chosen, target, w, self.hp.loss, self.hp.huber_delta)
+            action = t["action"].long().unsqueeze(-1)
+            self._mlp.backward(cache, torch.zeros_like(q).scatter_add_(-1, action, g.unsqueeze(-1)))
+            self._step()
         td_abs = td.abs()
         if td_abs.ndim > 1:
             td_abs = td_abs.mean(-1)
         return float(loss.detach()), td_abs.numpy().astype(np.float64)
 
     def _descend(self, loss: torch.Tensor) -> None:
-        self.optimizer.zero_grad()
+        self.flat.zero_grad()
         loss.backward()
+        self._step()
+
+    def _step(self) -> None:
+        """Clip the flat gradient and step Adam."""
+        grad = self.flat.flat.grad
         if self.hp.grad_clip is not None:
-            nn.utils.clip_grad_norm_(self.params, self.hp.grad_clip)
-        self.optimizer.step()
+            clip_flat_grad(grad, self.grad_views(), self.hp.grad_clip)
+        # Adam's first moment of a parameter whose gradient stays zero (a dead ReLU unit) decays through the
+        # subnormals, which cost the CPU ~100 cycles each: read and written as zero in Adam's step alone
+        # (the forward and backward keep them, so the losses keep their bits)
+        with flush_denormals():
+            for (start, end), adam in zip(self.segments, self.adams):
+                adam.step(grad[start:end])
         self.updates += 1
 
     def update_target(self) -> None:
@@ -857,9 +951,8 @@ class ReplayService(Service):
         for prefix, module in self.learner.modules().items():
             for key, value in module.state_dict().items():
                 out[f"{prefix}.{key}"] = value.detach().numpy().copy()
-        for i, state in self.learner.optimizer.state_dict()["state"].items():
-            for key, value in state.items():
-                out[f"optim.{i}.{key}"] = np.asarray(value.detach().numpy() if torch.is_tensor(value) else value).copy()
+        for key, value in self.learner.adam_state().items():
+            out[f"optim.{key}"] = value
         for key, value in self.buffer.state_dict().items():
             out[f"replay.{key}"] = np.array(value, copy=True)
         return out
@@ -869,14 +962,7 @@ class ReplayService(Service):
             own = {k[len(prefix) + 1:]: torch.from_numpy(np.array(v)) for k, v in state.items()
                    if k.startswith(prefix + ".")}
             module.load_state_dict(own)
-        opt = self.learner.optimizer.state_dict()
-        per: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in state.items():
-            if k.startswith("optim."):
-                _, i, key = k.split(".", 2)
-                per.setdefault(int(i), {})[key] = torch.from_numpy(np.array(v))
-        opt["state"] = per
-        self.learner.optimizer.load_state_dict(opt)
+        self.learner.load_adam_state({k[6:]: v for k, v in state.items() if k.startswith("optim.")})
         self.buffer.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("replay.")})
         self.learner.updates = int(state["updates"])
         self.learner.target_updates = int(state["target_updates"])

@@ -147,6 +147,19 @@ def td_loss(q_pred: torch.Tensor, target: torch.Tensor, weights: Optional[torch.
     return masked_mean(per, mask), (target - q_pred).detach()
 
 
+def td_loss_grad(q_pred: torch.Tensor, target: torch.Tensor, weights: Optional[torch.Tensor] = None,
+                 loss: Literal["huber", "mse"] = "huber", huber_delta: float = 1.0) -> torch.Tensor:
+    """d ``td_loss`` / d q_pred (no mask) as autograd forms it, op for op: the mean's 1/B, the weights'
+    product, then huber_loss_backward / mse_loss_backward; for a pass without autograd
+    (``numpy_heads.TorchMLP``)."""
+    grad = torch.ones_like(q_pred).div_(q_pred.numel())
+    if weights is not None:
+        grad = grad * _broadcast_to_rows(weights.to(q_pred.dtype), q_pred)
+    if loss == "huber":
+        return torch.ops.aten.huber_loss_backward(grad, q_pred, target, 0, huber_delta)
+    return torch.ops.aten.mse_loss_backward(grad, q_pred, target, 0)
+
+
 # ----------------------------------------------------------------------------- mixers
 class VDNMixer(nn.Module):
     """VDN (Sunehag et al. 2017): Q_tot(s, u) = sum_a Q_a(o_a, u_a); no parameters, the state unused."""

@@ -45,7 +45,7 @@ import numpy as np
 from marl_q.errors import CheckpointError
 
 FORMAT = "marl-q sim snapshot"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def pack(state: dict[str, Any]) -> dict[str, Any]:
@@ -292,8 +292,25 @@ def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# -- version 2 -> 3 ------------------------------------------------------------------------------
+# Version 2's Q-learners (agents.q_learning.QLearner) stepped torch.optim.Adam (``optimizer``) over their
+# parameters (``params``). Their parameters now sit in one flat buffer that FlatAdams step
+# (``QLearner._init_update``), which takes over the optimizer's moments and step count: the same
+# numbers, so the resumed run goes on as the snapshot's would have.
+
+def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
+    for obj in list(_reachable(state)):
+        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
+        if "agents.q_learning.QLearner" in names and "optimizer" in obj.__dict__:
+            optimizer = obj.__dict__.pop("optimizer")
+            obj.__dict__.pop("params", None)
+            obj._init_update(optimizer.state_dict())
+    return state
+
+
 # version v -> the function that takes a state of version v to version v + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
+    2: _v2_to_v3,
 }

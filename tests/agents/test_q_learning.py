@@ -312,13 +312,17 @@ def test_circuit_q_network_scalings_get_their_own_learning_rates():
 
     cfg = load_config(SCEN / "cartpole_qdqn_skolik.yaml", QUIET + ["algorithm.lr=0.002", "algorithm.lr_input_scale=0.003"])
     learner = QLearner(cfg.algorithm.params, "dqn", build_q_network(cfg, QDims(4, 2)), QDims(4, 2))
-    names = {id(p): n for n, p in learner.online.named_parameters()}
-    groups = [(g["lr"], [names[id(p)] for p in g["params"]]) for g in learner.optimizer.param_groups]
-    assert groups == [(0.002, ["weights"]), (0.003, ["input_scale"]), (0.1, ["output_scale"])]
+
+    def lrs(learner):  # each parameter's learning rate: its FlatAdam's (slots[i][0]: the FlatAdam of parameter i)
+        return {n.split(".", 1)[1]: learner.adams[slot[0]].lr for n, slot in zip(learner.param_names, learner.slots)}
+
+    assert lrs(learner) == {"weights": 0.002, "input_scale": 0.003, "output_scale": 0.1}
+    assert len(learner.adams) == 3
     plain = load_config(SCEN / "cartpole_qdqn_skolik.yaml", QUIET + ["algorithm.lr_output_scale=null",
                                                                       "algorithm.lr_input_scale=null"])
     learner = QLearner(plain.algorithm.params, "dqn", build_q_network(plain, QDims(4, 2)), QDims(4, 2))
-    assert [(g["lr"], len(g["params"])) for g in learner.optimizer.param_groups] == [(1e-3, 3)]
+    assert lrs(learner) == {"weights": 1e-3, "input_scale": 1e-3, "output_scale": 1e-3}
+    assert len(learner.adams) == 1  # one learning rate: one FlatAdam over the whole buffer
 
 
 @pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.dueling=true"]),

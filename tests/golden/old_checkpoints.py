@@ -35,7 +35,7 @@ FIXTURES = HERE / "checkpoints"
 # one scenario file per family of code path (the rerun test's list, less nothing)
 NAMES = ["cartpole_a2c_sync.yaml", "cartpole_a3c.yaml", "cartpole_qa2c_quantum_both.yaml", "cartpole_skolik.yaml",
          "cartpole_diffqas_a3c.yaml", "linear_mdp_regret.yaml", "penalty_cue_coma.yaml", "pendulum_ppo.yaml",
-         "routing_amarl.yaml", "spread_mappo.yaml", "vehicular_a3c.yaml"]
+         "routing_amarl.yaml", "spread_mappo.yaml", "vehicular_a3c.yaml", "cartpole_dqn.yaml"]
 # what a run directory holds that a resume does not need
 SKIP = (".lock", "plots")
 

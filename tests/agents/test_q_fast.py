@@ -1,0 +1,178 @@
+"""The Q-learner's update on a flat parameter buffer (agents/q_learning.py ``QLearner._init_flat_adam``)
+against the torch.optim path it replaced, bit for bit:
+
+- ``clip_flat_grad`` is ``nn.utils.clip_grad_norm_`` on the same gradients, clipping or not;
+- ``flush_denormals`` zeroes subnormal results inside its block only, and leaves the default after;
+- a QLearner (DQN with clipping that bites, through the hand-written MLP pass ``numpy_heads.TorchMLP``
+  with Huber or MSE, PER weights, ReLU or tanh; QMIX with its mixer in the buffer; a circuit head with
+  three learning rates) takes the same parameters, losses, TD errors and Adam moments over many updates
+  as a twin that runs autograd and steps torch.optim.Adam (foreach, as the learner did) after
+  nn.utils.clip_grad_norm_;
+- the checkpoint's ``optim.<i>.*`` arrays are torch.optim.Adam's state_dict, and come back.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from agents.q_learning import QConfig, QDims, QLearner, build_q_network
+from marl_q.config import load_config
+from marl_q.optim import clip_flat_grad, flush_denormals
+
+SCEN = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])  # clipping, and a bound no gradient reaches
+def test_clip_flat_grad_is_clip_grad_norm_to_the_bit(max_norm):
+    torch.manual_seed(0)
+    shapes = [(7, 3), (7,), (2, 7), (2,)]
+    grads = [torch.randn(s) for s in shapes]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    views, offset = [], 0
+    for s in shapes:
+        n = int(np.prod(s))
+        views.append(flat[offset:offset + n].view(s))
+        offset += n
+    params = [nn.Parameter(torch.zeros(s)) for s in shapes]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    ref_norm = nn.utils.clip_grad_norm_(params, max_norm)
+    norm = clip_flat_grad(flat, views, max_norm)
+    assert torch.equal(norm, ref_norm)
+    assert torch.equal(flat, torch.cat([p.grad.reshape(-1) for p in params]))
+    assert (norm > max_norm) == (max_norm == 0.05)
+
+
+def test_flush_denormals_zeroes_subnormals_inside_the_block_only():
+    tiny = torch.finfo(torch.float32).tiny
+    x = torch.full((64,), tiny)
+    assert (x * 0.5).gt(0).all()  # a subnormal result, kept by default
+    with flush_denormals():
+        assert torch.equal(x * 0.5, torch.zeros(64))
+        assert torch.equal(torch.full((64,), tiny * 0.25) + 0.0, torch.zeros(64))  # read as zero
+    assert (x * 0.5).gt(0).all()  # the default again
+
+
+def _reference_step(learner: QLearner, opt: torch.optim.Optimizer):
+    """The learner's old ``_descend``: torch.optim.Adam (foreach) after nn.utils.clip_grad_norm_."""
+    def descend(loss):
+        opt.zero_grad()
+        loss.backward()
+        if learner.hp.grad_clip is not None:
+            nn.utils.clip_grad_norm_(learner.params, learner.hp.grad_clip)
+        opt.step()
+        learner.updates += 1
+    return descend
+
+
+def _twins(hp: QConfig, kind: str, net: nn.Module, dims: QDims) -> tuple[QLearner, QLearner, torch.optim.Optimizer]:
+    torch.manual_seed(1)
+    fast = QLearner(hp, kind, copy.deepcopy(net), dims)
+    torch.manual_seed(1)  # the mixer's draws
+    ref = QLearner(hp, kind, copy.deepcopy(net), dims)
+    groups: dict[float, list[nn.Parameter]] = {}
+    for name, p in zip(ref.param_names, ref.params):
+        groups.setdefault(fast.adams[fast.slots[ref.param_names.index(name)][0]].lr, []).append(p)
+    opt = torch.optim.Adam([{"params": ps, "lr": lr} for lr, ps in groups.items()], lr=hp.lr, eps=hp.adam_eps,
+                           foreach=True)
+    ref._descend = _reference_step(ref, opt)
+    ref._mlp = None  # autograd
+    return fast, ref, opt
+
+
+def _batch(rng: np.random.Generator, dims: QDims, B: int, scale: float) -> dict[str, np.ndarray]:
+    agent = (dims.n_agents,) if dims.n_agents else ()
+    batch = {"obs": rng.normal(size=(B, *agent, dims.obs_dim)).astype(np.float32),
+             "action": rng.integers(0, dims.n_actions, (B, *agent)),
+             "reward": (scale * rng.normal(size=B)).astype(np.float32),
+             "next_obs": rng.normal(size=(B, *agent, dims.obs_dim)).astype(np.float32),
+             "terminated": rng.random(B) < 0.1, "discount": np.full(B, 0.99, np.float32)}
+    if dims.n_agents:
+        batch["avail"] = np.ones((B, *agent, dims.n_actions), bool)
+        batch["next_avail"] = np.ones((B, *agent, dims.n_actions), bool)
+    if dims.state_dim:
+        batch["state"] = rng.normal(size=(B, dims.state_dim)).astype(np.float32)
+        batch["next_state"] = rng.normal(size=(B, dims.state_dim)).astype(np.float32)
+    return batch
+
+
+def _assert_same_run(fast: QLearner, ref: QLearner, opt: torch.optim.Optimizer, dims: QDims, steps: int,
+                     scale: float, B: int = 32, weighted: bool = False) -> None:
+    rng = np.random.default_rng(0)
+    for step in range(steps):
+        batch = _batch(rng, dims, B, scale)
+        w = rng.uniform(0.1, 1.0, B) if weighted else None  # PER's importance weights (float64, as sampled)
+        loss_fast, td_fast = fast.update(batch, w)
+        loss_ref, td_ref = ref.update(batch, w)
+        assert loss_fast == loss_ref, step
+        np.testing.assert_array_equal(td_fast, td_ref)
+        if step % 20 == 0:
+            fast.update_target()
+            ref.update_target()
+    for a, b in zip(fast.params, ref.params):
+        assert torch.equal(a, b)
+    # the moments, as the checkpoint numbers them, are torch.optim.Adam's state_dict
+    ours = fast.adam_state()
+    theirs = {f"{i}.{k}": np.asarray(v) for i, st in opt.state_dict()["state"].items() for k, v in st.items()}
+    assert sorted(ours) == sorted(theirs)
+    for key in theirs:
+        assert ours[key].dtype == theirs[key].dtype and ours[key].shape == theirs[key].shape, key
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
+@pytest.mark.parametrize("loss, act, double, weighted", [("huber", nn.ReLU, False, False),
+                                                         ("mse", nn.Tanh, True, True)])
+def test_dqn_update_matches_autograd_torch_adam_and_clip_grad_norm_bit_for_bit(loss, act, double, weighted):
+    """A 4-64-64-2 MLP (SB3's CartPole net, narrower), the gradient norm clipped in most updates."""
+    dims = QDims(obs_dim=4, n_actions=2)
+    hp = QConfig(lr=2.3e-3, grad_clip=0.3, double=double, loss=loss)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 64), act(), nn.Linear(64, 64), act(), nn.Linear(64, 2))
+    fast, ref, opt = _twins(hp, "dqn", net, dims)
+    assert fast._mlp is not None  # the hand-written pass
+    _assert_same_run(fast, ref, opt, dims, steps=150, scale=30.0, weighted=weighted)
+
+
+def test_qmix_update_with_its_mixer_in_the_flat_buffer_matches_bit_for_bit():
+    dims = QDims(obs_dim=4, n_actions=3, n_agents=2, state_dim=5, agents=("a", "b"))
+    hp = QConfig(lr=5e-3, grad_clip=10.0, double=True, mixer_embed_dim=4, hypernet_embed=8)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    fast, ref, opt = _twins(hp, "qmix", net, dims)
+    assert any(n.startswith("mixer.") for n in fast.param_names)
+    _assert_same_run(fast, ref, opt, dims, steps=60, scale=3.0)
+
+
+def test_circuit_head_with_three_learning_rates_matches_bit_for_bit():
+    cfg = load_config(SCEN / "cartpole_qdqn_skolik.yaml", ["run.progress=false", "run.plots=false",
+                                                          "algorithm.lr_input_scale=0.003"])
+    dims = QDims(4, 2)
+    torch.manual_seed(0)
+    net = build_q_network(cfg, dims)
+    fast, ref, opt = _twins(cfg.algorithm.params, "dqn", net, dims)
+    assert len(fast.adams) == 3
+    _assert_same_run(fast, ref, opt, dims, steps=8, scale=1.0, B=8)
+
+
+def test_adam_state_round_trips_and_continues_identically():
+    dims = QDims(obs_dim=4, n_actions=2)
+    hp = QConfig(lr=1e-2)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    a = QLearner(hp, "dqn", copy.deepcopy(net), dims)
+    assert a.adam_state() == {}  # as torch's before the first step
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        a.update(_batch(rng, dims, 8, 1.0))
+    b = QLearner(hp, "dqn", copy.deepcopy(net), dims)
+    with torch.no_grad():
+        b.flat.flat.copy_(a.flat.flat)
+    b.load_adam_state(a.adam_state())
+    batch = _batch(rng, dims, 8, 1.0)
+    assert a.update(batch)[0] == b.update(batch)[0]
+    assert torch.equal(a.flat.flat, b.flat.flat)
