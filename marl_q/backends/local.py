@@ -63,8 +63,14 @@ def check_overload(cfg: ExperimentConfig) -> None:
 # What the fork server imports once (multiprocessing's "forkserver" start method): each worker process is then
 # forked from it with torch and the config already imported, instead of a fresh interpreter importing them
 # again (about a second of CPU per worker start and restart). The server is a fresh interpreter too, so no
-# thread of the main process (JAX's, a tracker's) is ever forked.
-PRELOAD = ["torch", "numpy", "marl_q.config", "marl_q.registry", "marl_q.backends.local"]
+# thread of the main process (JAX's, a tracker's) is ever forked. Besides: the plugin index (_fork_preload),
+# every scenario module (``import scenarios`` imports them all, and every config's checks do) and the
+# actor-critic learners of most runs: a CartPole A3C worker then builds in 0.1 CPU-s instead of 0.8 (the
+# server pays 0.7 once). Not torch._dynamo, which the first torch.optim optimizer of a process imports (2 CPU-s):
+# only the workers of learners that step their own optimizer (PPO's deltas, say) build one, and the A3C workers
+# of most runs and tests would then pay it in every fork server (docs/performance.md).
+PRELOAD = ["torch", "numpy", "marl_q.config", "marl_q.registry", "marl_q.backends.local", "marl_q.backends._fork_preload",
+           "scenarios", "agents.actor_critic"]
 
 
 def _worker_main(cfg_dict: dict, index: int, inbox: Any, outbox: Any, incarnation: int = 0,

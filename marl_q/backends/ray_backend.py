@@ -40,6 +40,7 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -144,26 +145,51 @@ AUTH_HINT = ("run with RAY_AUTH_MODE=token in the environment and the head's tok
 
 def probe_cluster(address: str, timeout_s: float) -> None:
     """Join ``address`` from a throwaway process: ray.init retries for minutes against something that
-    answers but is not a Ray head (a proxy, another gRPC server), and that child can be killed."""
+    answers but is not a Ray head (a proxy, another gRPC server), and that child can be killed.
+
+    A head that refuses the token (Ray logs ``InvalidAuthToken`` at its first refused call, then retries the
+    same token for tens of seconds) is refused at that first line: no retry with the same token can pass."""
     import signal
     import subprocess
 
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([sys.executable, "-c", PROBE, address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    err: list[str] = []
+    settled = threading.Event()  # the probe refused the token, or closed its stderr (it ended)
+
+    def read_err() -> None:
+        for line in proc.stderr:
+            err.append(line)
+            if AUTH_ERROR in line:
+                break
+        settled.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    ended = settled.wait(timeout_s) and AUTH_ERROR not in "".join(err)
+    if ended:
+        try:
+            proc.wait(timeout=max(0.1, timeout_s))
+        except subprocess.TimeoutExpired:
+            ended = False
+    if not ended:  # refused, or still trying at the deadline
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        if AUTH_ERROR in err:
-            raise ConfigError(f"backend.ray.address: the Ray head at {address} wants an authentication token; "
-                              f"{AUTH_HINT}") from None
+        proc.wait()
+    out = proc.stdout.read()
+    proc.stdout.close()
+    reader.join()
+    proc.stderr.close()
+    text = "".join(err)
+    if AUTH_ERROR in text:
+        raise ConfigError(f"backend.ray.address: the Ray head at {address} wants an authentication token; "
+                          f"{AUTH_HINT}") from None
+    if not ended:
         raise ConfigError(f"backend.ray.address: no Ray cluster answered at {address} within {timeout_s:g} s "
                           "(backend.ray.connect_timeout_s); is a head running there (`ray start --head`)?") from None
     if proc.returncode != 0 or "cpus" not in out:
-        hint = AUTH_HINT if AUTH_ERROR in err else (err.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"backend.ray.address: could not join the Ray cluster at {address}: {hint}")
+        raise ConfigError(f"backend.ray.address: could not join the Ray cluster at {address}: "
+                          f"{(text.strip().splitlines() or ['no output'])[-1]}")
 
 
 def connect(ray: Any, cfg: ExperimentConfig) -> bool:

@@ -126,6 +126,40 @@ def test_unreachable_address_is_a_clear_error(small_raw, tmp_path, capsys):
     assert parse_address("ray://10.0.0.2:10001") == ("10.0.0.2", 10001)
 
 
+# stand-ins for the probe process (ray_backend.PROBE, run as `python -c PROBE address`): what ray.init does there
+_REFUSED = """
+import os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+print("[W gcs_client.cc:210] Failed to get cluster ID from GCS server: Unauthenticated: RPC error: "
+      "InvalidAuthToken: Authentication token is missing or incorrect", file=sys.stderr, flush=True)
+time.sleep(3600)  # Ray retries the same token; only killing the probe ends it
+"""
+
+
+def test_the_probe_stops_at_the_first_refused_token_and_reports_each_outcome(monkeypatch, tmp_path):
+    """probe_cluster: a refused token ends the probe at the line that says so, long before its deadline (3600 s
+    here: waiting for it would hang the test); a probe that joins passes; one that fails says its last line;
+    one that neither answers nor fails is killed at the deadline."""
+    import os
+
+    from marl_q.backends import ray_backend
+
+    pid_file = tmp_path / "pid"
+    monkeypatch.setattr(ray_backend, "PROBE", _REFUSED)
+    with pytest.raises(ConfigError, match="wants an authentication token; run with RAY_AUTH_MODE=token"):
+        ray_backend.probe_cluster(str(pid_file), 3600.0)
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(int(pid_file.read_text()), 0)
+    monkeypatch.setattr(ray_backend, "PROBE", "print('cpus', 2.0)")
+    ray_backend.probe_cluster("127.0.0.1:1", 60.0)
+    monkeypatch.setattr(ray_backend, "PROBE", "import sys; sys.exit('ConnectionError: no head at ' + sys.argv[1])")
+    with pytest.raises(ConfigError, match="could not join the Ray cluster at 127.0.0.1:1: ConnectionError: no head"):
+        ray_backend.probe_cluster("127.0.0.1:1", 60.0)
+    monkeypatch.setattr(ray_backend, "PROBE", "import time; time.sleep(3600)")
+    with pytest.raises(ConfigError, match="no Ray cluster answered at 127.0.0.1:1 within 1 s"):
+        ray_backend.probe_cluster("127.0.0.1:1", 1.0)
+
+
 def test_without_ray_installed_the_error_says_how_to_install(small_raw, monkeypatch):
     import importlib.util
 

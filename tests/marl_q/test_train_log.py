@@ -51,6 +51,23 @@ def _cfg(name: str, overrides: list[str]):
     return load_config(str(ROOT / "scenarios" / name), QUIET + overrides)
 
 
+@pytest.fixture(scope="module")
+def family_run(tmp_path_factory: pytest.TempPathFactory):
+    """``family_run(family)``: (summary, run directory) of the family's run (FAMILIES), run once for the module:
+    the diagnostics test reads it, and the resume and TensorBoard tests compare against it as their
+    uninterrupted (or TensorBoard-off) run, which is the same config and seed, so on sim the same bytes."""
+    runs: dict[str, tuple[dict, Path]] = {}
+
+    def get(family: str) -> tuple[dict, Path]:
+        if family not in runs:
+            name, overrides, _ = FAMILIES[family]
+            out = tmp_path_factory.mktemp(family) / "run"
+            runs[family] = run_experiment(_cfg(name, overrides), out), out
+        return runs[family]
+
+    return get
+
+
 def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
@@ -58,10 +75,10 @@ def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_every_actor_critic_learner_writes_finite_diagnostics_per_update(family: str, tmp_path: Path) -> None:
-    name, overrides, empty = FAMILIES[family]
-    summary = run_experiment(_cfg(name, overrides), tmp_path / "run")
-    header, rows = read_rows(tmp_path / "run" / "train.csv")
+def test_every_actor_critic_learner_writes_finite_diagnostics_per_update(family: str, family_run) -> None:
+    _, _, empty = FAMILIES[family]
+    summary, run_dir = family_run(family)
+    header, rows = read_rows(run_dir / "train.csv")
     assert header == TRAIN_BASE + TRAIN_FIELDS
     assert rows, f"{family}: no update was written"
     assert [int(r["update"]) for r in rows] == list(range(1, len(rows) + 1))
@@ -83,7 +100,7 @@ def test_every_actor_critic_learner_writes_finite_diagnostics_per_update(family:
     steps = [int(r["env_steps"]) for r in rows]
     assert steps == sorted(steps) and steps[-1] <= summary["env_steps"]
     assert [int(r["version"]) for r in rows] == sorted(int(r["version"]) for r in rows)
-    wall_header, walls = read_rows(tmp_path / "run" / "train_wall.csv")
+    wall_header, walls = read_rows(run_dir / "train_wall.csv")
     assert wall_header == ["update", "wall_s"] and [w["update"] for w in walls] == [r["update"] for r in rows]
 
 
@@ -123,14 +140,14 @@ def test_a_sim_rerun_writes_the_same_train_csv(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("family,stop_at", [("ppo", 2), ("coma", 20), ("routing_ppo", 130)])
-def test_resume_continues_train_csv_as_if_never_stopped(family: str, stop_at: int, tmp_path: Path) -> None:
+def test_resume_continues_train_csv_as_if_never_stopped(family: str, stop_at: int, tmp_path: Path, family_run) -> None:
     name, overrides, _ = FAMILIES[family]
-    run_experiment(_cfg(name, overrides), tmp_path / "full")
+    _, full_dir = family_run(family)  # the uninterrupted run
     part = run_experiment(_cfg(name, overrides + [f"run.stop_after_updates={stop_at}"]), tmp_path / "part")
     assert part["status"] == "stopped"
     stopped = (tmp_path / "part" / "train.csv").read_bytes()
     resume_experiment(tmp_path / "part")
-    full = (tmp_path / "full" / "train.csv").read_bytes()
+    full = (full_dir / "train.csv").read_bytes()
     assert (tmp_path / "part" / "train.csv").read_bytes() == full and len(full) > len(stopped)
 
 
@@ -147,14 +164,14 @@ def test_resume_cuts_rows_written_after_the_checkpoint(small_raw, tmp_path: Path
     assert (tmp_path / "part" / "train.csv").read_bytes() == (tmp_path / "full" / "train.csv").read_bytes()
 
 
-def test_tensorboard_has_cleanrls_loss_tags(small_raw, tmp_path: Path) -> None:
+def test_tensorboard_has_cleanrls_loss_tags(small_raw, tmp_path: Path, family_run) -> None:
     pytest.importorskip("tensorboard", reason="needs the [tensorboard] extra (pip install 'marl-q[tensorboard]')")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     name, overrides, _ = FAMILIES["ppo"]
     run_experiment(_cfg(name, overrides + ["run.tensorboard=true"]), tmp_path / "on")
-    run_experiment(_cfg(name, overrides), tmp_path / "off")
-    assert (tmp_path / "on" / "train.csv").read_bytes() == (tmp_path / "off" / "train.csv").read_bytes()
+    _, off = family_run("ppo")  # the same config without TensorBoard
+    assert (tmp_path / "on" / "train.csv").read_bytes() == (off / "train.csv").read_bytes()
     ea = EventAccumulator(str(tmp_path / "on"), size_guidance={"scalars": 0})
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
