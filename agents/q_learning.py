@@ -640,7 +640,11 @@ class QLearner:
     def grad_views(self) -> list[torch.Tensor]:
         """Each parameter's gradient (``params``' order) as a view of the flat gradient."""
         grad = self.flat.flat.grad
-        return [grad[o:o + n].view(shape) for (_, _, o, n), shape in zip(self.slots, self.shapes)]
+        made = self.__dict__.get("_grad_views")  # (the flat gradient, its views): built once per gradient
+        if made is None or made[0] is not grad:  # buffer (a resumed snapshot re-seats a new one)
+            made = self._grad_views = (grad, [grad[o:o + n].view(shape) for (_, _, o, n), shape
+                                              in zip(self.slots, self.shapes)])
+        return made[1]
 
     def _init_update(self, adam_state: Optional[dict[str, Any]]) -> None:
         """Seat the trainable parameters (online network, then mixer) as views of one flat buffer, their
@@ -761,6 +765,14 @@ class QLearner:
         loss, td = td_loss(pred, target, None, hp.loss, hp.huber_delta, mask=mask)
         return loss, td, mask
 
+    def _target_mlp(self) -> TorchMLP:
+        """The target network's ``TorchMLP`` (its layers are the target's modules, so a target update or a
+        resumed snapshot's re-seated parameters are what it reads); made on first use."""
+        mlp = self.__dict__.get("_target_twin")
+        if mlp is None:
+            mlp = self._target_twin = TorchMLP(self.target)
+        return mlp
+
     def update(self, batch: dict[str, np.ndarray], weights: Optional[np.ndarray] = None
                ) -> tuple[float, np.ndarray]:
         """One gradient step; the loss and each row's |TD error| (mean over agents for IQL; for sequences
@@ -772,14 +784,17 @@ class QLearner:
             return float(loss.detach()), td_abs.numpy().astype(np.float64)
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
         cache = None
-        if self._mlp is not None:
+        if self._mlp is not None:  # the online and target networks' forwards without autograd's modules
             q, cache = self._mlp.forward(t["obs"])
+            q_next = self._target_mlp().forward(t["next_obs"])[0]
+            q_online_next = self._mlp.forward(t["next_obs"])[0] if self.hp.double else None
         else:
             q = self._q(self.online, t["obs"])
+            with torch.no_grad():
+                q_next = self._q(self.target, t["next_obs"])
+                q_online_next = self._q(self.online, t["next_obs"]) if self.hp.double else None
         chosen = q_taken(q, t["action"])
         with torch.no_grad():
-            q_next = self._q(self.target, t["next_obs"])
-            q_online_next = self._q(self.online, t["next_obs"]) if self.hp.double else None
             v_next = bootstrap_values(q_next, t.get("next_avail"), q_online_next, t["terminated"])
             if self.mixer is not None:
                 v_next = self.target_mixer(v_next, t.get("next_state"))
