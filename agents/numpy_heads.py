@@ -46,13 +46,27 @@ class NumpyMLP:
     def supports(net: nn.Module) -> bool:
         return isinstance(net, nn.Sequential) and all(isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU)) for m in net)
 
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+    def linear_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each linear layer's weight as ``forward`` converts it on every call (transposed, float64) and its
+        bias: what an actor whose parameters stay put between acts keeps and hands to ``forward``."""
+        return [(module.weight.detach().numpy().T.astype(np.float64), module.bias.detach().numpy().copy())
+                for kind, module in self.layers if kind == "linear"]
+
+    def forward(self, x: np.ndarray, weights: Optional[list[tuple[np.ndarray, np.ndarray]]] = None
+                ) -> tuple[np.ndarray, Cache]:
+        """The output and the cache for ``backward``; ``weights``: ``linear_weights()`` of the parameters
+        now (the same arrays, so the same bits), else converted here."""
         saved = []
         h = x
+        kept = iter(weights) if weights is not None else None
         for kind, module in self.layers:
             saved.append(h)
             if kind == "linear":
-                h = h @ module.weight.detach().numpy().T.astype(np.float64) + module.bias.detach().numpy()
+                if kept is not None:
+                    w, b = next(kept)
+                    h = h @ w + b
+                else:
+                    h = h @ module.weight.detach().numpy().T.astype(np.float64) + module.bias.detach().numpy()
             elif kind == "tanh":
                 h = np.tanh(h)
             else:

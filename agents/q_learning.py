@@ -23,6 +23,7 @@ in COMA's ``DuelingQ``. The ``actor`` section is not used.
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -35,7 +36,7 @@ from agents.coma import described, stack_obs, team_reward
 from agents.coma_learner import DuelingQ
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.losses import diagnostics
-from agents.numpy_heads import TorchMLP, numpy_acting_head
+from agents.numpy_heads import NumpyMLP, TorchMLP, numpy_acting_head
 from agents.recurrent import is_recurrent
 from agents.replay import (EpisodeBuffer, Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError,
                            n_step_chunk, n_step_windows, sequence_windows, transition_fields)
@@ -510,6 +511,11 @@ class SequenceAssembler:
         return self.layout.pad(padded, lengths)
 
 
+# a QWorker's numpy MLP weights (``NumpyMLP.linear_weights``) since its parameters last changed (a pull, an
+# evaluator's load): a cache outside the worker, so snapshots do not carry it (a resumed worker rebuilds it)
+_ACTING_WEIGHTS: "weakref.WeakKeyDictionary[QWorker, Any]" = weakref.WeakKeyDictionary()
+
+
 class QWorker(PullingWorker):
     """An actor: epsilon-greedy chunks with the last pulled Q-network, pushed as replay rows; waits."""
 
@@ -556,7 +562,13 @@ class QWorker(PullingWorker):
             reset = np.repeat(np.asarray(starts, dtype=bool), self.dims.n_agents)
             out = (memory or self.memory).step(self.net, flat, reset)
         elif self._np_net is not None:
-            out, _ = self._np_net.forward(flat.astype(np.float64))
+            kept: tuple[Any, ...] = ()
+            if isinstance(self._np_net, NumpyMLP):  # its float64 weights converted once per pull, not per act
+                weights = _ACTING_WEIGHTS.get(self)
+                if weights is None:
+                    weights = _ACTING_WEIGHTS[self] = self._np_net.linear_weights()
+                kept = (weights,)
+            out, _ = self._np_net.forward(flat.astype(np.float64), *kept)
             if isinstance(self.net, DuelingQ):
                 d = out[:, 1:]
                 out = out[:, :1] + d - d.mean(axis=1, keepdims=True)
@@ -569,6 +581,7 @@ class QWorker(PullingWorker):
         """The server's env step count rides with the parameters (the epsilon schedule's clock)."""
         self.server_steps = int(msg.info.get(ENV_STEPS, self.server_steps))
         self.steps_since = 0
+        _ACTING_WEIGHTS.pop(self, None)  # new parameters (or none: rebuilt all the same)
 
     def step(self) -> Work:
         chunk, episodes, taken = collect_chunk(self, self.hp.chunk_steps)
@@ -584,6 +597,7 @@ class QWorker(PullingWorker):
         """Returns of the first ``episodes`` episodes with every agent's masked argmax of its Q-values
         (agents.rollout.evaluate), in this worker's env reset with ``seed``: a worker kept for evaluation
         (its training vector no longer matches the env after this)."""
+        _ACTING_WEIGHTS.pop(self, None)  # an evaluator's parameters were loaded just before (flat.load)
         vec = q_vector(self.dims, self.env, seed, self.hp.team_reward)
         book = EpisodeBook(vec.num_envs)
         memory = QMemory(self.net, vec.num_envs * self.dims.n_agents) if self.memory is not None else None
@@ -640,7 +654,11 @@ class QLearner:
     def grad_views(self) -> list[torch.Tensor]:
         """Each parameter's gradient (``params``' order) as a view of the flat gradient."""
         grad = self.flat.flat.grad
-        return [grad[o:o + n].view(shape) for (_, _, o, n), shape in zip(self.slots, self.shapes)]
+        made = self.__dict__.get("_grad_views")  # (the flat gradient, its views): built once per gradient
+        if made is None or made[0] is not grad:  # buffer (a resumed snapshot re-seats a new one)
+            made = self._grad_views = (grad, [grad[o:o + n].view(shape) for (_, _, o, n), shape
+                                              in zip(self.slots, self.shapes)])
+        return made[1]
 
     def _init_update(self, adam_state: Optional[dict[str, Any]]) -> None:
         """Seat the trainable parameters (online network, then mixer) as views of one flat buffer, their
@@ -761,6 +779,14 @@ class QLearner:
         loss, td = td_loss(pred, target, None, hp.loss, hp.huber_delta, mask=mask)
         return loss, td, mask
 
+    def _target_mlp(self) -> TorchMLP:
+        """The target network's ``TorchMLP`` (its layers are the target's modules, so a target update or a
+        resumed snapshot's re-seated parameters are what it reads); made on first use."""
+        mlp = self.__dict__.get("_target_twin")
+        if mlp is None:
+            mlp = self._target_twin = TorchMLP(self.target)
+        return mlp
+
     def update(self, batch: dict[str, np.ndarray], weights: Optional[np.ndarray] = None
                ) -> tuple[float, np.ndarray]:
         """One gradient step; the loss and each row's |TD error| (mean over agents for IQL; for sequences
@@ -772,14 +798,17 @@ class QLearner:
             return float(loss.detach()), td_abs.numpy().astype(np.float64)
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
         cache = None
-        if self._mlp is not None:
+        if self._mlp is not None:  # the online and target networks' forwards without autograd's modules
             q, cache = self._mlp.forward(t["obs"])
+            q_next = self._target_mlp().forward(t["next_obs"])[0]
+            q_online_next = self._mlp.forward(t["next_obs"])[0] if self.hp.double else None
         else:
             q = self._q(self.online, t["obs"])
+            with torch.no_grad():
+                q_next = self._q(self.target, t["next_obs"])
+                q_online_next = self._q(self.online, t["next_obs"]) if self.hp.double else None
         chosen = q_taken(q, t["action"])
         with torch.no_grad():
-            q_next = self._q(self.target, t["next_obs"])
-            q_online_next = self._q(self.online, t["next_obs"]) if self.hp.double else None
             v_next = bootstrap_values(q_next, t.get("next_avail"), q_online_next, t["terminated"])
             if self.mixer is not None:
                 v_next = self.target_mixer(v_next, t.get("next_state"))

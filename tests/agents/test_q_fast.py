@@ -8,7 +8,9 @@ against the torch.optim path it replaced, bit for bit:
   three learning rates) takes the same parameters, losses, TD errors and Adam moments over many updates
   as a twin that runs autograd and steps torch.optim.Adam (foreach, as the learner did) after
   nn.utils.clip_grad_norm_;
-- the checkpoint's ``optim.<i>.*`` arrays are torch.optim.Adam's state_dict, and come back.
+- the checkpoint's ``optim.<i>.*`` arrays are torch.optim.Adam's state_dict, and come back;
+- a QWorker acting through its numpy MLP with the float64 weights it keeps between pulls gives the
+  Q-values the uncached forward gives at its parameters now, after a pull and after an evaluator's load.
 """
 from __future__ import annotations
 
@@ -20,8 +22,11 @@ import pytest
 import torch
 from torch import nn
 
-from agents.q_learning import QConfig, QDims, QLearner, build_q_network
+from agents.numpy_heads import NumpyMLP
+from agents.q_learning import QConfig, QDims, QLearner, QWorker, build_q_network
 from marl_q.config import load_config
+from marl_q.messages import Message
+from marl_q.services import PARAMS
 from marl_q.optim import clip_flat_grad, flush_denormals
 
 SCEN = Path(__file__).resolve().parents[2] / "scenarios"
@@ -176,3 +181,23 @@ def test_adam_state_round_trips_and_continues_identically():
     batch = _batch(rng, dims, 8, 1.0)
     assert a.update(batch)[0] == b.update(batch)[0]
     assert torch.equal(a.flat.flat, b.flat.flat)
+
+
+def test_q_worker_acts_with_kept_weights_as_the_uncached_forward_after_each_change():
+    cfg = load_config(SCEN / "cartpole_dqn.yaml", ["run.progress=false", "run.plots=false"])
+    worker = QWorker(cfg, 0)
+    assert isinstance(worker._np_net, NumpyMLP)
+    obs = np.random.default_rng(0).normal(size=(1, 4)).astype(np.float32)
+
+    def uncached() -> np.ndarray:
+        return NumpyMLP(worker.net).forward(obs.astype(np.float64))[0]
+
+    first = worker.q_values(obs)
+    np.testing.assert_array_equal(first, uncached())
+    new = worker.flat.numpy() * np.float32(1.5)
+    worker.deliver(Message("server", worker.name, PARAMS, {PARAMS: new}, base_version=1))  # a pull
+    assert not np.array_equal(worker.q_values(obs), first)
+    np.testing.assert_array_equal(worker.q_values(obs), uncached())
+    worker.flat.load(new * np.float32(0.5))  # an evaluator's load, then its greedy episodes
+    worker.play_greedy(1, seed=3)
+    np.testing.assert_array_equal(worker.q_values(obs), uncached())
