@@ -61,17 +61,17 @@ class NumpyMLP:
         kept = iter(weights) if weights is not None else None
         for kind, module in self.layers:
             saved.append(h)
-            if kind == "linear":
-                if kept is not None:
-                    w, b = next(kept)
-                    h = h @ w + b
-                else:
-                    h = h @ module.weight.detach().numpy().T.astype(np.float64) + module.bias.detach().numpy()
-            elif kind == "tanh":
-                h = np.tanh(h)
-            else:
-                h = np.maximum(h, 0.0)
+            h = self._layer(kind, module, h, next(kept) if kept is not None and kind == "linear" else None)
         return h, (saved, h)
+
+    @staticmethod
+    def _layer(kind: str, module: Any, h: np.ndarray, weights: Optional[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """One layer's output: ``forward``'s step (``TorchMLP`` replaces it with torch's ops)."""
+        if kind == "linear":
+            w, b = weights if weights is not None else (module.weight.detach().numpy().T.astype(np.float64),
+                                                        module.bias.detach().numpy())
+            return h @ w + b
+        return np.tanh(h) if kind == "tanh" else np.maximum(h, 0.0)
 
     def backward(self, cache: Cache, grad: np.ndarray) -> None:
         """Write d loss / d parameters into the parameters' .grad (views of the flat gradient)."""
@@ -96,18 +96,14 @@ class TorchMLP(NumpyMLP):
     parameters' .grad, which must exist (views of a flat gradient, ``heads.FlatParameters``)."""
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Cache]:
-        saved = []
-        h = x
-        for kind, module in self.layers:
-            saved.append(h)
-            if kind == "linear":
-                h = F.linear(h, module.weight, module.bias)
-            elif kind == "tanh":
-                h = torch.tanh(h)
-            else:
-                h = torch.relu(h)
-        return h, (saved, h)
+    def forward(self, x: torch.Tensor, weights: None = None) -> tuple[torch.Tensor, Cache]:
+        return super().forward(x)
+
+    @staticmethod
+    def _layer(kind: str, module: Any, h: torch.Tensor, weights: None) -> torch.Tensor:
+        if kind == "linear":
+            return F.linear(h, module.weight, module.bias)
+        return torch.tanh(h) if kind == "tanh" else torch.relu(h)
 
     @torch.no_grad()
     def backward(self, cache: Cache, grad: torch.Tensor) -> None:
