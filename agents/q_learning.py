@@ -695,7 +695,8 @@ class QLearner:
                       for start, end, key in runs]
         self.param_names = [n for key in ("lr", "lr_input_scale", "lr_output_scale") for n in lr_key if lr_key[n] == key]
         self.slots = [where[n] for n in self.param_names]
-        self.shapes = [p.shape for n in self.param_names for m, p in self._named() if m == n]
+        named = dict(self._named())
+        self.shapes = [named[n].shape for n in self.param_names]
         # a plain MLP's DQN update runs its forward and backward without autograd (same bits, less time)
         self._mlp = TorchMLP(self.online) if self.kind == "dqn" and TorchMLP.supports(self.online) else None
         if adam_state is not None:
