@@ -28,11 +28,11 @@ Cache = Any
 
 
 class NumpyMLP:
-    """``nn.Sequential`` of Linear / Tanh / ReLU layers (the ``mlp`` head)."""
+    """``nn.Sequential`` of Linear / Tanh / ReLU layers (the ``mlp`` head), or one ``nn.Linear``."""
 
-    def __init__(self, net: nn.Sequential) -> None:
+    def __init__(self, net: nn.Sequential | nn.Linear) -> None:
         self.layers: list[tuple[str, Any]] = []
-        for module in net:
+        for module in (net,) if isinstance(net, nn.Linear) else net:
             if isinstance(module, nn.Linear):
                 self.layers.append(("linear", module))
             elif isinstance(module, nn.Tanh):

@@ -697,8 +697,9 @@ class QLearner:
         self.slots = [where[n] for n in self.param_names]
         named = dict(self._named())
         self.shapes = [named[n].shape for n in self.param_names]
-        # a plain MLP's DQN update runs its forward and backward without autograd (same bits, less time)
-        self._mlp = TorchMLP(self.online) if self.kind == "dqn" and TorchMLP.supports(self.online) else None
+        # a plain MLP's update (dqn, iql, and vdn / qmix with their mixers' own passes) runs its forward and
+        # backward without autograd (same bits, less time)
+        self._mlp = TorchMLP(self.online) if TorchMLP.supports(self.online) else None
         if adam_state is not None:
             self.load_adam_state({f"{i}.{k}": np.asarray(v.detach().numpy() if torch.is_tensor(v) else v)
                                   for i, st in adam_state["state"].items() for k, v in st.items()})
@@ -780,6 +781,12 @@ class QLearner:
         loss, td = td_loss(pred, target, None, hp.loss, hp.huber_delta, mask=mask)
         return loss, td, mask
 
+    def _q_pass(self, mlp: TorchMLP, obs: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """``_q``'s Q-values through a ``TorchMLP`` (no autograd), and its cache for the backward."""
+        x = with_agent_id(obs, self.dims.n_agents) if self.hp.agent_id and self.dims.n_agents is not None else obs
+        q, cache = mlp.forward(x.reshape(-1, x.shape[-1]))
+        return q.reshape(*x.shape[:-1], -1), cache
+
     def _target_mlp(self) -> TorchMLP:
         """The target network's ``TorchMLP`` (its layers are the target's modules, so a target update or a
         resumed snapshot's re-seated parameters are what it reads); made on first use."""
@@ -798,11 +805,11 @@ class QLearner:
             td_abs = (td.abs() * mask).reshape(len(mask), -1).sum(1) / mask.reshape(len(mask), -1).sum(1).clamp(min=1)
             return float(loss.detach()), td_abs.numpy().astype(np.float64)
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
-        cache = None
-        if self._mlp is not None:  # the online and target networks' forwards without autograd's modules
-            q, cache = self._mlp.forward(t["obs"])
-            q_next = self._target_mlp().forward(t["next_obs"])[0]
-            q_online_next = self._mlp.forward(t["next_obs"])[0] if self.hp.double else None
+        hand = self._mlp is not None  # the networks' forwards and backward without autograd's modules
+        if hand:
+            q, cache = self._q_pass(self._mlp, t["obs"])
+            q_next = self._q_pass(self._target_mlp(), t["next_obs"])[0]
+            q_online_next = self._q_pass(self._mlp, t["next_obs"])[0] if self.hp.double else None
         else:
             q = self._q(self.online, t["obs"])
             with torch.no_grad():
@@ -812,17 +819,27 @@ class QLearner:
         with torch.no_grad():
             v_next = bootstrap_values(q_next, t.get("next_avail"), q_online_next, t["terminated"])
             if self.mixer is not None:
-                v_next = self.target_mixer(v_next, t.get("next_state"))
-        pred = self.mixer(chosen, t.get("state")) if self.mixer is not None else chosen
+                v_next = (self.target_mixer.forward_cached(v_next, t.get("next_state"))[0] if hand
+                          else self.target_mixer(v_next, t.get("next_state")))
+        mixed = None
+        if self.mixer is None:
+            pred = chosen
+        elif hand:
+            pred, mixed = self.mixer.forward_cached(chosen, t.get("state"))
+        else:
+            pred = self.mixer(chosen, t.get("state"))
         target = td_target(t["reward"], t["discount"], t["terminated"], v_next)
         w = torch.from_numpy(weights) if weights is not None else None
         loss, td = td_loss(pred, target, w, self.hp.loss, self.hp.huber_delta)
-        if cache is None:
+        if not hand:
             self._descend(loss)
-        else:  # autograd's backward by hand: the loss's, gather's (scatter into zeros), the MLP's
-            g = td_loss_grad(chosen, target, w, self.hp.loss, self.hp.huber_delta)
+        else:  # autograd's backward by hand: the loss's, the mixer's, gather's (scatter into zeros), the MLP's
+            g = td_loss_grad(pred, target, w, self.hp.loss, self.hp.huber_delta)
+            if mixed is not None:
+                g = self.mixer.backward(mixed, g)
             action = t["action"].long().unsqueeze(-1)
-            self._mlp.backward(cache, torch.zeros_like(q).scatter_add_(-1, action, g.unsqueeze(-1)))
+            g_q = torch.zeros_like(q).scatter_add_(-1, action, g.unsqueeze(-1))
+            self._mlp.backward(cache, g_q.reshape(-1, g_q.shape[-1]))
             self._step()
         td_abs = td.abs()
         if td_abs.ndim > 1:

@@ -16,7 +16,7 @@ Conventions (docs/value_based.md derives each piece).
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, TypeVar
+from typing import Any, Literal, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.losses import masked_mean
+from agents.numpy_heads import TorchMLP
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 
@@ -168,6 +169,17 @@ class VDNMixer(nn.Module):
         """agent_qs (..., n_agents) -> (...)."""
         return agent_qs.sum(-1)
 
+    @torch.no_grad()
+    def forward_cached(self, agent_qs: torch.Tensor, state: Optional[torch.Tensor] = None
+                       ) -> tuple[torch.Tensor, Any]:
+        """``forward`` without autograd, and what ``backward`` needs."""
+        return agent_qs.sum(-1), agent_qs.shape
+
+    @torch.no_grad()
+    def backward(self, cache: Any, grad: torch.Tensor) -> torch.Tensor:
+        """d loss / d agent_qs from d loss / d Q_tot: autograd's sum backward (the gradient expanded)."""
+        return grad.unsqueeze(-1).expand(cache)
+
 
 class QMixer(nn.Module):
     """QMIX's monotonic mixer (Rashid et al. 2018): Q_tot = w2(s)^T ELU(W1(s)^T q + b1(s)) + V(s).
@@ -203,18 +215,61 @@ class QMixer(nn.Module):
 
     def forward(self, agent_qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """agent_qs (..., n_agents), state (..., state_dim) -> Q_tot (...)."""
+        return self._mix(agent_qs, state, lambda net, s: (net(s), None))[0]
+
+    @torch.no_grad()
+    def forward_cached(self, agent_qs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """``forward`` without autograd (the hypernetworks through ``numpy_heads.TorchMLP``: the same ops),
+        and what ``backward`` needs."""
+        passes = self.__dict__.get("_passes")  # made on first use, so snapshots of older runs need nothing
+        if passes is None:
+            passes = self._passes = tuple(TorchMLP(net) for net in self._hypernets())
+        which = dict(zip(map(id, self._hypernets()), passes))
+        return self._mix(agent_qs, state, lambda net, s: which[id(net)].forward(s))
+
+    def _hypernets(self) -> tuple[nn.Module, ...]:
+        """W1's, b1's, w2's and V's hypernetworks (``_passes``' order)."""
+        return self.hyper_w1, self.hyper_b1, self.hyper_w2, self.hyper_v
+
+    def _mix(self, agent_qs: torch.Tensor, state: torch.Tensor, hyper: Any) -> tuple[torch.Tensor, Any]:
+        """The mixing (one implementation for both passes); ``hyper(net, s)`` -> (net(s), its cache)."""
         lead = agent_qs.shape[:-1]
         if agent_qs.shape[-1] != self.n_agents or state.shape != (*lead, self.state_dim):
             raise ValueError(f"QMixer: agent_qs (..., {self.n_agents}) and state (..., {self.state_dim}) with the "
                              f"same leading axes, got {tuple(agent_qs.shape)} and {tuple(state.shape)}")
         qs = agent_qs.reshape(-1, 1, self.n_agents)
         s = state.reshape(-1, self.state_dim)
-        w1 = self.hyper_w1(s).abs().view(-1, self.n_agents, self.embed_dim)
-        b1 = self.hyper_b1(s).view(-1, 1, self.embed_dim)
-        hidden = F.elu(torch.bmm(qs, w1) + b1)
-        w2 = self.hyper_w2(s).abs().view(-1, self.embed_dim, 1)
-        v = self.hyper_v(s).view(-1, 1, 1)
-        return (torch.bmm(hidden, w2) + v).reshape(lead)
+        w1_pre, c_w1 = hyper(self.hyper_w1, s)
+        w1 = w1_pre.abs().view(-1, self.n_agents, self.embed_dim)
+        b1_pre, c_b1 = hyper(self.hyper_b1, s)
+        pre = torch.bmm(qs, w1) + b1_pre.view(-1, 1, self.embed_dim)
+        hidden = F.elu(pre)
+        w2_pre, c_w2 = hyper(self.hyper_w2, s)
+        w2 = w2_pre.abs().view(-1, self.embed_dim, 1)
+        v_pre, c_v = hyper(self.hyper_v, s)
+        out = (torch.bmm(hidden, w2) + v_pre.view(-1, 1, 1)).reshape(lead)
+        return out, (lead, qs, w1_pre, w1, pre, hidden, w2_pre, w2, (c_w1, c_b1, c_w2, c_v))
+
+    @torch.no_grad()
+    def backward(self, cache: Any, grad: torch.Tensor) -> torch.Tensor:
+        """d loss / d parameters into the mixer's .grad (views of a flat gradient) and d loss / d agent_qs
+        returned, from d loss / d Q_tot (``grad``, the output's shape), with the ops autograd replays for
+        ``forward``: bmm's backward (``grad.bmm(b^T)``, ``a^T.bmm(grad)``), abs's (``grad * sgn``), ELU's,
+        the views' reshapes; each parameter is reached once, so nothing is accumulated
+        (tests/agents/test_q_fast.py checks the bits against autograd)."""
+        lead, qs, w1_pre, w1, pre, hidden, w2_pre, w2, (c_w1, c_b1, c_w2, c_v) = cache
+        pass_w1, pass_b1, pass_w2, pass_v = self._passes
+        g = grad.reshape(-1, 1, 1)
+        pass_v.backward(c_v, g.reshape(-1, 1))
+        g_hidden = g.bmm(w2.transpose(1, 2))
+        g_w2 = hidden.transpose(1, 2).bmm(g)
+        pass_w2.backward(c_w2, g_w2.reshape(w2_pre.shape) * w2_pre.sgn())
+        g_pre = torch.ops.aten.elu_backward(g_hidden, 1.0, 1, 1, False, pre)
+        pass_b1.backward(c_b1, g_pre.reshape(-1, self.embed_dim))
+        g_qs = g_pre.bmm(w1.transpose(1, 2))
+        g_w1 = qs.transpose(1, 2).bmm(g_pre)
+        pass_w1.backward(c_w1, g_w1.reshape(w1_pre.shape) * w1_pre.sgn())
+        return g_qs.reshape(*lead, self.n_agents)
 
 
 # ----------------------------------------------------------------------------- schedules
