@@ -321,7 +321,8 @@ def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
 # objects as saved, which is all they read (a flat buffer's modules hold the same values, views or
 # not). A flat buffer an earlier step built (a Q-learner's, version 2 -> 3) has today's layout
 # (``writes``) and is left as it is: seating its views again would replace parameters that step's
-# objects hold.
+# objects hold. The same version moved a routing worker's decisions onto agents.rollout's loop: its
+# episode under way goes from its own counters to an EpisodeBook (``_routing_book``).
 
 def _v3_layout(obj: Any) -> bool:
     names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
@@ -330,12 +331,26 @@ def _v3_layout(obj: Any) -> bool:
     return "agents.replay.ReplayBuffer" in names
 
 
+def _routing_book(worker: Any) -> None:
+    # version 3's routing worker (agents.routing.RoutingPPOWorker) kept its episode under way in its own
+    # ``_window`` (return, decisions, first outcome); its decisions now go through agents.rollout, whose
+    # EpisodeBook keeps the return and length (the same running sums), the first outcome beside it
+    window = worker.__dict__.pop("_window", None)
+    if window is not None:
+        worker.book = _loaded("agents.rollout").EpisodeBook.resumed(
+            np.array([window["return"]], dtype=np.float64), np.array([window["length"]], dtype=np.int64))
+        worker.first_outcome = window["first_outcome"]
+
+
 def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
-    for obj in [obj for obj in _reachable(state) if _v3_layout(obj)]:
-        rebuild, args = obj.__reduce__()[:2]
-        fresh = rebuild(*args)
-        obj.__dict__.clear()
-        obj.__dict__.update(fresh.__dict__)
+    for obj in list(_reachable(state)):
+        if _v3_layout(obj):
+            rebuild, args = obj.__reduce__()[:2]
+            fresh = rebuild(*args)
+            obj.__dict__.clear()
+            obj.__dict__.update(fresh.__dict__)
+        elif any(f"{cls.__module__}.{cls.__qualname__}" == "agents.routing.RoutingPPOWorker" for cls in type(obj).__mro__):
+            _routing_book(obj)
     return state
 
 

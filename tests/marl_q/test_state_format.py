@@ -379,3 +379,22 @@ def test_a_version_3_file_resumes_exactly_like_the_current_one(small_raw, tmp_pa
         assert resume_experiment(run, plots=False)["status"] == "completed"
         runs[kind] = {f: (run / f).read_bytes() for f in ("metrics.csv", "comm.csv", "train.csv")}
     assert runs["v3"] == runs["v4"]
+
+
+def test_a_routing_worker_of_version_3_takes_its_episode_into_a_book():
+    """Before its decisions went through agents.rollout, a routing worker kept its episode under way in
+    ``_window``; read, the routing_amarl fixture's workers (version 0) hold an EpisodeBook with the same
+    running return and decisions, and the first outcome beside it (the resume's bytes:
+    tests/golden/test_old_checkpoints.py)."""
+    from agents.rollout import EpisodeBook
+
+    folder = fixture_dir("routing_amarl.yaml") / "checkpoints"
+    _, meta = load_checkpoint(next(folder.glob("ckpt_*.npz")))
+    path = folder / meta["snapshot"]["file"]
+    windows = [w.__dict__["_window"] for w in _raw(path)["workers"]]
+    assert any(w["length"] > 0 for w in windows)  # episodes under way
+    workers = load_snapshot(path, meta["snapshot"]["sha256"])["workers"]
+    for worker, window in zip(workers, windows):
+        assert "_window" not in worker.__dict__ and type(worker.book) is EpisodeBook
+        assert worker.book.returns.tolist() == [window["return"]] and worker.book.lengths.tolist() == [window["length"]]
+        assert worker.first_outcome == window["first_outcome"]
