@@ -17,7 +17,9 @@ the family's store hook needs (per-agent rewards, terminations, final observatio
 
 A family with another kind of environment writes its own adapter (``agents/vehicular.py``: one
 highway whose set of agents changes, restarted in the step that ends it; ``agents/coma.py``'s
-``Episode``; ``agents/routing.py``'s ``RoutingReplay``: one decision a step over an exact replay).
+``Episode``; ``agents/routing.py``'s ``RoutingReplay``: one decision a step over an exact replay, and
+``RoutingDecisions``: a training worker's request stream; ``agents/lsvi_agents.py``'s ``MDPEpisode``:
+a linear MDP's episode from its own uniforms).
 
 The hooks:
 
