@@ -3,7 +3,7 @@ and what every worker does with the circuit heads it holds (``worker_heads``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -139,22 +139,40 @@ class FlatParameters:
     """Re-seats a module's parameters as views of one flat buffer, gradients too.
 
     Loading parameters pulled from the server is then one copy, a pushed gradient is one array,
-    and an optimizer over ``self.flat`` updates every layer.
+    and an optimizer over ``self.flat`` updates every layer. ``writes`` counts the writes through
+    ``load``, so that what is derived from the parameters (a worker's acting weights) can tell that
+    it is stale; an optimizer stepping ``self.flat`` in place is not counted (no acting cache reads a
+    buffer an optimizer steps).
     """
 
     def __init__(self, *modules: nn.Module) -> None:
         params = [p for m in modules for p in m.parameters() if p.requires_grad]
-        total = sum(p.numel() for p in params)
-        self.flat = nn.Parameter(torch.zeros(total))
-        self.modules = modules
+        flat = nn.Parameter(torch.zeros(sum(p.numel() for p in params)))
         with torch.no_grad():
             offset = 0
             for m in modules:
                 for name, p in list(_named_leaf_params(m)):
                     n = p.numel()
-                    self.flat[offset:offset + n].copy_(p.reshape(-1))
+                    flat[offset:offset + n].copy_(p.reshape(-1))
                     offset += n
-        self.size = total
+        self._adopt(flat, modules)
+
+    @classmethod
+    def from_state(cls, flat: nn.Parameter, modules: Sequence[nn.Module]) -> "FlatParameters":
+        """The buffer ``flat`` (a snapshot's) over ``modules``, their parameters seated as its views again:
+        what a pickle of a flat buffer holds and rebuilds (``__reduce__``)."""
+        out = cls.__new__(cls)
+        out._adopt(flat, tuple(modules))
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a pickle (a sim snapshot) keeps tensors but not the views between them, nor .grad: it holds the
+        # buffer and the modules, and from_state seats the views again (no attribute name in the file)
+        return type(self).from_state, (self.flat, self.modules)
+
+    def _adopt(self, flat: nn.Parameter, modules: tuple[nn.Module, ...]) -> None:
+        self.flat, self.modules, self.size = flat, modules, flat.numel()
+        self.writes = 0
         self._seat()
 
     def _seat(self) -> None:
@@ -169,18 +187,10 @@ class FlatParameters:
                 owner.register_parameter(name, view)  # replaces the module's own, in its place
                 offset += n
 
-    def __getstate__(self) -> dict:
-        # pickling (a sim snapshot) keeps tensors but not the views between them, nor .grad: carry the
-        # buffer and the modules, and seat the views again on the way back
-        return {"flat": self.flat, "modules": self.modules, "size": self.size}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._seat()
-
     def load(self, values: np.ndarray) -> None:
         with torch.no_grad():
             self.flat.data.copy_(torch.from_numpy(values))
+        self.writes += 1
 
     def zero_grad(self) -> None:
         self.flat.grad.zero_()

@@ -25,6 +25,34 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.lsvi_planner import LsviStatistics, determinant_trigger, plan_optimistic, sync_condition
+from agents.rollout import EpisodeBook, Step, rollout
+
+
+class MDPEpisode:
+    """One episode of a linear MDP (``scenarios.linear_mdp.LinearMDP``) as a one-copy vector for
+    ``agents.rollout.rollout``, drawing from ``rng`` what the paper's setting draws: the horizon + 1
+    uniforms of the episode at its start, the first for the initial state (uniform over the states), the
+    (h + 1)-th for step h's transition (``mdp.sample_next_state`` inverts P_h(.|s, a) at it).
+    ``observe`` gives (h, state); a step's reward is r_h(s, a), its ``data`` ((state, action), next state),
+    and the episode ends after ``horizon`` steps."""
+
+    num_envs = 1
+
+    def __init__(self, mdp, rng: np.random.Generator) -> None:
+        self.mdp = mdp
+        self.uniforms = rng.random(mdp.horizon + 1)
+        self.h = 0
+        self.state = int(self.uniforms[0] * mdp.n_states)
+
+    def observe(self) -> tuple[int, int]:
+        return self.h, self.state
+
+    def step(self, action: int) -> Step:
+        h, state = self.h, self.state
+        self.state = self.mdp.sample_next_state(h, state, action, self.uniforms[h + 1])
+        self.h += 1
+        return Step(np.ones(1, dtype=bool), np.array([self.mdp.rewards[h, state, action]], dtype=np.float64),
+                    np.array([self.h == self.mdp.horizon]), ((state, action), self.state))
 
 
 @dataclass
@@ -135,21 +163,21 @@ class LsviAgent:
         self.policy_first_values = self.mdp.evaluate(self.policy)[0]
 
     def play_episode(self, rng: np.random.Generator) -> EpisodeResult:
-        """Play one episode greedily, record it locally, and return it with its exact regret."""
+        """Play one episode greedily (the shared rollout loop over ``MDPEpisode``), record it locally, and
+        return it with its exact regret."""
         self._adopt_pending()
         mdp = self.mdp
         horizon = mdp.horizon
-        uniforms = rng.random(horizon + 1)
-        state = int(uniforms[0] * mdp.n_states)
-        initial = state
+        episode = MDPEpisode(mdp, rng)
+        initial = episode.state
         states = np.empty(horizon, dtype=np.int64)
         actions = np.empty(horizon, dtype=np.int64)
         next_states = np.empty(horizon, dtype=np.int64)
-        for h in range(horizon):
-            action = int(self.policy[h, state])
-            states[h], actions[h] = state, action
-            state = mdp.sample_next_state(h, state, action, uniforms[h + 1])
-            next_states[h] = state
+
+        def store(t: int, obs: tuple[int, int], action: int, step: Step) -> None:
+            (states[t], actions[t]), next_states[t] = step.data
+
+        rollout(episode, EpisodeBook(1), horizon, lambda obs: int(self.policy[obs]), store=store)
         steps = np.arange(horizon)
         rewards = mdp.rewards[steps, states, actions]
         regret = float(self.optimal_first_values[initial] - self.policy_first_values[initial])

@@ -511,9 +511,11 @@ class SequenceAssembler:
         return self.layout.pad(padded, lengths)
 
 
-# a QWorker's numpy MLP weights (``NumpyMLP.linear_weights``) since its parameters last changed (a pull, an
-# evaluator's load): a cache outside the worker, so snapshots do not carry it (a resumed worker rebuilds it)
-_ACTING_WEIGHTS: "weakref.WeakKeyDictionary[QWorker, Any]" = weakref.WeakKeyDictionary()
+# a QWorker's numpy MLP weights (``NumpyMLP.linear_weights``), keyed by its flat parameter buffer, with
+# that buffer's ``writes`` when they were taken: a pull or an evaluator's load writes it (``load``), so a
+# stale entry is seen, not cleared by hand. Outside the worker, so snapshots do not carry it (a resumed
+# worker has a new buffer, and rebuilds it)
+_ACTING_WEIGHTS: "weakref.WeakKeyDictionary[FlatParameters, tuple[int, Any]]" = weakref.WeakKeyDictionary()
 
 
 class QWorker(PullingWorker):
@@ -564,9 +566,10 @@ class QWorker(PullingWorker):
         elif self._np_net is not None:
             kept: tuple[Any, ...] = ()
             if isinstance(self._np_net, NumpyMLP):  # its float64 weights converted once per pull, not per act
-                weights = _ACTING_WEIGHTS.get(self)
-                if weights is None:
-                    weights = _ACTING_WEIGHTS[self] = self._np_net.linear_weights()
+                writes, weights = _ACTING_WEIGHTS.get(self.flat, (None, None))
+                if writes != self.flat.writes:
+                    weights = self._np_net.linear_weights()
+                    _ACTING_WEIGHTS[self.flat] = (self.flat.writes, weights)
                 kept = (weights,)
             out, _ = self._np_net.forward(flat.astype(np.float64), *kept)
             if isinstance(self.net, DuelingQ):
@@ -581,7 +584,6 @@ class QWorker(PullingWorker):
         """The server's env step count rides with the parameters (the epsilon schedule's clock)."""
         self.server_steps = int(msg.info.get(ENV_STEPS, self.server_steps))
         self.steps_since = 0
-        _ACTING_WEIGHTS.pop(self, None)  # new parameters (or none: rebuilt all the same)
 
     def step(self) -> Work:
         chunk, episodes, taken = collect_chunk(self, self.hp.chunk_steps)
@@ -597,7 +599,6 @@ class QWorker(PullingWorker):
         """Returns of the first ``episodes`` episodes with every agent's masked argmax of its Q-values
         (agents.rollout.evaluate), in this worker's env reset with ``seed``: a worker kept for evaluation
         (its training vector no longer matches the env after this)."""
-        _ACTING_WEIGHTS.pop(self, None)  # an evaluator's parameters were loaded just before (flat.load)
         vec = q_vector(self.dims, self.env, seed, self.hp.team_reward)
         book = EpisodeBook(vec.num_envs)
         memory = QMemory(self.net, vec.num_envs * self.dims.n_agents) if self.memory is not None else None

@@ -72,6 +72,11 @@ def _unit_interval(key: str, value: Any) -> float:
     return float(value)
 
 
+def _plain_fields(fields: Sequence[Field]) -> list[tuple[str, tuple[int, ...], str]]:
+    """Fields as plain tuples (name, shape, dtype string): ``Field(*t)`` makes each again."""
+    return [(f.name, tuple(f.shape), np.dtype(f.dtype).str) for f in fields]
+
+
 def _as_field(field: Field, value: Any, rows: Optional[int]) -> np.ndarray:
     """``value`` as an array (rows, *field.shape) of the field's dtype; a wrong shape or kind raises."""
     arr = np.asarray(value)
@@ -163,24 +168,37 @@ class ReplayBuffer:
     # the most bytes of filled rows a pickle (the sim backend's snapshot) may hold; None: no limit
     snapshot_max_bytes: Optional[int] = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        # a pickle (the sim backend's snapshot) keeps the filled rows only, not the whole preallocated
-        # capacity: a run's snapshot grows with the buffer's content. Past snapshot_max_bytes it refuses
-        # (TypeError: the sim backend then checkpoints without a snapshot and says so once)
+    def layout(self) -> dict[str, Any]:
+        """The constructor's arguments as plain data: ``fields`` as (name, shape, dtype string) tuples,
+        ``capacity`` (a subclass adds its own): what ``from_state`` builds an empty buffer of this shape
+        from."""
+        return {"fields": _plain_fields(self.fields), "capacity": self.capacity}
+
+    @classmethod
+    def from_state(cls, layout: Mapping[str, Any], state: Mapping[str, np.ndarray],
+                   snapshot_max_bytes: Optional[int] = None) -> "ReplayBuffer":
+        """A buffer of ``layout`` (``layout()``) holding ``state`` (``state_dict()``): what a pickle of a
+        buffer holds and rebuilds (``__reduce__``); ``snapshot_max_bytes`` as the pickled buffer had it."""
+        args = dict(layout)
+        for key in ("fields", "episode_fields"):  # (an episode buffer's too)
+            if key in args:
+                args[key] = [Field(*f) for f in args[key]]
+        buffer = cls(**args)
+        buffer.load_state_dict(state)
+        if snapshot_max_bytes is not None:
+            buffer.snapshot_max_bytes = snapshot_max_bytes
+        return buffer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a pickle (the sim backend's snapshot) holds the buffer as data, its layout and state_dict(): the
+        # filled rows only, not the whole preallocated capacity, so a run's snapshot grows with the
+        # buffer's content, and no attribute name of this class is in the file. Past snapshot_max_bytes
+        # it refuses (TypeError: the sim backend then checkpoints without a snapshot and says so once)
         filled = self.size * self.bytes_per_transition
         if self.snapshot_max_bytes is not None and filled > self.snapshot_max_bytes:
             raise TypeError(f"the replay buffer holds {filled} bytes, more than "
                             f"algorithm.replay.snapshot_max_bytes={self.snapshot_max_bytes}")
-        state = self.__dict__.copy()
-        state["data"] = {name: arr[:self.size].copy() for name, arr in self.data.items()}
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        filled = state.pop("data")
-        self.__dict__.update(state)
-        self.data = {f.name: np.zeros((self.capacity, *f.shape), f.dtype) for f in self.fields}
-        for name, arr in filled.items():
-            self.data[name][:len(arr)] = arr
+        return type(self).from_state, (self.layout(), self.state_dict(), self.snapshot_max_bytes)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Plain arrays: ``data.<field>`` (the filled rows, views of the storage: save them before the
@@ -341,6 +359,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if p.size:
             self.max_priority = max(self.max_priority, float(p.max()))
 
+    def layout(self) -> dict[str, Any]:
+        return dict(super().layout(), alpha=self.alpha, priority_eps=self.priority_eps)
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """The ring buffer's arrays plus ``priorities`` (the filled leaves, p^alpha), ``max_priority``, ``alpha``."""
         state = super().state_dict()
@@ -464,6 +485,10 @@ class EpisodeBuffer(ReplayBuffer):
             raise ValueError("'mask' is the episode buffer's own field; name the field otherwise")
         padded = [Field(f.name, (self.max_len, *f.shape), f.dtype) for f in self.step_fields]
         super().__init__(padded + [Field("mask", (self.max_len,), np.bool_)] + list(self.episode_fields), capacity)
+
+    def layout(self) -> dict[str, Any]:
+        return {"fields": _plain_fields(self.step_fields), "capacity": self.capacity, "max_len": self.max_len,
+                "episode_fields": _plain_fields(self.episode_fields)}
 
     def pad(self, episodes: Mapping[str, Any], lengths: Any = None) -> dict[str, np.ndarray]:
         """E episodes, each step field (E, L, *shape) with L <= max_len and ``lengths`` (E,) (default L),

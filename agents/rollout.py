@@ -17,7 +17,9 @@ the family's store hook needs (per-agent rewards, terminations, final observatio
 
 A family with another kind of environment writes its own adapter (``agents/vehicular.py``: one
 highway whose set of agents changes, restarted in the step that ends it; ``agents/coma.py``'s
-``Episode``; ``agents/routing.py``'s ``RoutingReplay``: one decision a step over an exact replay).
+``Episode``; ``agents/routing.py``'s ``RoutingReplay``: one decision a step over an exact replay, and
+``RoutingDecisions``: a training worker's request stream; ``agents/lsvi_agents.py``'s ``MDPEpisode``:
+a linear MDP's episode from its own uniforms).
 
 The hooks:
 
@@ -28,6 +30,12 @@ The hooks:
   buffer's transitions); left out for evaluation.
 - ``row(i) -> dict``: extra fields of the metrics row of an episode that ended in copy ``i``
   (``version``, coverage...), beside ``return`` and ``length``.
+
+A step whose reward is not known when it is made (routing: a commit's reward is in the commit
+service's reply, which comes after the worker's step has returned) is ``Step.deferred``: the loop
+counts it and stores it but does not book it; the family books it with ``book_step`` when the reply
+comes. Nothing waits inside the loop, so a worker between its step and the reply is plain data (a
+sim snapshot pickles it), where a loop suspended in a generator could not be pickled.
 
 The episode bookkeeping (``EpisodeBook``: each copy's running return and length, added to on
 valid steps only) is one object the worker keeps between rollouts (it is part of an exact resume's
@@ -55,6 +63,7 @@ class Step:
     reward: np.ndarray  # (E,) float64: the team's reward, 0 where not valid
     ended: np.ndarray   # (E,) bool: the copy's episode ended at this (valid) step
     data: Any = None    # the adapter's per-step details for the family's store hook
+    deferred: bool = False  # its rewards come later (a service's reply): its caller books it then (book_step)
 
 
 class VectorEnv(Protocol):
@@ -148,13 +157,25 @@ def rollout(vec: VectorEnv, book: EpisodeBook, steps: Optional[int], act: Callab
         if store is not None:
             store(t, obs, action, step)
         taken += int(step.valid.sum())
-        for i in book.add(step):
-            out = book.close(i)
-            if row is not None:
-                out.update(row(i))
-            episodes.append(out)
+        if not step.deferred:
+            episodes += book_step(book, step, row)
         t += 1
     return episodes, taken
+
+
+def book_step(book: EpisodeBook, step: Step, row: Optional[Callable[[int], dict[str, Any]]] = None
+              ) -> list[dict[str, Any]]:
+    """Take one step into ``book``; the metrics rows of the episodes that ended there (copy order;
+    ``row(i)``'s fields after return and length). ``rollout`` books every step it makes but a deferred
+    one (``Step.deferred``: a decision whose reward a service's reply brings); the family books that
+    one, as resolved, when the reply comes (agents/routing.py)."""
+    out = []
+    for i in book.add(step):
+        closed = book.close(i)
+        if row is not None:
+            closed.update(row(i))
+        out.append(closed)
+    return out
 
 
 def evaluate(vec: VectorEnv, episodes: int, act: Callable[[Any], Any], to_env: Callable[[Any], Any] = _same,

@@ -24,7 +24,7 @@ import torch
 
 from agents.actor_critic import PPOConfig, PullingWorker, actor_critic_update, build_models, make_optimizer, sample_actions
 from agents.heads import FlatParameters, count_params, head_report, worker_heads
-from agents.rollout import Step, evaluate
+from agents.rollout import EpisodeBook, Step, book_step, evaluate, rollout
 from marl_q.errors import ConfigError, UserError
 from marl_q.evaluation import EvalProgress, eval_progress
 from marl_q.messages import SERVER, TRAIN, Message
@@ -402,6 +402,49 @@ class CommitService(Service):
 
 
 # ----------------------------------------------------------------------------- worker
+class RoutingDecisions:
+    """A training worker's request stream as a one-copy vector for ``agents.rollout.rollout``, made for
+    each of its steps (its state is the worker's). ``observe`` opens the next request when none is open
+    (the worker's due releases patched into its snapshot) and gives its observation against the
+    worker's snapshot; ``step(action)`` plans it and queues the message it sends (``messages``): a
+    release after a reject, whose reward is known now, or a commit, whose reward and end the commit
+    service's reply brings (``Step.deferred``; the worker books it in ``pulled``)."""
+
+    num_envs = 1
+
+    def __init__(self, worker: "RoutingPPOWorker") -> None:
+        self.worker = worker
+        self.messages: list[Message] = []
+
+    def observe(self) -> np.ndarray:
+        w = self.worker
+        if not w.request_open:
+            w._next_request()
+        obs, self.feasible = w.stream.observe(w.snapshot)
+        return obs
+
+    def step(self, action: int) -> Step:
+        w = self.worker
+        plan = w.stream.act(action, self.feasible)
+        release_ids = np.array(w.releases, dtype=np.int64)
+        w.releases = []
+        clock = np.array([w.stream.current.time_s], dtype=np.float64)
+        w.seq += 1
+        if plan.delta is None:
+            self.messages.append(Message(w.name, SERVER, RELEASE, {"release_ids": release_ids, "clock": clock},
+                                         base_version=w.version, seq=w.seq))
+            return w._resolved(plan.reward, True)
+        w.pending = plan
+        d = plan.delta
+        self.messages.append(Message(w.name, SERVER, COMMIT, {
+            "release_ids": release_ids,
+            "request": np.array([d.request_id, d.link_amounts[0] if len(d.link_amounts) else 0,
+                                 d.node_amounts[0] if len(d.node_amounts) else 0], dtype=np.int64),
+            "links": d.link_ids.astype(np.int64), "nodes": d.node_ids.astype(np.int64), "clock": clock},
+            base_version=w.snapshot.version, seq=w.seq))
+        return Step(np.ones(1, dtype=bool), np.zeros(1), np.zeros(1, dtype=bool), deferred=True)
+
+
 class RoutingPPOWorker(PullingWorker):
     """Routes one request stream, one decision per step, and learns with the actor-critic core's
     PPO update (``agents.actor_critic.actor_critic_update``). It says hello and waits for the commit
@@ -438,8 +481,9 @@ class RoutingPPOWorker(PullingWorker):
         self.fresh = True
         self.compute_s = 0.0   # real seconds spent in step() and deliver(): this agent's own compute
         self.version = 0
-        self._window = {"return": 0.0, "length": 0, "first_outcome": 0}
-        self._rows: list[dict[str, Any]] = []
+        self.book = EpisodeBook(1)  # the episode under way: its return and decisions (agents.rollout)
+        self.first_outcome = 0  # its first request outcome (stream.outcomes)
+        self._rows: list[dict[str, Any]] = []  # episodes that ended in a reply, for the next step's Work
         self._trained: list[dict[str, Any]] = []  # diagnostics of the updates not yet uploaded
 
     def pulled(self, msg: Message) -> None:
@@ -453,7 +497,7 @@ class RoutingPPOWorker(PullingWorker):
             reward, finished = self.stream.resolve(plan, accepted)
             if accepted:
                 self.held[plan.delta.request_id] = plan.delta
-            self._record(reward, finished)
+            self._rows += book_step(self.book, self._resolved(reward, finished), self._episode_row)
         self.compute_s += time.perf_counter() - t0
 
     def _next_request(self) -> None:
@@ -468,45 +512,34 @@ class RoutingPPOWorker(PullingWorker):
             self.releases.append(rid)
 
     def step(self) -> Work:
+        """One decision through the shared rollout loop (``agents.rollout.rollout`` over
+        ``RoutingDecisions``): a PPO update first when n_steps rewards are in, then sample, plan and send.
+        A commit's reward comes with the reply (``pulled``), so its step is deferred and booked there."""
         t0 = time.perf_counter()
-        messages: list[Message] = []
-        if not self.request_open:
-            self._next_request()
-        obs, feasible = self.stream.observe(self.snapshot)
-        if len(self.rew_buf) >= self.ac.n_steps:
-            self._update(obs)
-            if self.rollouts % self.ac.policy_push_every == 0:
-                messages.append(self.policy_message())
-        action = int(sample_actions(self.actor, obs[None], self.rng)[0])
-        self.obs_buf.append(obs)
-        self.act_buf.append(action)
-        plan = self.stream.act(action, feasible)
-        release_ids = np.array(self.releases, dtype=np.int64)
-        self.releases = []
-        clock = np.array([self.stream.current.time_s], dtype=np.float64)
-        self.seq += 1
-        if plan.delta is None:
-            self._record(plan.reward, True)
-            messages.append(Message(self.name, SERVER, RELEASE, {"release_ids": release_ids, "clock": clock},
-                                    base_version=self.version, seq=self.seq))
-        else:
-            self.pending = plan
-            d = plan.delta
-            messages.append(Message(self.name, SERVER, COMMIT, {
-                "release_ids": release_ids,
-                "request": np.array([d.request_id, d.link_amounts[0] if len(d.link_amounts) else 0,
-                                     d.node_amounts[0] if len(d.node_amounts) else 0], dtype=np.int64),
-                "links": d.link_ids.astype(np.int64), "nodes": d.node_ids.astype(np.int64), "clock": clock},
-                base_version=self.snapshot.version, seq=self.seq))
+        decisions = RoutingDecisions(self)
+
+        def act(obs: np.ndarray) -> int:
+            if len(self.rew_buf) >= self.ac.n_steps:
+                self._update(obs)
+                if self.rollouts % self.ac.policy_push_every == 0:
+                    decisions.messages.append(self.policy_message())
+            return int(sample_actions(self.actor, obs[None], self.rng)[0])
+
+        def store(t: int, obs: np.ndarray, action: int, step: Step) -> None:
+            self.obs_buf.append(obs)
+            self.act_buf.append(action)
+
+        rows, taken = rollout(decisions, self.book, 1, act, store=store, row=self._episode_row)
+        messages = decisions.messages
         if self.fresh:
             messages[-1].info[FRESH_START] = True
             self.fresh = False
         self.waiting = True
-        rows, self._rows = self._rows, []
+        rows, self._rows = self._rows + rows, []
         self.compute_s += time.perf_counter() - t0
         for row in rows:
             row["compute_s"] = self.compute_s
-        return Work(messages, env_steps=1, episodes=rows, resources=head_report(self.resources))
+        return Work(messages, env_steps=taken, episodes=rows, resources=head_report(self.resources))
 
     def policy_message(self) -> Message:
         """Upload of the current actor and critic parameters, with the diagnostics of the local updates
@@ -515,22 +548,25 @@ class RoutingPPOWorker(PullingWorker):
         return Message(self.name, SERVER, POLICY, {"params": self.flat.numpy().astype(np.float32)},
                        base_version=self.version, info={TRAIN: trained} if trained else {})
 
-    def _record(self, reward: float, finished: bool) -> None:
+    def _resolved(self, reward: float, finished: bool) -> Step:
+        """A decision's step once its reward is known: kept for the update; the episode ends when its
+        request is finished and ``episode_requests`` requests have an outcome since the episode began."""
         self.rew_buf.append(reward)
-        w = self._window
-        w["return"] += reward
-        w["length"] += 1
+        ended = False
         if finished:
             self.request_open = False
-            done = self.stream.outcomes[w["first_outcome"]:]
-            if len(done) >= self.ac.episode_requests:
-                lat = [o.latency_ms for o in done if o.outcome == ACCEPTED]
-                self._rows.append({
-                    "return": w["return"], "length": w["length"], "requests": len(done),
-                    "gos": len(lat) / len(done), "latency_ms": float(np.mean(lat)) if lat else float("nan"),
-                    "refusals": int(sum(o.refusals for o in done)), "net_time_s": done[-1].time_s,
-                    "service": "+".join(self.stream.services), "version": self.version})
-                self._window = {"return": 0.0, "length": 0, "first_outcome": len(self.stream.outcomes)}
+            ended = len(self.stream.outcomes) - self.first_outcome >= self.ac.episode_requests
+        return Step(np.ones(1, dtype=bool), np.array([reward], dtype=np.float64), np.array([ended]))
+
+    def _episode_row(self, i: int) -> dict[str, Any]:
+        """The routing fields of the episode that ended (``rollout``'s ``row`` hook): its requests'
+        grade of service, latency and refusals, from the outcomes since it began."""
+        done = self.stream.outcomes[self.first_outcome:]
+        lat = [o.latency_ms for o in done if o.outcome == ACCEPTED]
+        self.first_outcome = len(self.stream.outcomes)
+        return {"requests": len(done), "gos": len(lat) / len(done), "latency_ms": float(np.mean(lat)) if lat else float("nan"),
+                "refusals": int(sum(o.refusals for o in done)), "net_time_s": done[-1].time_s,
+                "service": "+".join(self.stream.services), "version": self.version}
 
     def _update(self, next_obs: np.ndarray) -> None:
         """One PPO update on the last n_steps decisions (a continuing task: bootstrap from next_obs)."""

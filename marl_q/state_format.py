@@ -14,9 +14,11 @@ where ``state`` is what the sim backend's ``capture()`` returns plus the runtime
   ``service``: the run's objects, pickled with torch's pickler (tensors stored once, views kept) and
   environments captured by their full state (``rundir._FullStatePickler``: an ``EzPickle`` env is saved
   by its attributes, not by its constructor, so that the episode it is in goes on). Parameters,
-  optimiser moments and replay buffers travel as tensors and arrays; the replay buffer saves its filled
-  rows only (``ReplayBuffer.__getstate__``), a flat parameter buffer its storage and not the views into
-  it (``FlatParameters.__getstate__``), a circuit or head none of its caches.
+  optimiser moments and replay buffers travel as tensors and arrays. Two objects are pickled as data
+  rebuilt by a named constructor (``__reduce__``), so no attribute name of theirs is in the file: a
+  replay buffer as ``ReplayBuffer.from_state(layout, state_dict(), snapshot_max_bytes)`` (its filled
+  rows only), a flat parameter buffer as ``FlatParameters.from_state(flat, modules)`` (its storage
+  and modules; the views into it are seated again). A circuit or head saves none of its caches.
 
 Version 0 is every snapshot written before this header existed: the bare state dict, pickled (or
 torch-saved) whole. Reading a file upgrades it step by step through ``MIGRATIONS`` (version v -> v + 1),
@@ -45,7 +47,7 @@ import numpy as np
 from marl_q.errors import CheckpointError
 
 FORMAT = "marl-q sim snapshot"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 def pack(state: dict[str, Any]) -> dict[str, Any]:
@@ -308,9 +310,54 @@ def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# -- version 3 -> 4 ------------------------------------------------------------------------------
+# Version 3 (and every version before it) pickled a replay buffer (agents.replay.ReplayBuffer and its
+# subclasses) as its attribute dict with ``data`` cut to the filled rows, and a flat parameter buffer
+# (agents.heads.FlatParameters) as {flat, modules, size}; each class's ``__setstate__`` rebuilt the rest.
+# Those are gone: both now pickle as data through a named constructor (``__reduce__``), so an older
+# file's objects come back as their saved attribute dicts and are rebuilt here, in place (the state's
+# other references to them stay good), by that same constructor from what the current pickle would
+# hold of them. The earlier steps never read a buffer's rows or a parameter's gradient: they see these
+# objects as saved, which is all they read (a flat buffer's modules hold the same values, views or
+# not). A flat buffer an earlier step built (a Q-learner's, version 2 -> 3) has today's layout
+# (``writes``) and is left as it is: seating its views again would replace parameters that step's
+# objects hold. The same version moved a routing worker's decisions onto agents.rollout's loop: its
+# episode under way goes from its own counters to an EpisodeBook (``_routing_book``).
+
+def _v3_layout(obj: Any) -> bool:
+    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
+    if "agents.heads.FlatParameters" in names:
+        return "writes" not in obj.__dict__
+    return "agents.replay.ReplayBuffer" in names
+
+
+def _routing_book(worker: Any) -> None:
+    # version 3's routing worker (agents.routing.RoutingPPOWorker) kept its episode under way in its own
+    # ``_window`` (return, decisions, first outcome); its decisions now go through agents.rollout, whose
+    # EpisodeBook keeps the return and length (the same running sums), the first outcome beside it
+    window = worker.__dict__.pop("_window", None)
+    if window is not None:
+        worker.book = _loaded("agents.rollout").EpisodeBook.resumed(
+            np.array([window["return"]], dtype=np.float64), np.array([window["length"]], dtype=np.int64))
+        worker.first_outcome = window["first_outcome"]
+
+
+def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
+    for obj in list(_reachable(state)):
+        if _v3_layout(obj):
+            rebuild, args = obj.__reduce__()[:2]
+            fresh = rebuild(*args)
+            obj.__dict__.clear()
+            obj.__dict__.update(fresh.__dict__)
+        elif any(f"{cls.__module__}.{cls.__qualname__}" == "agents.routing.RoutingPPOWorker" for cls in type(obj).__mro__):
+            _routing_book(obj)
+    return state
+
+
 # version v -> the function that takes a state of version v to version v + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
+    3: _v3_to_v4,
 }

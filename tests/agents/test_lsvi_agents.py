@@ -168,3 +168,36 @@ def test_non_positive_alpha_and_threshold_are_rejected(bad):
         AsyncCoopAgent(tiny_mdp(), LAM, BETA, bad)
     with pytest.raises(ValueError, match="sync_threshold"):
         CoopSyncAgent(tiny_mdp(), LAM, BETA, bad)
+
+
+def test_an_episode_on_the_rollout_core_matches_the_loop_it_replaced():
+    """play_episode steps the MDP through agents.rollout.rollout (MDPEpisode): against its old loop
+    (written out), on a policy that changes between episodes, the same states, actions, rewards, next
+    states and first state, and the generator left where the old loop left it."""
+    mdp = LinearMDP(n_states=6, n_actions=3, d=4, horizon=5, seed=2)
+
+    def old_loop(policy, rng):
+        uniforms = rng.random(mdp.horizon + 1)
+        state = int(uniforms[0] * mdp.n_states)
+        initial = state
+        states, actions, next_states = (np.empty(mdp.horizon, dtype=np.int64) for _ in range(3))
+        for h in range(mdp.horizon):
+            action = int(policy[h, state])
+            states[h], actions[h] = state, action
+            state = mdp.sample_next_state(h, state, action, uniforms[h + 1])
+            next_states[h] = state
+        return initial, states, actions, mdp.rewards[np.arange(mdp.horizon), states, actions], next_states
+
+    agent = IndependentAgent(mdp, LAM, BETA)
+    rng, twin = np.random.default_rng(4), np.random.default_rng(4)
+    seen = set()
+    for _ in range(30):
+        want = old_loop(agent.policy.copy(), twin)
+        got = agent.play_episode(rng)  # (re-plans after it: the next episode's policy differs)
+        assert got.initial_state == want[0]
+        for a, b in zip((got.states, got.actions, got.rewards, got.next_states), want[1:]):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+        seen |= {tuple(got.actions)}
+        assert rng.bit_generator.state == twin.bit_generator.state
+    assert len(seen) > 1

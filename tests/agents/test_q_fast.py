@@ -251,3 +251,31 @@ def test_q_worker_acts_with_kept_weights_as_the_uncached_forward_after_each_chan
     worker.flat.load(new * np.float32(0.5))  # an evaluator's load, then its greedy episodes
     worker.play_greedy(1, seed=3)
     np.testing.assert_array_equal(worker.q_values(obs), uncached())
+
+
+def test_q_worker_acting_weights_check_the_flat_buffers_write_count():
+    """The kept weights are keyed by the flat buffer and its ``writes``: kept while nothing writes it
+    (the same arrays), taken again after any ``load`` (no clear by hand: a plain load between two acts),
+    and a worker out of a snapshot (a new buffer, whose count starts again at 0) takes its own."""
+    import pickle
+
+    from agents.q_learning import _ACTING_WEIGHTS
+
+    cfg = load_config(SCEN / "cartpole_dqn.yaml", ["run.progress=false", "run.plots=false"])
+    worker = QWorker(cfg, 0)
+    obs = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    worker.q_values(obs)
+    kept = _ACTING_WEIGHTS[worker.flat]
+    worker.q_values(obs)
+    assert _ACTING_WEIGHTS[worker.flat] is kept and kept[0] == worker.flat.writes == 0
+    worker.flat.load(worker.flat.numpy() * np.float32(-2.0))
+    assert worker.flat.writes == 1
+    np.testing.assert_array_equal(worker.q_values(obs), NumpyMLP(worker.net).forward(obs.astype(np.float64))[0])
+    assert _ACTING_WEIGHTS[worker.flat][0] == 1
+    with torch.no_grad():  # the torch network is the reference the kept weights must equal
+        torch_q = worker.net(torch.from_numpy(obs)).double().numpy()
+    np.testing.assert_allclose(worker.q_values(obs), torch_q, rtol=1e-5, atol=1e-6)
+
+    back = pickle.loads(pickle.dumps(worker))
+    assert back.flat is not worker.flat and back.flat not in _ACTING_WEIGHTS and back.flat.writes == 0
+    np.testing.assert_array_equal(back.q_values(obs), worker.q_values(obs))

@@ -8,7 +8,8 @@ import pytest
 
 from agents.actor_critic import ActorCriticWorker
 from agents.mappo import TeamWorker
-from agents.rollout import AgentEpisodeBook, BatchedCopies, EpisodeBook, GymVector, ParallelCopies, Step, evaluate, rollout, team_copies
+from agents.rollout import (AgentEpisodeBook, BatchedCopies, EpisodeBook, GymVector, ParallelCopies, Step, book_step, evaluate,
+                            rollout, team_copies)
 from agents.vehicular import VehicularA3CWorker
 from marl_q.config import build_config
 from marl_q.rundir import load_snapshot, save_snapshot
@@ -52,6 +53,45 @@ def test_rollout_books_each_copy_on_its_valid_steps_and_reports_episodes_in_copy
     # what is left in the book is the running episode: copy 1 has stepped once since its restart at 7
     np.testing.assert_array_equal(book.lengths, [0, 1, 0])
     np.testing.assert_array_equal(book.returns, [0.0, 11.0, 0.0])
+
+
+def test_a_deferred_step_is_counted_and_stored_but_booked_by_its_caller():
+    """``Step.deferred``: the loop counts and stores the step but leaves it out of the book; ``book_step``
+    books it as resolved later (routing books a commit when the service's reply comes). Booking each
+    deferred step before the next is made gives the rows and book of the loop that knew every reward."""
+    vec, book = Countdown(3), EpisodeBook(3)
+    want, want_steps = rollout(vec, book, 9, act=lambda obs: obs * 0 + 1, row=lambda i: {"copy": i})
+
+    class Deferring(Countdown):
+        """Countdown whose odd steps' rewards come later: they are held in ``held``."""
+
+        def __init__(self, n: int) -> None:
+            super().__init__(n)
+            self.k, self.held = 0, None
+
+        def step(self, actions: np.ndarray) -> Step:
+            step = super().step(actions)
+            self.k += 1
+            if self.k % 2:
+                self.held = step
+                return Step(step.valid, np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=bool), deferred=True)
+            return step
+
+    vec, book2 = Deferring(3), EpisodeBook(3)
+    rows, stored, steps = [], [], 0
+    for _ in range(9):
+        got, taken = rollout(vec, book2, 1, act=lambda obs: obs * 0 + 1, store=lambda t, o, a, s: stored.append(s.deferred),
+                             row=lambda i: {"copy": i})
+        assert got == [] or not stored[-1]  # the loop booked no deferred step
+        rows += got
+        steps += taken
+        if vec.held is not None:  # its reply: booked now
+            rows += book_step(book2, vec.held, row=lambda i: {"copy": i})
+            vec.held = None
+    assert stored == [True, False] * 4 + [True] and steps == want_steps
+    assert rows == want
+    np.testing.assert_array_equal(book2.returns, book.returns)
+    np.testing.assert_array_equal(book2.lengths, book.lengths)
 
 
 def test_evaluate_returns_the_first_episodes_to_end():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.routing import (ACCEPT, COMMIT, FRESH_START, REFUSE, RELEASE, SNAPSHOT, IndependentRoutingPPO,
+from agents.routing import (ACCEPT, COMMIT, FRESH_START, POLICY, REFUSE, RELEASE, SNAPSHOT, IndependentRoutingPPO,
                             RandomFeasible, UniformRandom, shortest_path_first_fit)
 from marl_q.config import load_config
 from marl_q.errors import ConfigError
@@ -237,3 +237,51 @@ def test_sim_runs_are_reproducible(tmp_path: Path) -> None:
     with open(tmp_path / "a" / "metrics_wall.csv") as f:
         walls = list(csv.DictReader(f))
     assert walls and all(float(row["compute_s"]) > 0.0 for row in walls)
+
+
+def _drive(worker, server, steps: int, inbox: list) -> list:
+    """``steps`` decisions of ``worker`` against ``server``: the replies to a step's messages are held
+    in ``inbox`` and delivered when the next step starts, so a worker left by this waits for them. The
+    messages sent and the episodes ended, step by step (wall seconds aside)."""
+    out = []
+    for _ in range(steps):
+        while inbox:
+            worker.deliver(inbox.pop(0))
+        assert worker.ready()
+        work = worker.step()
+        for msg in work.messages:
+            inbox += server.receive(msg, 0.0)
+        out.append(([(m.kind, m.seq, m.base_version, sorted(m.info), {k: np.asarray(v).tolist() for k, v in m.payload.items()})
+                     for m in work.messages], [{k: v for k, v in row.items() if k != "compute_s"} for row in work.episodes],
+                    work.env_steps))
+    return out
+
+
+def test_a_worker_snapshotted_between_a_commit_and_its_reply_goes_on_exactly(tmp_path) -> None:
+    """A training decision runs through the shared rollout loop (agents.rollout.rollout over
+    RoutingDecisions); a commit's step is booked when the reply comes (Step.deferred), so between the
+    two the worker is plain data, not a suspended loop. Snapshotted there with its server (as the sim
+    backend does) and given the same replies, each copy sends the same messages and ends the same
+    episodes as the worker that was not."""
+    from marl_q.rundir import load_snapshot, save_snapshot
+
+    cfg = load_config(AMARL, TINY + ["algorithm.max_clock_skew_s=1e9"])  # w0 alone runs: no reply held back
+    algo = IndependentRoutingPPO(cfg)
+    server = Server(algo.make_service(), ["w0", "w1", "w2"], cfg.server, Ledger(None))
+    worker = algo.make_worker(0)
+    inbox = server.receive(worker.start()[0], 0.0)
+    before = _drive(worker, server, 150, inbox)
+    assert any(rows for _, rows, _ in before) and worker.rollouts >= 1  # episodes ended, updates ran
+    while not (inbox and inbox[0].kind in (ACCEPT, REFUSE)):  # stop between a commit and its reply
+        before += _drive(worker, server, 1, inbox)
+    assert worker.pending is not None and worker.book.lengths[0] > 0
+    # what the sim backend keeps: the worker, the service, the messages in flight (the server's core as data)
+    digest = save_snapshot(tmp_path / "s.pkl", {"worker": worker, "service": server.service, "inbox": inbox,
+                                                "server": server.state()})
+    copies = [load_snapshot(tmp_path / "s.pkl", digest) for _ in range(2)]
+    want = _drive(worker, server, 200, inbox)
+    assert sum(len(rows) for _, rows, _ in want) >= 2 and any(m[0] == POLICY for msgs, _, _ in want for m in msgs)
+    for copy in copies:
+        again = Server(copy["service"], ["w0", "w1", "w2"], cfg.server, Ledger(None))
+        again.load_state(copy["server"])
+        assert _drive(copy["worker"], again, 200, copy["inbox"]) == want

@@ -1,7 +1,7 @@
 """The versioned state format of sim snapshots (marl_q/state_format.py): files carry their version,
 older versions are upgraded through the one migration table, a version this marl-q does not know (or
 a file that holds no state) is one line and exit code 2 at `marlq resume`, and no class keeps a
-``__setstate__`` for old layouts."""
+``__setstate__``: old layouts are migrated, and objects pickle as data through named constructors."""
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +17,7 @@ import torch
 from marl_q.cli import main
 from marl_q.errors import CheckpointError
 from marl_q.experiment import resume_experiment
-from marl_q.rundir import _FullStatePickle, checkpoints, load_checkpoint, load_snapshot, save_checkpoint, save_snapshot
+from marl_q.rundir import _FullStatePickle, _FullStatePickler, checkpoints, load_checkpoint, load_snapshot, save_checkpoint, save_snapshot
 from marl_q.state_format import FORMAT, FORMAT_VERSION, MIGRATIONS, pack, rng_from_state, rng_state, upgrade, version_of
 from tests.golden.old_checkpoints import fixture_dir
 from tests.marl_q.test_resume import _stopped_run
@@ -213,17 +213,188 @@ def test_an_unknown_version_or_a_file_without_a_state_is_one_line_and_exit_2(sma
     assert load_checkpoint(checkpoints(run)[0])[1]["updates"] == 15
 
 
-# the __setstate__ methods that rebuild what is never saved, each with its reason; a new one needs
-# one too, and an old layout goes to a migration instead (docs/runtime.md, "State format and migrations")
-DERIVED = {
-    "agents/heads.py": "the flat parameter buffer's views and gradients, seated again",
-    "agents/replay.py": "the buffer's empty capacity, allocated again (a snapshot holds the filled rows)",
-}
-
-
-def test_no_class_takes_up_old_layouts_in_setstate():
-    """Old layouts are migrated in marl_q/state_format.py only. What ``__setstate__`` is left rebuilds
-    derived state that is never saved (``DERIVED``), not an old file's layout."""
+def test_no_class_keeps_a_setstate():
+    """Old layouts are migrated in marl_q/state_format.py only, and what an object leaves out of its
+    pickle it rebuilds through a named constructor (``__reduce__``, e.g. ``ReplayBuffer.from_state``),
+    so no class has a ``__setstate__`` (docs/runtime.md, "State format and migrations")."""
     found = sorted(str(path.relative_to(ROOT)) for package in ("marl_q", "agents", "circuits", "scenarios", "analysis")
                    for path in (ROOT / package).rglob("*.py") if "def __setstate__" in path.read_text())
-    assert found == sorted(DERIVED)
+    assert found == []
+
+
+# -- version 3 -> 4: the replay and flat parameter buffers, pickled as data --------------------------
+
+def _v3_pickle(obj) -> object:
+    """What a version-3 file held of a replay or flat parameter buffer, unpickled by today's classes:
+    the object with the attribute dict its ``__getstate__`` then returned (written out here, from the
+    version-3 code), and no ``__setstate__`` to rebuild the rest."""
+    from agents.heads import FlatParameters
+
+    if isinstance(obj, FlatParameters):
+        state = {"flat": obj.flat, "modules": obj.modules, "size": obj.size}
+    else:
+        state = obj.__dict__.copy()
+        state["data"] = {name: arr[:obj.size].copy() for name, arr in obj.data.items()}
+    old = type(obj).__new__(type(obj))
+    old.__dict__.update(state)
+    return old
+
+
+class _V3Pickler(_FullStatePickler):
+    """Writes the two buffers as version 3 did (``copyreg.__newobj__`` and their ``__getstate__`` dict),
+    the rest as today."""
+
+    def reducer_override(self, obj):
+        from agents.heads import FlatParameters
+        from agents.replay import ReplayBuffer
+
+        if isinstance(obj, (FlatParameters, ReplayBuffer)):
+            import copyreg
+
+            return copyreg.__newobj__, (type(obj),), _v3_pickle(obj).__dict__, None, None
+        return super().reducer_override(obj)
+
+
+class _V3Pickle:
+    Pickler = _V3Pickler
+    Unpickler = pickle.Unpickler
+    HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def test_version_3_buffers_are_rebuilt_in_place_by_their_constructors():
+    """A version-3 replay buffer (filled rows only) and flat parameter buffer (no views) are rebuilt by
+    ``_v3_to_v4``: the same rows, counters and priority trees as before the pickle (so the same draws),
+    the parameters views of the flat buffer again (gradients too), every reference to them kept; a flat
+    buffer of today's layout (one a step before built) is left as it is."""
+    from torch import nn
+
+    from agents.heads import FlatParameters
+    from agents.replay import EpisodeBuffer, Field, PrioritizedReplayBuffer, ReplayBuffer
+
+    fields = [Field("obs", (3,)), Field("action", (), np.int64), Field("done", (), np.bool_)]
+    rng = np.random.default_rng(0)
+    chunk = {"obs": rng.random((11, 3)), "action": rng.integers(0, 4, 11), "done": rng.random(11) < 0.3}
+    ring = ReplayBuffer(fields, 8)
+    ring.add(chunk)  # wrapped: pos 3, size 8
+    part = PrioritizedReplayBuffer(fields, 16, alpha=0.6)
+    part.add(chunk)  # part-filled: size 11 of 16
+    part.update_priorities(np.array([0, 4, 9]), np.array([2.0, 0.1, 5.0]))
+    part.snapshot_max_bytes = 10_000
+    episodes = EpisodeBuffer([Field("obs", (2,))], 4, 5, episode_fields=[Field("h0", (3,))])
+    episodes.add({"obs": rng.random((3, 5, 2)), "h0": rng.random((3, 3))}, lengths=[5, 2, 4])
+    actor, critic = nn.Linear(3, 2), nn.Linear(3, 1)
+    flat = FlatParameters(actor, critic)
+    flat.load(rng.random(flat.size).astype(np.float32))
+    today = FlatParameters(nn.Linear(2, 2))
+    kept_param = today.modules[0].weight
+
+    olds = {name: _v3_pickle(obj) for name, obj in
+            (("ring", ring), ("part", part), ("episodes", episodes), ("flat", flat))}
+    assert "writes" not in olds["flat"].__dict__ and len(olds["part"].data["obs"]) == 11  # as version 3 left them
+    state = {"service": {"buffer": olds["ring"], "prio": olds["part"]}, "worker": [olds["episodes"], olds["flat"]],
+             "again": olds["flat"], "today": today}
+    upgrade(state, 3)
+    assert state["again"] is state["worker"][1] is olds["flat"]  # rebuilt in place: references kept
+    for name, before in (("ring", ring), ("part", part), ("episodes", episodes)):
+        after = olds[name]
+        assert type(after) is type(before) and (after.pos, after.size, after.inserted) == (before.pos, before.size, before.inserted)
+        assert after.fields == before.fields and after.data.keys() == before.data.keys()
+        for key, arr in before.data.items():  # the whole capacity again, zeros past the filled rows
+            assert after.data[key].dtype == arr.dtype
+            np.testing.assert_array_equal(after.data[key], arr)
+    assert olds["part"].snapshot_max_bytes == 10_000 and olds["ring"].snapshot_max_bytes is None
+    np.testing.assert_array_equal(olds["part"].tree.sums, part.tree.sums)
+    np.testing.assert_array_equal(olds["part"].tree.mins, part.tree.mins)
+    assert olds["part"].max_priority == part.max_priority == 5.0 + olds["part"].priority_eps
+    rows, _, weights = olds["part"].sample(6, np.random.default_rng(3))
+    want_rows, _, want_weights = part.sample(6, np.random.default_rng(3))
+    np.testing.assert_array_equal(rows, want_rows)
+    np.testing.assert_array_equal(weights, want_weights)
+    assert olds["episodes"].max_len == 5 and olds["episodes"].episode_fields == episodes.episode_fields
+
+    rebuilt = olds["flat"]
+    assert rebuilt.size == flat.size and rebuilt.writes == 0
+    torch.testing.assert_close(rebuilt.flat.data, flat.flat.data, rtol=0, atol=0)
+    offset = 0
+    for p in list(actor.parameters()) + list(critic.parameters()):  # seated in the flat buffer's order
+        assert p.data_ptr() == rebuilt.flat.data[offset:].data_ptr()
+        assert p.grad.data_ptr() == rebuilt.flat.grad[offset:].data_ptr()
+        offset += p.numel()
+    rebuilt.load(np.arange(rebuilt.size, dtype=np.float32))
+    torch.testing.assert_close(actor.bias.data, torch.tensor([6.0, 7.0]), rtol=0, atol=0)
+    assert today.modules[0].weight is kept_param  # today's layout: not seated again
+
+
+def test_a_buffer_pickles_as_its_constructor_and_plain_data():
+    """Pickled now, a replay buffer is ``from_state`` and plain data (its layout: str, int, float and
+    tuples; ``state_dict()``'s arrays), not its attributes: its priority tree is rebuilt, not saved. A
+    flat parameter buffer is ``from_state`` of its storage and modules."""
+    from torch import nn
+
+    from agents.heads import FlatParameters
+    from agents.replay import Field, PrioritizedReplayBuffer
+
+    buffer = PrioritizedReplayBuffer([Field("obs", (2,)), Field("done", (), np.bool_)], 4, alpha=0.5)
+    buffer.add({"obs": np.ones((3, 2)), "done": np.zeros(3, dtype=bool)})
+    rebuild, (layout, state, limit) = buffer.__reduce__()
+    assert rebuild == PrioritizedReplayBuffer.from_state and limit is None
+    assert layout == {"fields": [("obs", (2,), "<f4"), ("done", (), "|b1")], "capacity": 4, "alpha": 0.5,
+                      "priority_eps": 1e-6}
+    assert all(isinstance(v, np.ndarray) for v in state.values()) and len(state["data.obs"]) == 3
+    blob = pickle.dumps(buffer)
+    assert b"SumTree" not in blob and b"from_state" in blob
+    back = pickle.loads(blob)
+    assert back.tree.total == buffer.tree.total and back.data["obs"].shape == (4, 2)
+
+    flat = FlatParameters(nn.Linear(2, 2))
+    rebuild, args = flat.__reduce__()
+    assert rebuild == FlatParameters.from_state and args == (flat.flat, flat.modules)
+    assert pickle.loads(pickle.dumps(flat)).modules[0].weight.grad is not None
+
+
+def test_a_version_3_file_resumes_exactly_like_the_current_one(small_raw, tmp_path):
+    """The same checkpoint, its snapshot written as version 3 wrote its flat parameter buffers (the
+    workers', an A3C run) and as today's: both resumes write the same bytes (a version-3 replay buffer's
+    resume is the cartpole_dqn fixture's, tests/golden/test_old_checkpoints.py)."""
+    from marl_q.config import build_config
+    from marl_q.experiment import run_experiment
+
+    runs = {}
+    for kind in ("v4", "v3"):
+        raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in small_raw.items()}
+        raw["run"] = dict(small_raw["run"], checkpoint_every=5, stop_after_updates=20)
+        run = tmp_path / kind
+        run_experiment(build_config(raw), run)
+        if kind == "v3":
+            ckpt = checkpoints(run)[-1]
+            arrays, meta = load_checkpoint(ckpt)
+            snap = ckpt.with_name(meta["snapshot"]["file"])
+            buf = io.BytesIO()
+            torch.save(dict(pack(_raw(snap)["state"]), format_version=3), buf, pickle_module=_V3Pickle,
+                       pickle_protocol=pickle.HIGHEST_PROTOCOL)
+            assert b"FlatParameters" in buf.getvalue() and b"from_state" not in buf.getvalue()
+            snap.write_bytes(buf.getvalue())
+            meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+            save_checkpoint(ckpt, {f"service.{k}" if not k.startswith("service.") else k: v for k, v in arrays.items()}, meta)
+        assert resume_experiment(run, plots=False)["status"] == "completed"
+        runs[kind] = {f: (run / f).read_bytes() for f in ("metrics.csv", "comm.csv", "train.csv")}
+    assert runs["v3"] == runs["v4"]
+
+
+def test_a_routing_worker_of_version_3_takes_its_episode_into_a_book():
+    """Before its decisions went through agents.rollout, a routing worker kept its episode under way in
+    ``_window``; read, the routing_amarl fixture's workers (version 0) hold an EpisodeBook with the same
+    running return and decisions, and the first outcome beside it (the resume's bytes:
+    tests/golden/test_old_checkpoints.py)."""
+    from agents.rollout import EpisodeBook
+
+    folder = fixture_dir("routing_amarl.yaml") / "checkpoints"
+    _, meta = load_checkpoint(next(folder.glob("ckpt_*.npz")))
+    path = folder / meta["snapshot"]["file"]
+    windows = [w.__dict__["_window"] for w in _raw(path)["workers"]]
+    assert any(w["length"] > 0 for w in windows)  # episodes under way
+    workers = load_snapshot(path, meta["snapshot"]["sha256"])["workers"]
+    for worker, window in zip(workers, windows):
+        assert "_window" not in worker.__dict__ and type(worker.book) is EpisodeBook
+        assert worker.book.returns.tolist() == [window["return"]] and worker.book.lengths.tolist() == [window["length"]]
+        assert worker.first_outcome == window["first_outcome"]
