@@ -29,6 +29,7 @@ distribution. Evaluation (``play_greedy``) plays the greedy learner against ever
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
@@ -41,6 +42,8 @@ from marl_q.registry import SCENARIOS
 from marl_q.seeding import derive
 from scenarios.aec import (RANDOM, SELF_PLAY, TURN_FIELDS, Opponent, RandomOpponent, ScriptedOpponent, TurnGame,
                            TurnsConfig, opponent_name)
+from scenarios.tictactoe_minimax import SPEC as MINIMAX
+from scenarios.tictactoe_minimax import against_minimax, observation_of
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -273,6 +276,13 @@ class TurnTaking:
         with torch.no_grad():
             return self.dist.mode(self.actor(torch.from_numpy(self.turn_rows(vec))).numpy(), vec.mask)
 
+    def greedy_on_board(self, board: tuple[int, ...], seat: int) -> int:
+        """The greedy learner's move in ``seat`` on a tic-tac-toe board seen from its side
+        (``scenarios.tictactoe_minimax``'s 9-tuple), read as the env's observation and mask."""
+        obs = observation_of(board).astype(np.float32).reshape(1, -1)
+        mask = np.array([[c == 0 for c in board]], dtype=np.float32)
+        return int(self.greedy(SimpleNamespace(obs=obs, seat=np.array([seat]), mask=mask))[0])
+
     def play_matches(self, spec: str, games: int, seed: int, seat: Optional[int] = None,
                      bar: Any = None) -> list[dict[str, Any]]:
         """``games`` games of the greedy learner against the fixed opponent ``spec`` in one copy (seats
@@ -305,9 +315,11 @@ class TurnTaking:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """python -m agents.turn_based RUN_DIR --opponent SPEC [--games N] [--seed S]: the greedy policy of a
-    trained turn-based run (its newest checkpoint) against a fixed opponent, ``--games`` games in each
-    seat; prints win, draw and loss rates per seat and the illegal moves sampled."""
+    """python -m agents.turn_based RUN_DIR --opponent SPEC [--games N] [--seed S] [--exact]: the greedy
+    policy of a trained turn-based run (its newest checkpoint) against a fixed opponent, ``--games`` games
+    in each seat; prints win, draw and loss rates per seat and the illegal moves sampled. ``--exact``
+    (tic-tac-toe against the minimax player only): the exact rates per seat instead, every tie-break of
+    minimax walked (``scenarios.tictactoe_minimax.against_minimax``), and each lost game's moves."""
     import argparse
     import json
     from pathlib import Path
@@ -321,18 +333,32 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--opponent", default=RANDOM, help="random or package.module:callable")
     parser.add_argument("--games", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exact", action="store_true",
+                        help=f"with --opponent {MINIMAX} on tictactoe_v3: exact rates and the lost games' moves")
     args = parser.parse_args(argv)
     try:
         trained = load_trained(args.run_dir)
         if not turn_based(trained.cfg):
             raise UserError(f"{args.run_dir}: not a run of a turn-based game")
         TurnsConfig.from_dict({"eval_opponents": [args.opponent]})
+        env = str(getattr(trained.cfg.scenario.params, "env", ""))
+        if args.exact and (args.opponent != MINIMAX or not env.endswith("tictactoe_v3:env")):
+            raise UserError(f"--exact needs --opponent {MINIMAX} and a run of pettingzoo.classic.tictactoe_v3:env "
+                            f"(got --opponent {args.opponent} on {env or trained.cfg.scenario.name})")
     except (UserError, ValueError) as exc:
         print(f"error: {exc}", file=__import__("sys").stderr)
         return 2
     worker = ALGORITHMS.get(trained.cfg.algorithm.name).obj(trained.cfg).make_worker(0)
     worker.actor.load_state_dict(trained.policy.models["actor"].state_dict())
     out = {"run": str(args.run_dir), "checkpoint": trained.checkpoint.name, "opponent": args.opponent}
+    if args.exact:
+        out.pop("opponent")
+        out.update(opponent=args.opponent, exact=True)
+        for seat, agent in enumerate(worker.desc.agents):
+            rates, lost = against_minimax(lambda board, seat=seat: worker.greedy_on_board(board, seat), seat == 0)
+            out[agent] = {**rates, "lost": [[round(p, 6), " ".join(line)] for p, line in lost]}
+        print(json.dumps(out))
+        return 0
     for seat, agent in enumerate(worker.desc.agents):
         rows = worker.play_matches(args.opponent, args.games, derive(args.seed, "opponents", seat), seat=seat)
         out[agent] = {key: float(np.mean([r[key] for r in rows])) for key in ("win", "draw", "loss")}

@@ -8,16 +8,20 @@ draw 0, loss -1 for the mover, perfect play on both sides), so it never loses an
 ``against_random(board, to_move, safe)`` is the best win and loss probabilities against a uniform random
 player (the ceiling of a learner's win rate against random; ``safe``: among minimax-safe moves only).
 
+``against_minimax(policy, first)`` is the exact win, draw and loss probabilities of a deterministic player
+against ``minimax`` (every tie-break walked), with each lost game's moves: where a policy loses, and how often.
+
 ``values(board)`` gives every legal move's value; boards are 9-tuples of 0 (empty), 1 (mover),
 2 (opponent), cells in the action order 0..8. Memoised negamax over the at most 3^9 positions.
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
+SPEC = "scenarios.tictactoe_minimax:minimax"  # the player's import path, as scenario.turns names it
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
@@ -26,6 +30,15 @@ def board_of(observation: np.ndarray) -> tuple[int, ...]:
     is (own mark, opponent's mark) per cell in action order (checked against the env in the tests)."""
     planes = np.asarray(observation).reshape(9, 2)
     return tuple(int(1 if planes[a, 0] else (2 if planes[a, 1] else 0)) for a in range(9))
+
+
+def observation_of(board: tuple[int, ...]) -> np.ndarray:
+    """The ``tictactoe_v3`` observation (3, 3, 2) of a board seen from the mover's side (``board_of``'s inverse)."""
+    planes = np.zeros((9, 2), dtype=np.int8)
+    for a, c in enumerate(board):
+        if c:
+            planes[a, c - 1] = 1
+    return planes.reshape(3, 3, 2)
 
 
 def winner(board: tuple[int, ...]) -> Optional[int]:
@@ -107,3 +120,39 @@ def best_move_against_random(board: tuple[int, ...], safe: bool) -> int:
         moves = [a for a in moves if vals[a] == max(vals.values())]
     scores = [against_random(_put(board, a), False, safe) for a in moves]
     return moves[max(range(len(moves)), key=lambda i: scores[i][0] - scores[i][1])]
+
+
+# ----------------------------------------------------------------------------- against the minimax player
+def against_minimax(policy: Callable[[tuple[int, ...]], int], first: bool
+                    ) -> tuple[dict[str, float], list[tuple[float, tuple[str, ...]]]]:
+    """Exact outcome of a deterministic player against ``minimax``, which draws uniformly among its best
+    moves: every tie is walked, each continuation weighted by its probability. ``policy(board)`` gives
+    the player's move on a board seen from its side (1 its marks, 2 minimax's); ``first``: it moves first.
+    Returns the rates ``{"win", "draw", "loss"}`` (they sum to 1) and the lost games, each as
+    (probability, moves), the moves in play order as ``p<cell>`` (the player's; ``*`` after one of a
+    lower game value than its best) and ``m<cell>`` (minimax's), most likely first."""
+    rates = {"win": 0.0, "draw": 0.0, "loss": 0.0}
+    lost: list[tuple[float, tuple[str, ...]]] = []
+
+    def walk(board: tuple[int, ...], player_moves: bool, p: float, line: tuple[str, ...]) -> None:
+        w = winner(board)
+        if w is not None or 0 not in board:
+            result = "win" if w == 1 else ("loss" if w == 2 else "draw")
+            rates[result] += p
+            if result == "loss":
+                lost.append((p, line))
+            return
+        if player_moves:
+            a = int(policy(board))
+            if board[a] != 0:
+                raise ValueError(f"against_minimax: the policy played the taken cell {a} on {board}")
+            vals = values(board)
+            mark = "" if vals[a] == max(vals.values()) else "*"
+            walk(_put(board, a), False, p, line + (f"p{a}{mark}",))
+            return
+        moves = best_moves(_swap(board))
+        for a in moves:
+            walk(board[:a] + (2,) + board[a + 1:], True, p / len(moves), line + (f"m{a}",))
+
+    walk((0,) * 9, first, 1.0, ())
+    return rates, sorted(lost, key=lambda x: -x[0])

@@ -495,6 +495,49 @@ def test_minimax_reads_the_envs_board_never_loses_and_draws_against_itself():
         assert game({"player_1": ttt.minimax, "player_2": ttt.minimax}, seed) == {"player_1": 0.0, "player_2": 0.0}
 
 
+def _blocker(board: tuple[int, ...]) -> int:
+    """A scripted player (side 1): complete its own line, else block the opponent's, else the first empty
+    cell of 4, 1, 3, 5, 7, 0, 2, 6, 8 (it draws as first player and loses to some forks as second)."""
+    empty = [a for a in range(9) if board[a] == 0]
+    for side in (1, 2):
+        for a in empty:
+            if ttt.winner(board[:a] + (side,) + board[a + 1:]) == side:
+                return a
+    return next(a for a in (4, 1, 3, 5, 7, 0, 2, 6, 8) if board[a] == 0)
+
+
+def test_the_exact_outcome_against_minimax_matches_by_hand_and_games_played_in_the_env():
+    perfect = lambda board: ttt.best_moves(board)[0]  # noqa: E731
+    for first in (True, False):
+        rates, lost = ttt.against_minimax(perfect, first)
+        assert rates == pytest.approx({"win": 0.0, "draw": 1.0, "loss": 0.0}) and lost == []
+    # by hand: first in action order, as first player: 0 (a corner); minimax's one drawing reply is the
+    # centre; 1 threatens 2, minimax blocks it there and threatens 6 (2-4-6); 3 does not block: lost
+    rates, lost = ttt.against_minimax(lambda board: board.index(0), True)
+    assert rates == {"win": 0.0, "draw": 0.0, "loss": 1.0}
+    assert lost == [(1.0, ("p0", "m4", "p1", "m2", "p3*", "m6"))]
+    # the blocker as second player, against minimax in tictactoe_v3 itself (the board read from the env's
+    # observations): the loss rate within 4.5 standard errors of the exact one; the lost lines add up to it
+    rates, lost = ttt.against_minimax(_blocker, False)
+    assert 0.2 < rates["loss"] < 0.8 and rates["win"] == 0.0
+    assert sum(rates.values()) == pytest.approx(1.0) and sum(p for p, _ in lost) == pytest.approx(rates["loss"])
+    assert all(line[0].startswith("m") and any("*" in m for m in line) for _, line in lost)
+    env, rng, n, losses = tictactoe_v3.env(), np.random.default_rng(3), 1500, 0
+    for game in range(n):
+        env.reset(seed=game)
+        for agent in env.agent_iter():
+            obs, rew, term, trunc, _ = env.last()
+            if term or trunc:
+                losses += agent == "player_2" and rew < 0
+                env.step(None)
+                continue
+            o = obs["observation"]
+            assert np.array_equal(ttt.observation_of(ttt.board_of(o)), o)  # board_of's inverse
+            env.step(ttt.minimax(o, obs["action_mask"], rng) if agent == "player_1" else _blocker(ttt.board_of(o)))
+    p = rates["loss"]
+    assert abs(losses / n - p) <= 4.5 * np.sqrt(p * (1 - p) / n), (losses / n, p)
+
+
 def test_turns_defaults_are_filled_in_when_validated():
     cfg = build_config(_raw(TTT))
     assert cfg.scenario.params.turns == TurnsConfig().as_dict()
@@ -516,3 +559,33 @@ def test_matches_of_a_finished_run_per_seat_and_a_bad_opponent_path_exit_2(tmp_p
     assert matches_main([str(tmp_path / "r"), "--opponent", "no_such_module_xyz:f"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot import module 'no_such_module_xyz'" in err
+
+
+def test_exact_matches_walk_the_greedy_policy_of_a_run_against_minimax_and_refuse_other_opponents(tmp_path,
+                                                                                                  capsys):
+    import json
+
+    from agents.turn_based import main as matches_main
+    from marl_q.registry import ALGORITHMS
+    from marl_q.rundir import load_trained
+
+    raw = _raw(TTT, steps=64, opponents=["random"])
+    run_experiment(build_config(raw), tmp_path / "r")
+    capsys.readouterr()
+    assert matches_main([str(tmp_path / "r"), "--opponent", ttt.SPEC, "--exact"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the same walk over the policy's greedy moves, read from the env's observation as evaluation does
+    trained = load_trained(tmp_path / "r")
+    worker = ALGORITHMS.get(trained.cfg.algorithm.name).obj(trained.cfg).make_worker(0)
+    worker.actor.load_state_dict(trained.policy.models["actor"].state_dict())
+    for seat, agent in enumerate(("player_1", "player_2")):
+        def policy(board, seat=seat):
+            vec = TurnCopies(worker.envs[:1], worker.desc.agents, lambda: None)
+            vec.obs[0], vec.mask[0], vec.seat[0] = ttt.observation_of(board).reshape(-1), [c == 0 for c in board], seat
+            return int(worker.greedy(vec)[0])
+        rates, lost = ttt.against_minimax(policy, seat == 0)
+        assert {k: out[agent][k] for k in rates} == pytest.approx(rates) and out[agent]["win"] == 0.0
+        assert out[agent]["lost"] == [[round(p, 6), " ".join(line)] for p, line in lost]
+    assert matches_main([str(tmp_path / "r"), "--opponent", "random", "--exact"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--exact needs --opponent scenarios.tictactoe_minimax:minimax" in err
