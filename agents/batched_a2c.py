@@ -11,6 +11,10 @@ quantum.csv, checkpoints, summary.json). What is shared is the arithmetic:
   (``make_server_optimizer``: FlatAdam / FlatRMSprop / FlatSGD, element-wise) steps all rows at once;
 - CartPole's dynamics run on a (4, S) state (Gymnasium's CartPoleVectorEnv formulas, op for op); each
   seed's resets draw from that seed's own env generator, in the same order as alone;
+- the loop is every family's rollout core (``agents.rollout.rollout``): the seeds' CartPoles are one
+  Gymnasium vector (``CartPoleSeeds``) under ``GymVector`` (its next-step autoreset and episode book),
+  the one-step update is the ``store`` hook, and each seed's sim bookkeeping and its server's update
+  the ``after`` hook, which ends the rollout when every seed has its budget;
 - ``mlp`` heads run as stacked matmuls ((S, R, in) @ (S, in, out): numpy calls the same per-slice
   kernel as for the single seed's 2-D product), their backward likewise;
 - circuit heads (``vqc``/``hybrid`` with a numpy twin) run through the circuits' seed-batched entry
