@@ -11,6 +11,10 @@ quantum.csv, checkpoints, summary.json). What is shared is the arithmetic:
   (``make_server_optimizer``: FlatAdam / FlatRMSprop / FlatSGD, element-wise) steps all rows at once;
 - CartPole's dynamics run on a (4, S) state (Gymnasium's CartPoleVectorEnv formulas, op for op); each
   seed's resets draw from that seed's own env generator, in the same order as alone;
+- the loop is every family's rollout core (``agents.rollout.rollout``): the seeds' CartPoles are one
+  Gymnasium vector (``CartPoleSeeds``) under ``GymVector`` (its next-step autoreset and episode book),
+  the one-step update is the ``store`` hook, and each seed's sim bookkeeping and its server's update
+  the ``after`` hook, which ends the rollout when every seed has its budget;
 - ``mlp`` heads run as stacked matmuls ((S, R, in) @ (S, in, out): numpy calls the same per-slice
   kernel as for the single seed's 2-D product), their backward likewise;
 - circuit heads (``vqc``/``hybrid`` with a numpy twin) run through the circuits' seed-batched entry
@@ -45,6 +49,7 @@ from torch import nn
 from agents.actor_critic import ActorCriticConfig, build_models, make_server_optimizer
 from agents.heads import FlatParameters, head_report, worker_heads
 from agents.numpy_heads import NumpyMLP, numpy_head
+from agents.rollout import EpisodeBook, GymVector, Step, rollout
 from circuits.twins import seed_batched_twin
 from marl_q.errors import ConfigError
 from marl_q.messages import HELLO, SERVER, Message
@@ -244,6 +249,26 @@ class CartPoleBatch:
         return self.state.T.astype(np.float32), reward, terminated, truncated
 
 
+class CartPoleSeeds:
+    """The seeds' CartPoles as one Gymnasium ``VectorEnv`` (``num_envs``, ``reset(seed=seeds)``,
+    ``step``), for ``agents.rollout.GymVector``: the rollout core's adapter, with its next-step
+    autoreset bookkeeping, is the one every Gymnasium family runs through. ``reset`` resets each copy
+    with its seed (its own env, as alone), then the copies step as one ``CartPoleBatch``."""
+
+    def __init__(self, envs: list[Any]) -> None:
+        self.envs = envs
+        self.num_envs = len(envs)
+        self.batch: Optional[CartPoleBatch] = None
+
+    def reset(self, seed: list[int]) -> tuple[np.ndarray, dict]:
+        obs = [np.array(e.reset(seed=s)[0], dtype=np.float32) for e, s in zip(self.envs, seed)]
+        self.batch = CartPoleBatch(self.envs)
+        return np.concatenate(obs), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        return (*self.batch.step(action), {})
+
+
 # ----------------------------------------------------------------------------- the batched run
 @dataclass
 class _Clock:
@@ -271,12 +296,8 @@ class BatchedA2C:
         self.seeds = [worker_seed(c.run.seed, 0) for c in cfgs]
         self.rngs = [np.random.default_rng(ws) for ws in self.seeds]  # the worker's generator (ActorCriticWorker)
         envs = [spec.make(c.scenario.params, seed=ws) for c, ws in zip(cfgs, self.seeds)]
-        obs0 = [np.array(e.reset(seed=ws)[0], dtype=np.float32) for e, ws in zip(envs, self.seeds)]  # GymVector's reset
-        self.env = CartPoleBatch(envs)
-        self.obs = np.concatenate(obs0)  # (S, obs_dim) float32
-        self.prev_done = np.zeros(S, dtype=bool)
-        self.returns = np.zeros(S)
-        self.lengths = np.zeros(S, dtype=np.int64)
+        self.vec = GymVector(CartPoleSeeds(envs), self.seeds)  # each copy reset with its seed; obs (S, obs_dim) float32
+        self.book = EpisodeBook(S)
         # per seed: its own modules (initial parameters from seeded_init(run.seed)) over a flat buffer
         models = [build_models(c, e.single_observation_space, e.single_action_space) for c, e in zip(cfgs, envs)]
         self.flats = [FlatParameters(a, c) for a, c in models]
@@ -361,8 +382,12 @@ class BatchedA2C:
                     last_seq=[[W0, "grad", updates]] if updates else [])
         rt.server.load_state(core)
 
-    # -- the loop ---------------------------------------------------------------------------------
+    # -- the rollout ------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> list[dict[str, Any]]:
+        """Every seed to its budget through ``agents.rollout.rollout``: ``act`` is the actor's forward
+        (kept for the update) and each seed's Gumbel draw, ``store`` the one-step update's gradient,
+        ``after`` each seed's sim bookkeeping (its episodes, its budget, its server's update and
+        checkpoints), ending the rollout when every seed has its budget."""
         S, ac, clock = self.S, self.ac, self.clock
         net_up0 = clock.network_s(0)
         net = clock.network_s(self.nbytes)
@@ -376,31 +401,32 @@ class BatchedA2C:
         summaries: list[Optional[dict[str, Any]]] = [None] * S
         gamma, lam, scale = ac.gamma, ac.gae_lambda, ac.reward_scale
         rows = np.arange(S)
-        k = 0
         last_note = time.perf_counter()
-        while active.any():
-            k += 1  # the k-th step of every seed (version k - 1), then the k-th update
-            params = self.param.numpy()
-            # rollout: one step of every copy with the actor's forward kept for the update
-            obs64 = self.obs.astype(np.float64)[:, None, :]
-            logits, actor_cache = self.actor.forward(params, obs64)
+        params = self.param.numpy()  # the servers' rows (the optimizer steps them in place)
+        k = 0  # the k-th step of every seed (version k - 1), then the k-th update
+        block = np.zeros((S, BLOCK, self.n_actions))
+        diags: list[tuple] = []
+
+        def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+            """Every copy's action, with the actor's logits and forward kept for the update."""
+            nonlocal k, block
+            k += 1
+            logits, actor_cache = self.actor.forward(params, obs.astype(np.float64)[:, None, :])
             logits = logits[:, 0, :]
             j = (k - 1) % BLOCK
             if j == 0:  # the next BLOCK steps' uniforms of every seed: its generator's stream in the same order
                 block = np.stack([rng.random((BLOCK, self.n_actions)) for rng in self.rngs])
             noise = block[:, j]
-            actions = np.argmax(logits - np.log(-np.log(noise)), axis=1)
-            next_obs, rew, term, trunc = self.env.step(actions)
-            done = term | trunc
-            valid = ~self.prev_done
-            self.prev_done = done.copy()
-            reward = np.where(valid, rew, 0.0)
-            ended = done & valid
-            self.returns += reward
-            self.lengths += valid
-            obs_pair = np.stack([self.obs, next_obs], axis=1).astype(np.float64)  # (S, 2, obs)
-            self.obs = np.array(next_obs, dtype=np.float32)
-            # learn: the one-step update's gradient (agents.numpy_heads.a2c_gradient, per seed a row)
+            return np.argmax(logits - np.log(-np.log(noise)), axis=1), logits, actor_cache
+
+        def learn(_t: int, obs: np.ndarray, action: tuple, step: Step) -> None:
+            """The one-step update's gradient of every seed into ``self.grad`` (agents.numpy_heads.
+            a2c_gradient, per seed a row) and its train.csv diagnostics into ``diags``."""
+            nonlocal diags
+            actions, logits, actor_cache = action
+            rew, term, done = step.data
+            valid = step.valid
+            obs_pair = np.stack([obs, self.vec.obs], axis=1).astype(np.float64)  # (S, 2, obs)
             values_col, critic_cache = self.critic.forward(params, obs_pair)
             v, v_next = values_col[:, 0, 0], values_col[:, 1, 0]
             rewards = rew.astype(np.float64) * scale
@@ -412,7 +438,7 @@ class BatchedA2C:
             grad_logits = np.zeros((S, 1, self.n_actions))
             grad_values = np.zeros((S, 2, 1))
             no_diag = ("", "", "", "", "", "")  # a step that only reset the env: no valid sample, empty cells
-            diags: list[tuple] = [no_diag] * S
+            diags = [no_diag] * S
             if valid.any():
                 z = logits - logits.max(axis=1, keepdims=True)
                 logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
@@ -438,17 +464,22 @@ class BatchedA2C:
             self.grad[:] = 0.0
             self.critic.backward(params, critic_cache, grad_values, self.grad)
             self.actor.backward(params, actor_cache, grad_logits, self.grad)
-            # the worker's step ends at t + cost * step_s; then the sim's bookkeeping, seed by seed
+
+        def after(_t: int, step: Step, closed: list[dict[str, Any]]) -> bool:
+            """The sim's bookkeeping of this step, seed by seed, then every server's update; true when
+            every seed has its budget."""
+            nonlocal t, last_note
+            valid = step.valid
+            # the worker's step ends at t + cost * step_s
             cost = valid.astype(np.float64)
             t_done = t + cost * clock.step_s * clock.factor * 1.0
             t_server = t_done + net
             t_next = t_server + net
+            ended = dict(zip(np.flatnonzero(step.ended).tolist(), closed)) if closed else {}
             for s in np.flatnonzero(active).tolist():
                 rt = self.rts[s]
-                if ended[s]:  # a metrics row (and quantum.csv's, with the circuits counted so far): the run's own path
-                    episodes = [{"return": float(self.returns[s]), "length": int(self.lengths[s]), "version": k - 1}]
-                    self.returns[s], self.lengths[s] = 0.0, 0
-                    rt.record_work(W0, Work([], env_steps=int(valid[s]), episodes=episodes, resources=self._report(s)),
+                if s in ended:  # a metrics row (and quantum.csv's, with the circuits counted so far): the run's own path
+                    rt.record_work(W0, Work([], env_steps=int(valid[s]), episodes=[ended[s]], resources=self._report(s)),
                                    float(t_done[s]))
                 else:  # (the circuits' counts are added up and reported where they are read: the same totals)
                     rt.env_steps += int(valid[s])
@@ -469,6 +500,11 @@ class BatchedA2C:
                 steps = [rt.env_steps for rt in self.rts]
                 print(f"batch: step {k}, env steps per seed {min(steps)}..{max(steps)}, "
                       f"{int((~active).sum())}/{S} seeds done", file=sys.stderr, flush=True)
+            return not active.any()
+
+        # an episode's metrics row: return, length (the book's), then the version that played it
+        rollout(self.vec, self.book, None, act, store=learn, row=lambda i: {"version": k - 1},
+                to_env=lambda action: action[0], after=after)
         return summaries
 
     def _finish(self, s: int, updates: int, now: float) -> dict[str, Any]:

@@ -30,6 +30,8 @@ The hooks:
   buffer's transitions); left out for evaluation.
 - ``row(i) -> dict``: extra fields of the metrics row of an episode that ended in copy ``i``
   (``version``, coverage...), beside ``return`` and ``length``.
+- ``after(t, step, closed) -> bool``: what follows a step once it is booked (``closed``: the rows of
+  the episodes that ended in it); true ends the rollout (batched seeds: every seed has its budget).
 
 A step whose reward is not known when it is made (routing: a commit's reward is in the commit
 service's reply, which comes after the worker's step has returned) is ``Step.deferred``: the loop
@@ -40,7 +42,9 @@ sim snapshot pickles it), where a loop suspended in a generator could not be pic
 The episode bookkeeping (``EpisodeBook``: each copy's running return and length, added to on
 valid steps only) is one object the worker keeps between rollouts (it is part of an exact resume's
 snapshot). A value-based learner uses the same loop with ``act`` an epsilon-greedy choice and
-``store`` a replay buffer's ``add``; batched seeds are more copies in the vector.
+``store`` a replay buffer's ``add``; batched seeds (agents/batched_a2c.py) are copies of one
+vector (``GymVector`` over their CartPoles stepped as one array), their one-step update in ``store``
+and their runs' bookkeeping and servers in ``after``.
 
     vec = GymVector(env, seed)
     book = EpisodeBook(vec.num_envs)
@@ -140,13 +144,21 @@ def _same(action: Any) -> Any:
 def rollout(vec: VectorEnv, book: EpisodeBook, steps: Optional[int], act: Callable[[Any], Any],
             store: Optional[Callable[[int, Any, Any, Step], None]] = None,
             row: Optional[Callable[[int], dict[str, Any]]] = None,
-            to_env: Callable[[Any], Any] = _same, until: Optional[int] = None) -> tuple[list[dict[str, Any]], int]:
-    """``steps`` steps of every copy (None: no limit): observe, act, step, store, book; or fewer, up to
-    the step in which ``until`` episodes have ended (a whole-episode rollout: ``until=1``). Returns the
-    metrics rows of the episodes that ended (copy order within a step; ``row(i)``'s fields after
-    return and length) and the count of valid copy-steps (the env steps the rollout took)."""
-    if steps is None and until is None:
-        raise ValueError("rollout: give steps, until, or both")
+            to_env: Callable[[Any], Any] = _same, until: Optional[int] = None,
+            after: Optional[Callable[[int, Step, list[dict[str, Any]]], Any]] = None
+            ) -> tuple[list[dict[str, Any]], int]:
+    """``steps`` steps of every copy (None: no limit): observe, act, step, store, book, after; or fewer,
+    up to the step in which ``until`` episodes have ended (a whole-episode rollout: ``until=1``), or in
+    which ``after`` returned true. Returns the metrics rows of the episodes that ended (copy order
+    within a step; ``row(i)``'s fields after return and length) and the count of valid copy-steps (the
+    env steps the rollout took).
+
+    ``after(t, step, closed)``: what follows step ``t`` once it is booked, ``closed`` being the rows of
+    the episodes that ended in it (copy order, as ``step.ended``'s); a true return ends the rollout
+    there. Batched seeds (agents/batched_a2c.py) hand each seed's episodes to its run and step the
+    servers in it, and end when every seed has its budget."""
+    if steps is None and until is None and after is None:
+        raise ValueError("rollout: give steps, until or after")
     episodes: list[dict[str, Any]] = []
     taken = 0
     t = 0
@@ -157,9 +169,11 @@ def rollout(vec: VectorEnv, book: EpisodeBook, steps: Optional[int], act: Callab
         if store is not None:
             store(t, obs, action, step)
         taken += int(step.valid.sum())
-        if not step.deferred:
-            episodes += book_step(book, step, row)
+        closed = [] if step.deferred else book_step(book, step, row)
+        episodes += closed
         t += 1
+        if after is not None and after(t - 1, step, closed):
+            break
     return episodes, taken
 
 

@@ -55,6 +55,30 @@ def test_rollout_books_each_copy_on_its_valid_steps_and_reports_episodes_in_copy
     np.testing.assert_array_equal(book.returns, [0.0, 11.0, 0.0])
 
 
+def test_after_sees_each_booked_step_with_its_episodes_and_ends_the_rollout_when_it_says():
+    """``after(t, step, closed)``: called once step t is booked, with the rows of the episodes that ended
+    in it (copy order); a true return ends the rollout there (batched seeds run until every seed has its
+    budget). By hand on Countdown(3): the episode ends of the test above, and a stop at the step in
+    which copy 2's first episode ends (step 3)."""
+    vec, book = Countdown(3), EpisodeBook(3)
+    seen = []
+
+    def after(t, step, closed):
+        seen.append((t, np.flatnonzero(step.ended).tolist(), [(r["copy"], r["length"]) for r in closed],
+                     book.lengths.tolist()))
+        return any(r["copy"] == 2 for r in closed)
+
+    rows, steps = rollout(vec, book, None, act=lambda obs: obs * 0 + 1, row=lambda i: {"copy": i}, after=after)
+    assert seen == [(0, [], [], [1, 1, 1]),
+                    (1, [0], [(0, 2)], [0, 2, 2]),  # the book already closed copy 0's episode
+                    (2, [1], [(1, 3)], [0, 0, 3]),
+                    (3, [2], [(2, 4)], [1, 0, 0])]
+    assert [(r["copy"], r["length"], r["return"]) for r in rows] == [(0, 2, 2.0), (1, 3, 33.0), (2, 4, 84.0)]
+    assert steps == 4 * 3 - 2  # copy 0 restarted at step 2, copy 1 at step 3
+    with pytest.raises(ValueError):
+        rollout(Countdown(1), EpisodeBook(1), None, act=lambda obs: obs)
+
+
 def test_a_deferred_step_is_counted_and_stored_but_booked_by_its_caller():
     """``Step.deferred``: the loop counts and stores the step but leaves it out of the book; ``book_step``
     books it as resolved later (routing books a commit when the service's reply comes). Booking each
