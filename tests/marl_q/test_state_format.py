@@ -162,31 +162,40 @@ def test_a_version_0_shot_sampler_takes_up_its_generator():
     assert torch.equal(torch.rand(4, generator=old.generator), torch.rand(4, generator=sampler.generator))
 
 
-def test_a_version_0_file_resumes_exactly_like_the_current_one(small_raw, tmp_path):
-    """The same checkpoint, its snapshot written as version 0 (the bare state, generators as objects)
-    and as today's: both resumes write the same bytes."""
+def _resumes_as_today(small_raw, tmp_path, rewrite) -> None:
+    """Two runs of one config stopped at the same checkpoint; the second's snapshot rewritten by
+    ``rewrite(snapshot path, meta)`` as an older version wrote it (it updates meta's sha256). Both
+    resumes must write the same bytes."""
     from marl_q.config import build_config
     from marl_q.experiment import run_experiment
 
     runs = {}
-    for kind in ("v1", "v0"):
+    for kind in ("today", "old"):
         raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in small_raw.items()}
         raw["run"] = dict(small_raw["run"], checkpoint_every=5, stop_after_updates=20)
         run = tmp_path / kind
         run_experiment(build_config(raw), run)
-        if kind == "v0":
+        if kind == "old":
             ckpt = checkpoints(run)[-1]
             arrays, meta = load_checkpoint(ckpt)
-            snap = ckpt.with_name(meta["snapshot"]["file"])
-            state = _raw(snap)["state"]
-            for key in ("timing_rng", "pick_rng"):
-                if key in state:
-                    state[key] = rng_from_state(state[key])
-            meta["snapshot"]["sha256"] = _write_raw(snap, state)
+            rewrite(ckpt.with_name(meta["snapshot"]["file"]), meta)
             save_checkpoint(ckpt, {f"service.{k}" if not k.startswith("service.") else k: v for k, v in arrays.items()}, meta)
         assert resume_experiment(run, plots=False)["status"] == "completed"
         runs[kind] = {f: (run / f).read_bytes() for f in ("metrics.csv", "comm.csv", "train.csv")}
-    assert runs["v0"] == runs["v1"]
+    assert runs["old"] == runs["today"]
+
+
+def test_a_version_0_file_resumes_exactly_like_the_current_one(small_raw, tmp_path):
+    """The same checkpoint, its snapshot written as version 0 (the bare state, generators as objects)
+    and as today's: both resumes write the same bytes."""
+    def as_version_0(snap, meta):
+        state = _raw(snap)["state"]
+        for key in ("timing_rng", "pick_rng"):
+            if key in state:
+                state[key] = rng_from_state(state[key])
+        meta["snapshot"]["sha256"] = _write_raw(snap, state)
+
+    _resumes_as_today(small_raw, tmp_path, as_version_0)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -356,29 +365,15 @@ def test_a_version_3_file_resumes_exactly_like_the_current_one(small_raw, tmp_pa
     """The same checkpoint, its snapshot written as version 3 wrote its flat parameter buffers (the
     workers', an A3C run) and as today's: both resumes write the same bytes (a version-3 replay buffer's
     resume is the cartpole_dqn fixture's, tests/golden/test_old_checkpoints.py)."""
-    from marl_q.config import build_config
-    from marl_q.experiment import run_experiment
+    def as_version_3(snap, meta):
+        buf = io.BytesIO()
+        torch.save(dict(pack(_raw(snap)["state"]), format_version=3), buf, pickle_module=_V3Pickle,
+                   pickle_protocol=pickle.HIGHEST_PROTOCOL)
+        assert b"FlatParameters" in buf.getvalue() and b"from_state" not in buf.getvalue()
+        snap.write_bytes(buf.getvalue())
+        meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
 
-    runs = {}
-    for kind in ("v4", "v3"):
-        raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in small_raw.items()}
-        raw["run"] = dict(small_raw["run"], checkpoint_every=5, stop_after_updates=20)
-        run = tmp_path / kind
-        run_experiment(build_config(raw), run)
-        if kind == "v3":
-            ckpt = checkpoints(run)[-1]
-            arrays, meta = load_checkpoint(ckpt)
-            snap = ckpt.with_name(meta["snapshot"]["file"])
-            buf = io.BytesIO()
-            torch.save(dict(pack(_raw(snap)["state"]), format_version=3), buf, pickle_module=_V3Pickle,
-                       pickle_protocol=pickle.HIGHEST_PROTOCOL)
-            assert b"FlatParameters" in buf.getvalue() and b"from_state" not in buf.getvalue()
-            snap.write_bytes(buf.getvalue())
-            meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
-            save_checkpoint(ckpt, {f"service.{k}" if not k.startswith("service.") else k: v for k, v in arrays.items()}, meta)
-        assert resume_experiment(run, plots=False)["status"] == "completed"
-        runs[kind] = {f: (run / f).read_bytes() for f in ("metrics.csv", "comm.csv", "train.csv")}
-    assert runs["v3"] == runs["v4"]
+    _resumes_as_today(small_raw, tmp_path, as_version_3)
 
 
 def test_a_routing_worker_of_version_3_takes_its_episode_into_a_book():
