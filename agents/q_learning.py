@@ -290,9 +290,15 @@ def with_agent_id(obs: np.ndarray | torch.Tensor, n_agents: Optional[int]) -> An
     return np.concatenate([obs, eye], axis=-1)
 
 
+def q_inputs(obs: torch.Tensor, dims: QDims, agent_id: bool) -> torch.Tensor:
+    """The Q-network's inputs (B, [n_agents,] in) of observations (B, [n_agents,] obs_dim): with the
+    one-hot agent index when ``agent_id``."""
+    return with_agent_id(obs, dims.n_agents) if agent_id else obs
+
+
 def q_forward(net: nn.Module, obs: torch.Tensor, dims: QDims, agent_id: bool) -> torch.Tensor:
     """Q-values (B, [n_agents,] A) of observations (B, [n_agents,] obs_dim)."""
-    x = with_agent_id(obs, dims.n_agents) if agent_id else obs
+    x = q_inputs(obs, dims, agent_id)
     flat = x.reshape(-1, x.shape[-1])
     return net(flat).reshape(*x.shape[:-1], -1)
 
@@ -731,7 +737,7 @@ class QLearner:
                     getattr(adam, key)[offset:offset + n].copy_(torch.from_numpy(np.array(state[f"{i}.{key}"])).reshape(-1))
 
     def _q(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        return q_forward(net, obs, self.dims, self.hp.agent_id and self.dims.n_agents is not None)
+        return q_forward(net, obs, self.dims, self._agent_id())
 
     def sequence_loss(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The TD loss of a batch of replayed sequences (``sequence_buffer``'s rows, B of them, L + 1
@@ -782,9 +788,12 @@ class QLearner:
         loss, td = td_loss(pred, target, None, hp.loss, hp.huber_delta, mask=mask)
         return loss, td, mask
 
+    def _agent_id(self) -> bool:
+        return self.hp.agent_id and self.dims.n_agents is not None
+
     def _q_pass(self, mlp: TorchMLP, obs: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """``_q``'s Q-values through a ``TorchMLP`` (no autograd), and its cache for the backward."""
-        x = with_agent_id(obs, self.dims.n_agents) if self.hp.agent_id and self.dims.n_agents is not None else obs
+        x = q_inputs(obs, self.dims, self._agent_id())
         q, cache = mlp.forward(x.reshape(-1, x.shape[-1]))
         return q.reshape(*x.shape[:-1], -1), cache
 

@@ -215,7 +215,8 @@ class QMixer(nn.Module):
 
     def forward(self, agent_qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """agent_qs (..., n_agents), state (..., state_dim) -> Q_tot (...)."""
-        return self._mix(agent_qs, state, lambda net, s: (net(s), None))[0]
+        nets = self._hypernets()
+        return self._mix(agent_qs, state, lambda k, s: (nets[k](s), None))[0]
 
     @torch.no_grad()
     def forward_cached(self, agent_qs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, Any]:
@@ -224,29 +225,29 @@ class QMixer(nn.Module):
         passes = self.__dict__.get("_passes")  # made on first use, so snapshots of older runs need nothing
         if passes is None:
             passes = self._passes = tuple(TorchMLP(net) for net in self._hypernets())
-        which = dict(zip(map(id, self._hypernets()), passes))
-        return self._mix(agent_qs, state, lambda net, s: which[id(net)].forward(s))
+        return self._mix(agent_qs, state, lambda k, s: passes[k].forward(s))
 
     def _hypernets(self) -> tuple[nn.Module, ...]:
         """W1's, b1's, w2's and V's hypernetworks (``_passes``' order)."""
         return self.hyper_w1, self.hyper_b1, self.hyper_w2, self.hyper_v
 
     def _mix(self, agent_qs: torch.Tensor, state: torch.Tensor, hyper: Any) -> tuple[torch.Tensor, Any]:
-        """The mixing (one implementation for both passes); ``hyper(net, s)`` -> (net(s), its cache)."""
+        """The mixing (one implementation for both passes); ``hyper(k, s)`` -> (the k-th hypernetwork of
+        ``_hypernets()`` on s, its cache)."""
         lead = agent_qs.shape[:-1]
         if agent_qs.shape[-1] != self.n_agents or state.shape != (*lead, self.state_dim):
             raise ValueError(f"QMixer: agent_qs (..., {self.n_agents}) and state (..., {self.state_dim}) with the "
                              f"same leading axes, got {tuple(agent_qs.shape)} and {tuple(state.shape)}")
         qs = agent_qs.reshape(-1, 1, self.n_agents)
         s = state.reshape(-1, self.state_dim)
-        w1_pre, c_w1 = hyper(self.hyper_w1, s)
+        w1_pre, c_w1 = hyper(0, s)
         w1 = w1_pre.abs().view(-1, self.n_agents, self.embed_dim)
-        b1_pre, c_b1 = hyper(self.hyper_b1, s)
+        b1_pre, c_b1 = hyper(1, s)
         pre = torch.bmm(qs, w1) + b1_pre.view(-1, 1, self.embed_dim)
         hidden = F.elu(pre)
-        w2_pre, c_w2 = hyper(self.hyper_w2, s)
+        w2_pre, c_w2 = hyper(2, s)
         w2 = w2_pre.abs().view(-1, self.embed_dim, 1)
-        v_pre, c_v = hyper(self.hyper_v, s)
+        v_pre, c_v = hyper(3, s)
         out = (torch.bmm(hidden, w2) + v_pre.view(-1, 1, 1)).reshape(lead)
         return out, (lead, qs, w1_pre, w1, pre, hidden, w2_pre, w2, (c_w1, c_b1, c_w2, c_v))
 

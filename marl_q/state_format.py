@@ -132,6 +132,12 @@ def _is_tensor(obj: Any) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
+def _class_names(obj: Any) -> set[str]:
+    """The dotted names (module.qualname) of ``obj``'s class and its bases: how a migration knows an
+    object without importing its class (this module sits below ``agents/`` and ``circuits/``)."""
+    return {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
+
+
 def _loaded(name: str) -> ModuleType:
     """Module ``name``, which unpickling the objects a migration fixes has imported (their classes'
     modules import it)."""
@@ -267,10 +273,8 @@ V0_FIXES: tuple[tuple[str, Callable[[Any], None]], ...] = (
 def _v0_to_v1(state: dict[str, Any]) -> dict[str, Any]:
     found: dict[str, list[Any]] = {name: [] for name, _ in V0_FIXES}
     for obj in _reachable(state):
-        for cls in type(obj).__mro__:
-            name = f"{cls.__module__}.{cls.__qualname__}"
-            if name in found:
-                found[name].append(obj)
+        for name in _class_names(obj) & found.keys():
+            found[name].append(obj)
     for name, fix in V0_FIXES:
         for obj in found[name]:
             fix(obj)
@@ -286,7 +290,7 @@ def _v0_to_v1(state: dict[str, Any]) -> dict[str, Any]:
 
 def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     for obj in _reachable(state):
-        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
+        names = _class_names(obj)
         team = "agents.mappo.TeamWorker" in names and "agents.mappo.TurnWorker" not in names  # a turn game's: as is
         book = obj.__dict__.get("book") if team else None
         if book is not None and type(book).__name__ == "EpisodeBook":
@@ -302,8 +306,7 @@ def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
 
 def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
     for obj in list(_reachable(state)):
-        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
-        if "agents.q_learning.QLearner" in names and "optimizer" in obj.__dict__:
+        if "agents.q_learning.QLearner" in _class_names(obj) and "optimizer" in obj.__dict__:
             optimizer = obj.__dict__.pop("optimizer")
             obj.__dict__.pop("params", None)
             obj._init_update(optimizer.state_dict())
@@ -325,7 +328,7 @@ def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
 # episode under way goes from its own counters to an EpisodeBook (``_routing_book``).
 
 def _v3_layout(obj: Any) -> bool:
-    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}
+    names = _class_names(obj)
     if "agents.heads.FlatParameters" in names:
         return "writes" not in obj.__dict__
     return "agents.replay.ReplayBuffer" in names
@@ -349,7 +352,7 @@ def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
             fresh = rebuild(*args)
             obj.__dict__.clear()
             obj.__dict__.update(fresh.__dict__)
-        elif any(f"{cls.__module__}.{cls.__qualname__}" == "agents.routing.RoutingPPOWorker" for cls in type(obj).__mro__):
+        elif "agents.routing.RoutingPPOWorker" in _class_names(obj):
             _routing_book(obj)
     return state
 
