@@ -64,6 +64,85 @@ W0 = worker_name(0)  # the one worker of every seed
 BLOCK = 256  # steps of Gumbel noise drawn at once per seed (the same draws as one (1, A) call per step)
 
 
+class UpdateRows:
+    """Every seed's server rows of its updates, kept as columns and written a block of steps at a time.
+
+    Each update of a seed is the two comm.csv rows ``Server.receive`` writes for a push and its answer
+    (``Ledger.record``) and one train.csv row (``TrainLog.write``), in the very text those write. Row by
+    row through the writers, they cost two thirds of a batched seed-step; here a step adds one column
+    per field for all seeds (``add``), and a seed's rows become text in one pass when its block is
+    written (``write``): before its checkpoint, when it finishes, and every ``BLOCK`` steps. Nothing
+    reads the ledger's or train.csv's counters in between (a one-step A2C's episode rows do not)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.t: list[np.ndarray] = []  # per step: (S,) arrival time of each seed's push at its server
+        self.env: list[np.ndarray] = []  # per step: (S,) each seed's env steps when its server took the push
+        self.k: list[int] = []  # per step: the update's version
+        self.diags: list[list[tuple]] = []  # per step: each seed's train.csv diagnostics, as text
+        self.on: list[np.ndarray] = []  # per step: (S,) which seeds pushed
+        self.perf: list[float] = []  # per step: time.perf_counter() (the sidecars' wall clock)
+        self.first = 0  # rows of steps before this index are written for every seed
+        self.done: dict[int, int] = {}  # seed -> steps written for it beyond ``first``
+
+    def add(self, t: np.ndarray, env: np.ndarray, k: int, diags: list[tuple], on: np.ndarray) -> None:
+        self.t.append(t)
+        self.env.append(env.copy())
+        self.k.append(k)
+        self.diags.append(diags)
+        self.on.append(on.copy())
+        self.perf.append(time.perf_counter())
+
+    def write(self, rt: Any, s: int) -> None:
+        """Seed ``s``'s rows not yet written, into its run's files (``rt``: its Runtime)."""
+        j0 = self.done.get(s, self.first)
+        steps = [j for j in range(j0 - self.first, len(self.k)) if self.on[j][s]]
+        self.done[s] = self.first + len(self.k)
+        if not steps:
+            return
+        led, train, n = rt.ledger, rt.train, self.nbytes
+        ts = [float(self.t[j][s]) for j in steps]
+        envs = [int(self.env[j][s]) for j in steps]
+        ks = [self.k[j] for j in steps]
+        diags = [self.diags[j][s] for j in steps]
+        perf = [self.perf[j] for j in steps]
+        if train.file is not None and train.writer is None:  # the first row makes the file (TrainLog's lazy writer)
+            train.write(ts[0], W0, envs[0], ks[0], 0, [dict(zip(DIAGNOSTICS, diags[0]))])
+            first_train = 1  # (the ledger still writes this update's rows below)
+        else:
+            first_train = 0
+        c = led.count
+        comm = "".join([f"{c + 2 * i},{t:.6f},{W0},{SERVER},grad,{v},{n},{v - 1},{v - 1},0,1,\r\n"
+                        f"{c + 2 * i + 1},{t:.6f},{SERVER},{W0},{PARAMS},0,{n},{v},{v},,1,\r\n"
+                        for i, (t, v) in enumerate(zip(ts, ks))])
+        m = len(ks)
+        led.file.write_lines(comm, list(range(c, c + 2 * m)), [p for p in perf for _ in (0, 1)])
+        led.count += 2 * m
+        led.bytes_up += n * m
+        led.bytes_down += n * m
+        for kind in ("grad", PARAMS):
+            tally = led.by_kind.setdefault(kind, [0, 0])
+            tally[0] += m
+            tally[1] += n * m
+        if train.file is None or m == first_train:
+            return
+        u = train.updates
+        rows = range(first_train, m)
+        text = "".join([f"{ts[i]!r},{W0},{envs[i]},{u + r},{ks[i]},0,{','.join(diags[i])}\r\n"
+                        for r, i in enumerate(rows, 1)])
+        train.writer.write_lines(text, list(range(u + 1, u + 1 + len(rows))), [perf[i] for i in rows])
+        train.updates += len(rows)
+
+    def write_all(self, rts: list[Any], seeds: Any) -> None:
+        """Every listed seed's rows, then the columns are dropped (every seed is written up to here)."""
+        for s in seeds:
+            self.write(rts[s], s)
+        self.first += len(self.k)
+        for column in (self.t, self.env, self.k, self.diags, self.on, self.perf):
+            column.clear()
+        self.done.clear()
+
+
 # ----------------------------------------------------------------------------- what can be batched
 def check_batchable(cfg: Any) -> None:
     """Refuse (ConfigError naming the key) a configuration whose seeds this module cannot run side by
@@ -339,29 +418,6 @@ class BatchedA2C:
         rt.ledger.record(hello, t, 0, accepted=True)
         rt.ledger.record(Message(SERVER, name, PARAMS, self._params_payload, base_version=0), t, 0)
 
-    def _record_update(self, s: int, t: float, version: int, diag: tuple) -> None:
-        """The k-th push of seed s reaches its server at t: the ledger's two rows (push, answer) and the
-        train.csv row, the very text ``Server.receive`` (``Ledger.record``, ``TrainLog.write``) writes;
-        written as value rows (the writers' ``write_values``) to skip the per-row dicts."""
-        rt = self.rts[s]
-        led, n = rt.ledger, self.nbytes
-        tt = f"{t:.6f}"
-        led.file.write_values((led.count, tt, W0, SERVER, "grad", version, n, version - 1, version - 1, 0, 1, ""))
-        led.file.write_values((led.count + 1, tt, SERVER, W0, PARAMS, 0, n, version, version, "", 1, ""))
-        led.count += 2
-        led.bytes_up += n
-        led.bytes_down += n
-        for kind in ("grad", PARAMS):
-            tally = led.by_kind.setdefault(kind, [0, 0])
-            tally[0] += 1
-            tally[1] += n
-        train = rt.train
-        if train.writer is None:  # the first row makes the file (TrainLog's lazy writer)
-            train.write(t, W0, rt.env_steps, version, 0, [dict(zip(DIAGNOSTICS, diag))])
-            return
-        train.updates += 1
-        train.writer.write_values((repr(t), W0, rt.env_steps, train.updates, version, 0, *diag))
-
     def _sync_service(self, s: int, updates: int) -> None:
         """Seed s's Runtime holds its server's state (parameters, optimizer, counters) and its circuit
         counts for a checkpoint."""
@@ -406,6 +462,12 @@ class BatchedA2C:
         k = 0  # the k-th step of every seed (version k - 1), then the k-th update
         block = np.zeros((S, BLOCK, self.n_actions))
         diags: list[tuple] = []
+        updates = UpdateRows(self.nbytes)  # each seed's update rows, written a block at a time
+        env_steps = np.array([rt.env_steps for rt in self.rts])  # each seed's, as its Runtime counts them
+        checkpoints = any(rt.out is not None and rt.cfg.run.checkpoint_every for rt in self.rts)
+        # a seed can end only at its env-step budget, unless it also counts episodes (then Runtime.done decides)
+        by_steps = all(rt.cfg.run.total_episodes is None and rt.cfg.run.total_env_steps is not None for rt in self.rts)
+        budget = np.array([rt.cfg.run.total_env_steps or 0 for rt in self.rts])
 
         def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
             """Every copy's action, with the actor's logits and forward kept for the update."""
@@ -459,7 +521,7 @@ class BatchedA2C:
                 policy = (-(adv * logp[rows, actions]) / 1).tolist()
                 value = ((error * error) / 1).tolist()
                 for s in np.flatnonzero(valid & active).tolist():
-                    ent = float(-np.vdot(p[s:s + 1], logp[s:s + 1]) if entropy is None else entropy[s:s + 1].sum()) / 1
+                    ent = float(-np.vdot(p[s], logp[s]) if entropy is None else entropy[s:s + 1].sum()) / 1
                     diags[s] = (repr(policy[s]), repr(value[s]), repr(ent), "0.0", "", "")
             self.grad[:] = 0.0
             self.critic.backward(params, critic_cache, grad_values, self.grad)
@@ -476,24 +538,33 @@ class BatchedA2C:
             t_server = t_done + net
             t_next = t_server + net
             ended = dict(zip(np.flatnonzero(step.ended).tolist(), closed)) if closed else {}
+            env_steps[active] += valid[active]
+            steps = valid.astype(np.int64).tolist()
+            may_end = (env_steps >= budget).tolist() if by_steps else None
             for s in np.flatnonzero(active).tolist():
                 rt = self.rts[s]
                 if s in ended:  # a metrics row (and quantum.csv's, with the circuits counted so far): the run's own path
-                    rt.record_work(W0, Work([], env_steps=int(valid[s]), episodes=[ended[s]], resources=self._report(s)),
+                    rt.record_work(W0, Work([], env_steps=steps[s], episodes=[ended[s]], resources=self._report(s)),
                                    float(t_done[s]))
                 else:  # (the circuits' counts are added up and reported where they are read: the same totals)
-                    rt.env_steps += int(valid[s])
-                if rt.done():  # its last push is never delivered (the sim stops at the step that ends it)
+                    rt.env_steps += steps[s]
+                # its last push is never delivered (the sim stops at the step that ends it)
+                if (may_end is None or may_end[s]) and rt.done():
                     active[s] = False
+                    updates.write(rt, s)
                     summaries[s] = self._finish(s, k - 1, float(t_done[s]))
             # the server: one optimizer step on every row (finished seeds' rows are no longer read)
             self.optimizer.step(torch.from_numpy(self.grad))
-            t_srv = t_server.tolist()
-            for s in np.flatnonzero(active).tolist():
-                self._record_update(s, t_srv[s], k, diags[s])
-                if self.rts[s].checkpoint_due(updates=k):
-                    self._sync_service(s, k)
-                    self.rts[s].checkpoint(t_srv[s])
+            updates.add(t_server, env_steps, k, diags, active)
+            if checkpoints:
+                t_srv = t_server.tolist()
+                for s in np.flatnonzero(active).tolist():
+                    if self.rts[s].checkpoint_due(updates=k):
+                        updates.write(self.rts[s], s)
+                        self._sync_service(s, k)
+                        self.rts[s].checkpoint(t_srv[s])
+            if len(updates.k) >= BLOCK or not active.any():
+                updates.write_all(self.rts, range(S))
             t = t_next
             if progress and time.perf_counter() - last_note > 30.0:
                 last_note = time.perf_counter()

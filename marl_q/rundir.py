@@ -176,6 +176,31 @@ class MetricsWriter:
         self._walls.append((values[self._key_index], f"{wall:.6f}"))
         self._maybe_flush(wall)
 
+    def write_lines(self, text: str, keys: list, perf_times: list[float]) -> None:
+        """Rows given as their CSV text (values that need no quoting, each line ended by ``\\r\\n`` as the
+        csv module ends it), with each row's key and the ``time.perf_counter()`` at which it happened
+        for the sidecar: what many ``write_values`` calls would write, in one write (the seed-batched
+        learner's per-update rows, kept as columns and written a block at a time). Rows still pending
+        are written first, so the file keeps its order."""
+        self.flush()
+        if self._file is None:
+            for values in csv.reader(io.StringIO(text, newline="")):
+                self._rows.append({c: _parse(v) for c, v in zip(self.columns, values) if v != ""})
+            return
+        t0 = self._t0
+        walls = "".join([f"{key},{p - t0:.6f}\r\n" for key, p in zip(keys, perf_times)])
+        try:
+            self._file.write(text)
+            self._file.flush()
+            if self._wall_file is not None:
+                self._wall_file.write(walls)
+                self._wall_file.flush()
+        except OSError as exc:
+            raise RunWriteError(self._file.name, exc) from None
+        if _TAPS:
+            tap_rows(self._file.name, list(csv.reader(io.StringIO(text, newline=""))))
+        self._flushed_at = time.perf_counter() - t0
+
     def _maybe_flush(self, wall: float) -> None:
         if len(self._pending) >= self.flush_every or (self.flush_s is not None and wall - self._flushed_at >= self.flush_s):
             self.flush()
