@@ -329,7 +329,7 @@ def evolve(program: Program, psi: np.ndarray, blocks: BlockMatrices, start: int 
     layer from 1 on starts with its encoding block."""
     for layer in range(start, program.layers):
         if uploads is not None and layer:
-            psi = upload(psi, uploads.gates[layer - 1])
+            psi = uploads.apply(psi, layer)
         if program.entangle_first:
             psi = entangle(psi, program, layer)
         for (first, width), matrix in zip(blocks.layout, blocks.blocks):
@@ -570,7 +570,7 @@ def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray,
             both = unentangle(both, program, layer)
         if uploads is not None and layer:
             uploads.grads[layer - 1] = upload_gradients(both[1], both[0], program)
-            both = upload(both, upload_adjoints[layer - 1])
+            both = upload_wires(both, upload_adjoints[layer - 1])
     return both[1], blocks.weight_gradient([np.stack(g) for g in grads]) if weights else None
 
 
@@ -596,8 +596,10 @@ def _backward_kept(program: Program, psi: np.ndarray, grad_readouts: np.ndarray,
 # product) state, with per-row angles: (B, L, n) with trainable input scaling (a scale per block), else
 # the (B, n) angles in every block. The first block is the encoded product state as without
 # re-uploading; a later block is per wire and row the gate R_P(t) h = cos(t/2) [h] + sin(t/2) [-i P h]
-# (``Program.upload_gate``), applied to the state (2^n, B) as 2 x 2 per row (``apply_wire_rows``), and
-# the adjoint sweep un-applies it (its conjugate transpose). An angle's gradient needs no derivative
+# (``Program.upload_gate``), applied to the state (2^n, B) as 2 x 2 per row (``apply_wire_rows``), or for
+# one row (an actor's act) as the Kronecker blocks of the layout, one GEMM each (``apply_block``: 16
+# small per-wire products cost most of a 4-qubit, 5-layer act), and the adjoint sweep un-applies it
+# wire by wire (the conjugate transposes). An angle's gradient needs no derivative
 # gate: d/dt R_P(t) h = (-i P / 2) R_P(t) h, so at the block's output state psi and adjoint lambda it is
 # Re <lambda, (-i P / 2)_i psi> (``upload_gradients``; the wires of one block commute).
 
@@ -608,6 +610,16 @@ class Uploads(NamedTuple):
 
     gates: np.ndarray  # (L - 1, n, 2, 2, B) per layer, wire and row, the state's dtype
     grads: np.ndarray  # (L - 1, n, B): d loss / d angles, filled by backward_sweep
+    blocks: tuple[np.ndarray, ...] | None  # one row: per block of the layout its (L - 1, 2^w, 2^w) Kronecker product
+    layout: tuple[tuple[int, int], ...]
+
+    def apply(self, psi: np.ndarray, layer: int) -> np.ndarray:
+        """Layer ``layer``'s encoding block (layer >= 1) on the states psi (2^n, B)."""
+        if self.blocks is None:
+            return upload_wires(psi, self.gates[layer - 1])
+        for (first, width), block in zip(self.layout, self.blocks):
+            psi = apply_block(psi, block[layer - 1], first, width)
+        return psi
 
     def adjoints(self) -> np.ndarray:
         """The gates' conjugate transposes (L - 1, n, 2, 2, B): un-applying a block."""
@@ -631,7 +643,9 @@ def reupload_inputs(program: Program, angles: np.ndarray) -> tuple[np.ndarray, U
     upload_gates = (vectors[:, :, 0, None, None] * parts[0][:, :, None]
                     + vectors[:, :, 1, None, None] * parts[1][:, :, None])
     layers, n, batch = vectors.shape[0], vectors.shape[1], vectors.shape[-1]
-    return per_block[:, 0], Uploads(upload_gates, np.empty((layers, n, batch), dtype=vectors.dtype))
+    blocks = (None if batch > 1 else
+              tuple(kron_matrices(upload_gates[:, first : first + width, :, :, 0]) for first, width in program.layout))
+    return per_block[:, 0], Uploads(upload_gates, np.empty((layers, n, batch), dtype=vectors.dtype), blocks, program.layout)
 
 
 def apply_wire_rows(psi: np.ndarray, matrices: np.ndarray, wire: int, n_qubits: int) -> np.ndarray:
@@ -642,7 +656,7 @@ def apply_wire_rows(psi: np.ndarray, matrices: np.ndarray, wire: int, n_qubits: 
     return out.reshape(shape)
 
 
-def upload(psi: np.ndarray, block: np.ndarray) -> np.ndarray:
+def upload_wires(psi: np.ndarray, block: np.ndarray) -> np.ndarray:
     """One encoding block's gates, block (n, 2, 2, B) per wire and row, on states psi (..., 2^n, B)."""
     n = block.shape[0]
     for wire in range(n):
