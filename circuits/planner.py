@@ -5,8 +5,8 @@ The executors (docs/circuits.md, "Executors and the planner"), each with its own
 | executor | forward | weight gradient (``Plan.backward``) |
 |---|---|---|
 | ``dense`` | r(x) @ the cached [Re D, Im D], squared, @ readout | ``analytic`` (``engine.DenseGradient``) or ``autograd`` |
-| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``); ``kernels``: numba loops (``circuits.kernels``) | the adjoint method of the same family |
-| ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``; CUDA) | autograd |
+| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``; re-uploading included); ``kernels``: numba loops (``circuits.kernels``; no re-uploading) | the adjoint method of the same family |
+| ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``): CUDA, re-uploading there included | autograd |
 | ``density`` | Pauli-transfer density matrix (``circuits.density``) | autograd or the hardware rule |
 | ``pennylane`` | a QNode (``circuits.reference``) | PennyLane's diff method |
 | ``einsum`` | one ``numpy.einsum`` per gate (``circuits.einsum_executor``: the worked example) | none (forward only) |

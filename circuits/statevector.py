@@ -18,6 +18,10 @@ circuit's ``circuits.program.Program``:
   gradient uses). lambda at the start gives the gradient of r, through which autograd reaches
   the encoding angles (and a ``preprocess: linear`` layer).
 
+With data re-uploading (``reupload: true``) each layer from 1 on starts with the encoding block
+again, applied per row to the state and un-applied by the backward sweep, which also gives each such
+block's angle gradients (the section "data re-uploading" at the end of this module).
+
 Everything runs in numpy on the CPU tensors' memory: the block matrices and their derivatives (a few
 16 x 16 matrices, complex128, cast to the state's dtype) are built on each call from the weights,
 and the sweeps are numpy GEMMs and gathers, so a training step pays neither autograd bookkeeping nor
