@@ -10,10 +10,11 @@ from __future__ import annotations
 import itertools
 import os
 
+import numpy as np
 import pytest
 import torch
 
-from circuits import VQC
+from circuits import VQC, gates
 from circuits.planner import Plan
 from circuits.spec import ANSATZE, ENCODINGS, OBSERVABLES
 
@@ -182,3 +183,26 @@ def test_reuploading_on_the_statevector_executor(n, layers, ansatz, encoding, ha
     x = torch.randn(5, n, dtype=module.weights.dtype, device=DEVICE)
     assert_parity(module, x, nonzero_grad=n > 1 or ansatz != "ry_cz")
     assert_matches_torch_autograd(module, x, 1e-5 if dtype == "complex64" else 1e-10)
+
+
+def test_expectation_gradients_of_a_reuploading_circuit_equal_torch_autograd():
+    """The public gradient API outside a head (``circuits.gradients.expectation_gradients``) on a
+    re-uploading circuit: the statevector blocks (the compiled kernels take no re-uploading), each row
+    its own weights, against the torch_autograd executor of a head with those weights."""
+    from circuits.gradients import expectation_gradients
+    from circuits.spec import make_config
+
+    torch.manual_seed(11)
+    cfg = make_config(n_qubits=3, layers=3, ansatz="rzryrz_ring", reupload=True, observable="z", dtype="complex128")
+    module = VQC(3, 3, config=cfg)
+    weights = torch.rand((2,) + tuple(module.weights.shape), dtype=torch.float64) * 6.0
+    angles = torch.rand(2, 3, dtype=torch.float64) * 3.0
+    diagonal = np.prod(1.0 - 2.0 * gates.basis_bits(3), axis=1)  # Z x Z x Z
+    values, grads = expectation_gradients(cfg, weights.numpy(), angles.numpy(), diagonal)
+    readout = torch.from_numpy(diagonal)[:, None]
+    for b in range(2):
+        w = weights[b].clone().requires_grad_()
+        f = (torch.view_as_real(module.circuit.final_state(angles[b : b + 1], w)).square().sum(-1) @ readout)[0, 0]
+        grad, = torch.autograd.grad(f, w)
+        assert abs(float(f) - values[b]) < 1e-12
+        np.testing.assert_allclose(grads[b], grad.numpy(), atol=1e-12)
