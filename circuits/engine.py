@@ -12,8 +12,8 @@ The executors (named as ``circuits.planner`` names them; docs/circuits.md, "Exec
   rotation with its angle shifted by pi).
 - ``torch_autograd``: a (..., 2^n) complex state updated block by block with torch ops (the
   single-qubit matrices of up to 4 neighbouring wires as one Kronecker block, one GEMM; each
-  layer's CNOT/CZ gates as a signed permutation), differentiated by autograd; data re-uploading and
-  CUDA.
+  layer's CNOT/CZ gates as a signed permutation), differentiated by autograd; CUDA (data
+  re-uploading there included: on the CPU it runs on the statevector executor).
 
 The ``statevector`` executor (numpy blocks and compiled kernels) is ``circuits.statevector`` and
 ``circuits.kernels``, reading the numpy ``Program`` of the same circuit (``CompiledCircuit.program``).
@@ -173,7 +173,8 @@ class CompiledCircuit(nn.Module):
 
     def forward_statevector(self, angles: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Readouts (B, m) by the statevector executor's numpy blocks (``circuits.statevector``), as a
-        torch node whose backward is the adjoint method; no re-uploading."""
+        torch node whose backward is the adjoint method; angles (B, n) or, with re-uploading and
+        trainable scaling, (B, layers, n) per block (their gradient has the same shape)."""
         return statevector.StatevectorNode.apply(angles.to(self.real_dtype), weights, program_of(self))
 
     def rotate(self, psi: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:

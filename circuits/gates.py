@@ -104,7 +104,24 @@ def encoding_state_map(encoding: str, hadamard: bool) -> np.ndarray:
     pauli = ROTATION_AXES[ENCODINGS[encoding].axis]
     h = HADAMARD if hadamard else np.eye(2, dtype=np.complex128)
     start = h @ np.array([1.0, 0.0], dtype=np.complex128)
-    return np.stack([start, -1j * (pauli @ start)], axis=1)
+    return np.stack([start, -1j * (pauli @ start)], axis=1)  # encoding_gate_parts(...)[:, :, 0] (up to zeros' signs)
+
+
+def encoding_gate_parts(encoding: str, hadamard: bool) -> np.ndarray:
+    """(2, 2, 2) complex128 [h, -i P h]: the encoding's gate on one qubit is R_P(t) h = cos(t/2) h +
+    sin(t/2) (-i P h), linear in (cos(t/2), sin(t/2)) (h the Hadamard when ``hadamard``, else the
+    identity). Its first columns are F (``encoding_state_map``: the gate on |0>); a re-uploaded block
+    applies the whole gate to a state (``encoding_gate_matrices`` in torch, the statevector executor's
+    ``circuits.program.Program.upload_gate`` in numpy)."""
+    pauli = ROTATION_AXES[ENCODINGS[encoding].axis]
+    h = HADAMARD if hadamard else np.eye(2, dtype=np.complex128)
+    return np.stack([h, -1j * (pauli @ h)])
+
+
+def encoding_generator(encoding: str) -> np.ndarray:
+    """(2, 2) complex128 -i P / 2 of the encoding's Pauli P: d/dt R_P(t) h = (-i P / 2) R_P(t) h, so an
+    encoding angle's gradient is Re <lambda, (-i P / 2) psi> at the gate's output state psi."""
+    return -0.5j * ROTATION_AXES[ENCODINGS[encoding].axis]
 
 
 def rotation_matrices(axis: str, angles: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:

@@ -190,7 +190,8 @@ def expectation_gradients(cfg: VQCConfig, weights: np.ndarray, angles: np.ndarra
     executor's adjoint method (its compiled kernels, or its numpy blocks where numba is not here),
     complex128: the public gradient API of exact circuits outside a head (``marlq plateau``).
 
-    cfg: the circuit (its observable is replaced by O); weights (B, L, n, k); encoding angles (B, n);
+    cfg: the circuit (its observable is replaced by O; re-uploading: the angles in every block); weights
+    (B, L, n, k); encoding angles (B, n);
     diagonal: O's diagonal in the computational basis (2^n,). Returns (f (B,), gradient (B, L, n, k)).
     """
     program = Program.from_spec(cfg, np.complex128, readout=np.asarray(diagonal, dtype=np.float64)[:, None])
@@ -199,14 +200,15 @@ def expectation_gradients(cfg: VQCConfig, weights: np.ndarray, angles: np.ndarra
     values, grads = np.empty(len(weights)), np.empty(weights.shape)
     one = np.ones((1, 1))
     for b in range(len(weights)):
-        if kernels.available():
+        if kernels.available() and not program.reupload:
             rot, gen = kernels.rotations(program, weights[b], True)
             readouts, states = kernels.forward(program, angles[b : b + 1], rot, True)
             grads[b] = kernels.weight_grad(program, states, one, rot, gen)
-        else:
+        else:  # (re-uploading: the blocks, the compiled kernels take none)
             blocks = statevector.BlockMatrices(program, weights[b], True)
-            psi = statevector.final_state(program, angles[b : b + 1], blocks)[0]
+            first, uploads = statevector.reupload_inputs(program, angles[b : b + 1])
+            psi = statevector.final_state(program, first, blocks, uploads=uploads)[0]
             readouts = statevector.readouts_of(psi, program)
-            grads[b] = statevector.backward_sweep(program, psi, one, blocks, True)[1]
+            grads[b] = statevector.backward_sweep(program, psi, one, blocks, True, uploads=uploads)[1]
         values[b] = readouts[0, 0]
     return values, grads

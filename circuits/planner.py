@@ -5,8 +5,8 @@ The executors (docs/circuits.md, "Executors and the planner"), each with its own
 | executor | forward | weight gradient (``Plan.backward``) |
 |---|---|---|
 | ``dense`` | r(x) @ the cached [Re D, Im D], squared, @ readout | ``analytic`` (``engine.DenseGradient``) or ``autograd`` |
-| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``); ``kernels``: numba loops (``circuits.kernels``) | the adjoint method of the same family |
-| ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``) | autograd |
+| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``; re-uploading included); ``kernels``: numba loops (``circuits.kernels``; no re-uploading) | the adjoint method of the same family |
+| ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``): CUDA, re-uploading there included | autograd |
 | ``density`` | Pauli-transfer density matrix (``circuits.density``) | autograd or the hardware rule |
 | ``pennylane`` | a QNode (``circuits.reference``) | PennyLane's diff method |
 | ``einsum`` | one ``numpy.einsum`` per gate (``circuits.einsum_executor``: the worked example) | none (forward only) |
@@ -100,7 +100,7 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
     if facts.hardware:  # shots or a gradient rule, exact: the torch executors under the rule
         return Plan("dense" if dense else "torch_autograd", "rule" if grad else "none")
     if entry == "numpy":
-        if rows <= kernel_rows and "kernels" not in pinned:
+        if rows <= kernel_rows and not facts.reupload and "kernels" not in pinned:
             return Plan("statevector", "adjoint" if grad else "none", "kernels")
         if not grad:
             blocks = facts.n_qubits >= STATEVECTOR_MIN_QUBITS or not dense
@@ -125,7 +125,7 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
         if facts.n_qubits <= ANALYTIC_MAX_QUBITS and rows >= DENSE_MIN_BATCH:
             return Plan("dense", "autograd")
         return Plan("statevector", "adjoint", "blocks")
-    if facts.reupload or facts.device != "cpu":
+    if facts.device != "cpu":
         return Plan("torch_autograd", "autograd")
     return Plan("statevector", "adjoint" if grad else "none", "blocks")
 

@@ -84,6 +84,10 @@ class Program:
     phase: np.ndarray | None  # (2^n, 1): F^(x)n as a phase per basis state when F is diagonal, else None
     encoders: tuple[np.ndarray, ...]  # F^(x)w per block (the state's dtype)
     axes: np.ndarray | None  # (k,) int64 Pauli axis codes of each weight's rotation, or None
+    reupload: bool = False  # data re-uploading: the encoding block again before every layer from 1 on
+    upload_gate: np.ndarray | None = None  # (2, 2, 2) [h, -i P h] (the state's dtype): the encoding's gate is
+    # cos(t/2) [0] + sin(t/2) [1] (``gates.encoding_gate_parts``); None without re-uploading
+    upload_generator: np.ndarray | None = None  # (2, 2) -i P / 2 (the state's dtype, ``gates.encoding_generator``)
 
     @staticmethod
     def compile(circuit: Any) -> "Program":
@@ -95,7 +99,8 @@ class Program:
             n, circuit.ansatz, circuit.options, numpy_dtype(circuit.complex_dtype),
             [buffers[f"inverse_{l}"].cpu().numpy() for l in range(layers)],
             [buffers[f"sign_{l}"].cpu().numpy() for l in range(layers)],
-            buffers["readout"].cpu().numpy(), buffers["state_map"].cpu().numpy().astype(np.complex128))
+            buffers["readout"].cpu().numpy(), buffers["state_map"].cpu().numpy().astype(np.complex128),
+            _upload(circuit.encoding, circuit.hadamard) if getattr(circuit, "reupload", False) else None)
 
     @staticmethod
     def from_spec(cfg: Any, complex_dtype: Any = np.complex128, readout: np.ndarray | None = None) -> "Program":
@@ -112,13 +117,16 @@ class Program:
         return Program.assemble(
             cfg.n_qubits, cfg.ansatz, options, np.dtype(complex_dtype),
             [np.asarray(inverse) for inverse, _ in permutations], [np.asarray(sign, dtype=real) for _, sign in permutations],
-            np.asarray(readout, dtype=real), gates.encoding_state_map(cfg.encoding, cfg.hadamard).astype(np.complex128))
+            np.asarray(readout, dtype=real), gates.encoding_state_map(cfg.encoding, cfg.hadamard).astype(np.complex128),
+            _upload(cfg.encoding, cfg.hadamard) if cfg.reupload else None)
 
     @staticmethod
     def assemble(n: int, ansatz_name: str, options: LayerOptions, complex_dtype: np.dtype, inverses: list[np.ndarray],
-                 signs: list[np.ndarray], readout: np.ndarray, state_map: np.ndarray) -> "Program":
+                 signs: list[np.ndarray], readout: np.ndarray, state_map: np.ndarray,
+                 upload: tuple[np.ndarray, np.ndarray] | None = None) -> "Program":
         """The program from its parts: per layer the inverse permutation and the signs (the state's real
-        dtype), the readout matrix (2^n, m) and the encoding's 2 x 2 F."""
+        dtype), the readout matrix (2^n, m), the encoding's 2 x 2 F and, with re-uploading, the encoding
+        gate's parts and generator (``_upload``)."""
         layers = len(inverses)
         inverse = np.stack(inverses).astype(np.int64) if layers else np.zeros((0, 2**n), np.int64)
         forward = np.stack([np.argsort(row) for row in inverse]).astype(np.int64) if layers else inverse
@@ -137,11 +145,21 @@ class Program:
             encoders=tuple(kron_matrices(np.broadcast_to(state_map, (width, 2, 2))).astype(complex_dtype)
                            for _, width in layout),
             axes=None if names is None else np.array([AXES[a] for a in names], dtype=np.int64),
+            reupload=upload is not None,
+            upload_gate=None if upload is None else upload[0].astype(complex_dtype),
+            upload_generator=None if upload is None else upload[1].astype(complex_dtype),
         )
         for value in vars(program).values():
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
         return program
+
+
+def _upload(encoding: str, hadamard: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A re-uploading program's encoding gate: its parts and generator (complex128)."""
+    from circuits import gates
+
+    return gates.encoding_gate_parts(encoding, hadamard), gates.encoding_generator(encoding)
 
 
 def _diagonal_phase(state_map: np.ndarray, n_qubits: int, dtype: np.dtype) -> np.ndarray | None:

@@ -18,6 +18,10 @@ circuit's ``circuits.program.Program``:
   gradient uses). lambda at the start gives the gradient of r, through which autograd reaches
   the encoding angles (and a ``preprocess: linear`` layer).
 
+With data re-uploading (``reupload: true``) each layer from 1 on starts with the encoding block
+again, applied per row to the state and un-applied by the backward sweep, which also gives each such
+block's angle gradients (the section "data re-uploading" at the end of this module).
+
 Everything runs in numpy on the CPU tensors' memory: the block matrices and their derivatives (a few
 16 x 16 matrices, complex128, cast to the state's dtype) are built on each call from the weights,
 and the sweeps are numpy GEMMs and gathers, so a training step pays neither autograd bookkeeping nor
@@ -317,16 +321,19 @@ def keeps_states(program: Program, rows: int) -> bool:
     rotations-first circuit's first layer are folded into the encoding), and from
     ``KEEP_STATES_MIN_ROWS`` rows: the stored states differ from the un-applied ones in the last bits,
     and the shipped scenarios' training calls (few rows) keep the bits they always had (the goldens)."""
-    return (program.entangle_first and rows >= KEEP_STATES_MIN_ROWS
+    return (program.entangle_first and rows >= KEEP_STATES_MIN_ROWS and not program.reupload
             and rows * 2**program.n_qubits * np.dtype(program.complex_dtype).itemsize * program.layers
             * len(program.layout) <= KEEP_STATES_MAX_BYTES)
 
 
 def evolve(program: Program, psi: np.ndarray, blocks: BlockMatrices, start: int = 0,
-           kept: list[np.ndarray] | None = None) -> np.ndarray:
+           kept: list[np.ndarray] | None = None, uploads: "Uploads | None" = None) -> np.ndarray:
     """The state after every layer from ``start`` on, from psi (2^n, B); with ``kept``, every block's
-    input state is appended to it (layer by layer, block by block)."""
+    input state is appended to it (layer by layer, block by block); with ``uploads`` (re-uploading), each
+    layer from 1 on starts with its encoding block."""
     for layer in range(start, program.layers):
+        if uploads is not None and layer:
+            psi = uploads.apply(psi, layer)
         if program.entangle_first:
             psi = entangle(psi, program, layer)
         for (first, width), matrix in zip(blocks.layout, blocks.blocks):
@@ -339,8 +346,9 @@ def evolve(program: Program, psi: np.ndarray, blocks: BlockMatrices, start: int 
 
 
 def final_state(program: Program, angles: np.ndarray, blocks: BlockMatrices,
-                kept: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The final state (2^n, B) for encoding angles (B, n), and the per-wire encoding vectors (n, 2, B).
+                kept: list[np.ndarray] | None = None, uploads: "Uploads | None" = None) -> tuple[np.ndarray, np.ndarray]:
+    """The final state (2^n, B) for encoding angles (B, n) (the first encoding block's; ``uploads``: the
+    later blocks' gates, ``reupload_inputs``), and the per-wire encoding vectors (n, 2, B).
 
     When the first layer's rotations come before its gates, they meet a product state: each wire's
     vector is rotated (R_0 F, 2 x 2) before the one Kronecker product, which saves the encoding and the
@@ -351,9 +359,9 @@ def final_state(program: Program, angles: np.ndarray, blocks: BlockMatrices,
         # state: the first gather on that transposed state cost 11x one on a C-contiguous one (8 qubits,
         # 1024 rows). The copy is exact (the vectors stay as they are for the backward's sums)
         r = gates.kron_vectors(np.ascontiguousarray(vectors), batch_last=True)  # gates.product_state(angles, batch_last=True)
-        return evolve(program, encode(r, program), blocks, kept=kept), vectors
+        return evolve(program, encode(r, program), blocks, kept=kept, uploads=uploads), vectors
     psi = gates.kron_vectors(blocks.first_wires @ vectors.astype(program.complex_dtype), batch_last=True)
-    return evolve(program, entangle(psi, program, 0), blocks, start=1), vectors
+    return evolve(program, entangle(psi, program, 0), blocks, start=1, uploads=uploads), vectors
 
 
 def readouts_of(psi: np.ndarray, program: Program) -> np.ndarray:
@@ -369,13 +377,14 @@ def readouts_np(program: Program, angles: np.ndarray, blocks: BlockMatrices) -> 
     keep_heap()
     if trains_on_product(program):
         return training_forward(program, angles, blocks)[0]
-    return readouts_of(final_state(program, angles, blocks)[0], program)
+    first, uploads = reupload_inputs(program, angles)
+    return readouts_of(final_state(program, first, blocks, uploads=uploads)[0], program)
 
 
 def trains_on_product(program: Program) -> bool:
     """Whether a training call runs ``training_forward`` / ``training_backward``: the first layer's
-    rotations come before its gates (every shipped ansatz but ``rzryrz_ring``)."""
-    return not program.entangle_first and program.layers >= 1
+    rotations come before its gates (every shipped ansatz but ``rzryrz_ring``), without re-uploading."""
+    return not program.entangle_first and program.layers >= 1 and not program.reupload
 
 
 class Tape(NamedTuple):
@@ -507,8 +516,9 @@ class StatevectorNode(torch.autograd.Function):
         if trains_on_product(program):
             out, ctx.tape = training_forward(program, angles.detach().numpy(), blocks)
             return torch.from_numpy(out)
-        psi, ctx.vectors = final_state(program, angles.detach().numpy(), blocks)
-        ctx.psi = psi
+        first, ctx.uploads = reupload_inputs(program, angles.detach().numpy())
+        psi, ctx.vectors = final_state(program, first, blocks, uploads=ctx.uploads)
+        ctx.psi, ctx.angles_dim = psi, angles.dim()
         return torch.from_numpy(readouts_of(psi, program))
 
     @staticmethod
@@ -521,21 +531,27 @@ class StatevectorNode(torch.autograd.Function):
             return (torch.from_numpy(grad_angles.astype(real)) if ctx.needs_input_grad[0] else None,
                     None if grad_w is None else torch.from_numpy(grad_w.astype(real)), None)
         psi = ctx.psi
-        lam, grad_w = backward_sweep(program, psi, grad.detach().numpy(), ctx.blocks, ctx.needs_input_grad[1])
+        lam, grad_w = backward_sweep(program, psi, grad.detach().numpy(), ctx.blocks, ctx.needs_input_grad[1],
+                                     uploads=ctx.uploads)
         real = psi.real.dtype
         grad_angles = None
         if ctx.needs_input_grad[0]:
-            grad_r = encode_backward(lam, program)
-            grad_angles = torch.from_numpy(product_rows_backward(grad_r, ctx.vectors).astype(real))
+            grad_first = product_rows_backward(encode_backward(lam, program), ctx.vectors)
+            if ctx.uploads is not None:
+                grad_first = ctx.uploads.angle_gradients(grad_first, ctx.angles_dim)
+            grad_angles = torch.from_numpy(grad_first.astype(real))
         return grad_angles, None if grad_w is None else torch.from_numpy(grad_w.astype(real)), None
 
 
 def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray, blocks: BlockMatrices,
-                   weights: bool, kept: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                   weights: bool, kept: list[np.ndarray] | None = None,
+                   uploads: "Uploads | None" = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The adjoint method's backward pass from the final states psi (2^n, B) and d loss / d readouts (B, m):
     d loss / d psi_0 (2^n, B, torch's convention), and with ``weights`` d loss / d weights (L, n, k)
     (``blocks`` then carries the derivatives). With ``kept`` (the forward's block input states,
-    ``keeps_states``), the blocks are un-applied to lambda alone."""
+    ``keeps_states``), the blocks are un-applied to lambda alone. With ``uploads`` (re-uploading), each
+    later encoding block is un-applied too, after its angles' gradients are written into
+    ``uploads.grads`` (``upload_gradients``)."""
     if kept:
         return _backward_kept(program, psi, grad_readouts, blocks, weights, kept)
     # state and adjoint stacked (2, 2^n, B): every un-apply is one GEMM on both.
@@ -544,6 +560,7 @@ def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray,
     both[0] = psi
     np.multiply(psi, 2.0 * (program.readout @ grad_readouts.T), out=both[1])
     grads: list[list[np.ndarray]] = [[None] * program.layers for _ in blocks.layout]  # type: ignore[list-item]
+    upload_adjoints = None if uploads is None else uploads.adjoints()
     for layer in reversed(range(program.layers)):
         if not program.entangle_first:
             both = unentangle(both, program, layer)
@@ -555,6 +572,9 @@ def backward_sweep(program: Program, psi: np.ndarray, grad_readouts: np.ndarray,
                 grads[b][layer] = block_gradient(adjoint_out, both[0], first, width)
         if program.entangle_first:
             both = unentangle(both, program, layer)
+        if uploads is not None and layer:
+            uploads.grads[layer - 1] = upload_gradients(both[1], both[0], program)
+            both = upload_wires(both, upload_adjoints[layer - 1])
     return both[1], blocks.weight_gradient([np.stack(g) for g in grads]) if weights else None
 
 
@@ -573,3 +593,88 @@ def _backward_kept(program: Program, psi: np.ndarray, grad_readouts: np.ndarray,
             lam = apply_block(lam, blocks.adjoints[b][layer], first, width)
         lam = unentangle(lam, program, layer)
     return lam, blocks.weight_gradient([np.stack(g) for g in grads]) if weights else None
+
+
+# ----------------------------------------------------------------------------- data re-uploading
+# With ``reupload: true`` the encoding block comes again before every layer from 1 on, on the (no longer
+# product) state, with per-row angles: (B, L, n) with trainable input scaling (a scale per block), else
+# the (B, n) angles in every block. The first block is the encoded product state as without
+# re-uploading; a later block is per wire and row the gate R_P(t) h = cos(t/2) [h] + sin(t/2) [-i P h]
+# (``Program.upload_gate``), applied to the state (2^n, B) as 2 x 2 per row (``apply_wire_rows``), or for
+# one row (an actor's act) as the Kronecker blocks of the layout, one GEMM each (``apply_block``: 16
+# small per-wire products cost most of a 4-qubit, 5-layer act), and the adjoint sweep un-applies it
+# wire by wire (the conjugate transposes). An angle's gradient needs no derivative
+# gate: d/dt R_P(t) h = (-i P / 2) R_P(t) h, so at the block's output state psi and adjoint lambda it is
+# Re <lambda, (-i P / 2)_i psi> (``upload_gradients``; the wires of one block commute).
+
+
+class Uploads(NamedTuple):
+    """A re-uploading call's encoding blocks from layer 1 on (``reupload_inputs``), and the gradients of
+    their angles, which ``backward_sweep`` writes."""
+
+    gates: np.ndarray  # (L - 1, n, 2, 2, B) per layer, wire and row, the state's dtype
+    grads: np.ndarray  # (L - 1, n, B): d loss / d angles, filled by backward_sweep
+    blocks: tuple[np.ndarray, ...] | None  # one row: per block of the layout its (L - 1, 2^w, 2^w) Kronecker product
+    layout: tuple[tuple[int, int], ...]
+
+    def apply(self, psi: np.ndarray, layer: int) -> np.ndarray:
+        """Layer ``layer``'s encoding block (layer >= 1) on the states psi (2^n, B)."""
+        if self.blocks is None:
+            return upload_wires(psi, self.gates[layer - 1])
+        for (first, width), block in zip(self.layout, self.blocks):
+            psi = apply_block(psi, block[layer - 1], first, width)
+        return psi
+
+    def adjoints(self) -> np.ndarray:
+        """The gates' conjugate transposes (L - 1, n, 2, 2, B): un-applying a block."""
+        return np.conj(np.swapaxes(self.gates, 2, 3))
+
+    def angle_gradients(self, grad_first: np.ndarray, dim: int) -> np.ndarray:
+        """d loss / d angles of the call: (B, L, n) with the first block's (B, n) and the later blocks'
+        from ``grads``, or summed over the blocks for angles given once (B, n) (``dim`` 2)."""
+        grads = np.concatenate([grad_first[:, None], np.transpose(self.grads, (2, 0, 1))], axis=1)
+        return grads if dim == 3 else grads.sum(axis=1)
+
+
+def reupload_inputs(program: Program, angles: np.ndarray) -> tuple[np.ndarray, Uploads | None]:
+    """The first encoding block's angles (B, n) and, for a re-uploading program, the later blocks'
+    ``Uploads``, from a call's angles: (B, n), or (B, L, n) a block each (trainable input scaling)."""
+    if not program.reupload:
+        return angles, None
+    per_block = angles if angles.ndim == 3 else np.broadcast_to(angles[:, None], (angles.shape[0], program.layers, angles.shape[1]))
+    vectors = np.moveaxis(gates.half_angle_vectors(per_block[:, 1:]), 0, -1)  # (L - 1, n, 2, B)
+    parts = program.upload_gate  # (2, 2, 2)
+    upload_gates = (vectors[:, :, 0, None, None] * parts[0][:, :, None]
+                    + vectors[:, :, 1, None, None] * parts[1][:, :, None])
+    layers, n, batch = vectors.shape[0], vectors.shape[1], vectors.shape[-1]
+    blocks = (None if batch > 1 else
+              tuple(kron_matrices(upload_gates[:, first : first + width, :, :, 0]) for first, width in program.layout))
+    return per_block[:, 0], Uploads(upload_gates, np.empty((layers, n, batch), dtype=vectors.dtype), blocks, program.layout)
+
+
+def apply_wire_rows(psi: np.ndarray, matrices: np.ndarray, wire: int, n_qubits: int) -> np.ndarray:
+    """A 2 x 2 matrix per row, matrices (2, 2, B), on wire ``wire`` of states psi (..., 2^n, B)."""
+    shape = psi.shape
+    view = psi.reshape(*shape[:-2], 2**wire, 2, 2 ** (n_qubits - wire - 1), shape[-1])
+    out = view[..., 0:1, :, :] * matrices[:, 0, None] + view[..., 1:2, :, :] * matrices[:, 1, None]
+    return out.reshape(shape)
+
+
+def upload_wires(psi: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """One encoding block's gates, block (n, 2, 2, B) per wire and row, on states psi (..., 2^n, B)."""
+    n = block.shape[0]
+    for wire in range(n):
+        psi = apply_wire_rows(psi, block[wire], wire, n)
+    return psi
+
+
+def upload_gradients(lam: np.ndarray, psi: np.ndarray, program: Program) -> np.ndarray:
+    """d loss / d angles (n, B) of an encoding block from its output states psi and adjoint lam (2^n, B,
+    torch's convention): Re <lam, (-i P / 2)_i psi> per wire i and row."""
+    n, batch = program.n_qubits, psi.shape[-1]
+    generator = np.broadcast_to(program.upload_generator[:, :, None], (2, 2, 1))
+    out = np.empty((n, batch), dtype=psi.real.dtype)
+    conj = lam.conj()
+    for wire in range(n):
+        out[wire] = (conj * apply_wire_rows(psi, generator, wire, n)).real.reshape(-1, batch).sum(axis=0)
+    return out

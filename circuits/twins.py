@@ -59,6 +59,8 @@ def head_forward(kind: str, readouts: np.ndarray, out_dim: int, sum_groups: Opti
         return readouts[..., : out_dim], None
     if kind == "sum":
         return readouts @ sum_groups, None
+    if kind == "scaled":  # ``weight``: the output scale (out,); the product rounded to its dtype, as torch's
+        return (readouts[..., : out_dim] * weight).astype(weight.dtype), None
     hidden = np.maximum(readouts, 0.0) if kind == "relu_linear" else readouts
     if weight.ndim == 2:  # one head (the hot path of a one-row act: no axis juggling, ~3 us of ~25)
         return hidden @ weight.T.astype(np.float64) + bias, hidden
@@ -132,13 +134,20 @@ class NumpyVQC:
                 and cfg.output in NumpyVQC.OUTPUTS)
 
     def _angles(self, x: np.ndarray) -> np.ndarray:
+        """Encoding angles (B, n) of inputs (B, features), or (B, L, n) with trainable scaling and
+        re-uploading (``VQC.angles``): a trainable scale's product is rounded to its dtype, as torch's."""
         scaling = self.vqc.cfg.scaling
         if scaling == "atan":
             x = 2.0 * np.arctan(x)
         elif scaling == "bound":
             x = np.where(self.bounded, x * self.bound_scale, 2.0 * np.arctan(x))
+        elif scaling == "trainable":
+            scale = self.vqc._parameters["input_scale"].detach().numpy()
+            x = (x[:, None, :] * scale).astype(scale.dtype)
+            if not self.vqc.cfg.reupload:
+                x = x[:, 0]
         if self.missing:
-            x = np.pad(x, ((0, 0), (0, self.missing)))
+            x = np.pad(x, ((0, 0),) * (x.ndim - 1) + ((0, self.missing),))
         return x
 
     def _count_forward(self, rows: int) -> None:
@@ -171,12 +180,12 @@ class NumpyVQC:
             program = program_of(circuit)
             w = weights.detach().numpy()
             blocks = statevector.BlockMatrices(program, w.astype(np.float64), True)
-            angles = self._angles(x).astype(w.dtype)
+            angles, uploads = statevector.reupload_inputs(program, self._angles(x).astype(w.dtype))
             kept: list[np.ndarray] | None = [] if statevector.keeps_states(program, angles.shape[0]) else None
-            psi = statevector.final_state(program, angles, blocks, kept)[0]
+            psi = statevector.final_state(program, angles, blocks, kept, uploads)[0]
             readouts = statevector.readouts_of(psi, program).astype(np.float64)
             out, hidden = self._head(readouts)
-            return out, ForwardCache(readouts, hidden, plan, (program, psi, blocks, kept))
+            return out, ForwardCache(readouts, hidden, plan, (program, psi, blocks, kept, uploads))
         dense, gradient = self.vqc.dense_with_gradient()  # cached until the weights change
         r = self._product_state(x)
         out, amplitudes, readouts, hidden = self._outputs(r, dense.numpy().astype(np.float64))
@@ -199,6 +208,8 @@ class NumpyVQC:
         post = self.vqc._modules.get("post")
         weight, bias = (None, None) if post is None else (post._parameters["weight"].detach().numpy(),
                                                           post._parameters["bias"].detach().numpy())
+        if self.vqc.cfg.output == "scaled":
+            weight = self.vqc._parameters["output_scale"].detach().numpy()
         return head_forward(self.vqc.cfg.output, readouts, self.vqc.out_dim, self.sum_groups, weight, bias)
 
     def backward(self, cache: ForwardCache, grad: np.ndarray) -> None:
@@ -218,9 +229,9 @@ class NumpyVQC:
             program, states, rot, gen = cache.saved
             weight_grad = kernels.weight_grad(program, states, grad_readouts, rot, gen)
         elif variant == "blocks":
-            program, psi, blocks, kept = cache.saved
+            program, psi, blocks, kept, uploads = cache.saved
             weight_grad = statevector.backward_sweep(program, psi, grad_readouts.astype(psi.real.dtype), blocks, True,
-                                                     kept)[1]
+                                                     kept, uploads)[1]
         else:
             r, amplitudes, gradient = cache.saved
             weight_grad = gradient.weight_grad(r, 2.0 * amplitudes * (grad_readouts @ self.readout.T))
@@ -268,8 +279,9 @@ class NumpyVQCActing(NumpyVQC):
         # exact twin would skip: the torch path)
         return ((module.use_dense or module.plan(ANALYTIC_MAX_BATCH, True).executor == "statevector")
                 and cfg.backend == "torch" and module.weights.device.type == "cpu"
-                and module.hardware is None and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
-                and cfg.output in NumpyVQC.OUTPUTS)
+                and module.hardware is None and cfg.output in NumpyVQCActing.OUTPUTS)
+
+    OUTPUTS = NumpyVQC.OUTPUTS + ("scaled",)  # and every scaling, trainable included (``_angles``)
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, None]:
         self._count_forward(x.shape[0])
@@ -280,7 +292,7 @@ class NumpyVQCActing(NumpyVQC):
         if variant == "kernels":
             program = program_of(self._circuit_and_weights()[0])
             rot = self._built("rotations", lambda weights: kernels.rotations(program, weights, False)[0])
-            return self._head(kernels.forward(program, self._angles(x), rot, False)[0])[0], None
+            return self._head(kernels.forward(program, np.asarray(self._angles(x), dtype=np.float64), rot, False)[0])[0], None
         if variant == "blocks":
             program = program_of(self._circuit_and_weights()[0])
             blocks = self._built("blocks", lambda weights: statevector.BlockMatrices(program, weights, False))

@@ -264,7 +264,7 @@ def test_workers_mark_a_torch_circuit_actor_acting_only_and_leave_numpy_actors_a
     raw["actor"] = {"head": "vqc", "n_qubits": 4, "layers": 1, "preprocess": "linear", "output": "linear"}
     worker = ComaWorker(build_config(raw), 0)  # a dense-path circuit acts through its numpy forward
     assert isinstance(worker._np_actor, NumpyVQCActing) and worker.actor.acting_only
-    raw["actor"]["reupload"] = True  # the gate path has no numpy pass: torch, acting only
+    raw["actor"]["shots"] = 100  # shots have no numpy pass (the twins are exact): torch, acting only
     worker = ComaWorker(build_config(raw), 0)
     assert worker._np_actor is None and worker.actor.acting_only
     mlp_worker = ComaWorker(build_config(_raw("coma", steps=50)), 0)

@@ -41,7 +41,9 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling, p
 def test_acting_twin_choice():
     assert isinstance(numpy_acting_head(VQC(20, 5, n_qubits=8, preprocess="linear")), NumpyVQCActing)
     assert isinstance(numpy_acting_head(VQC(4, 2, n_qubits=4)), NumpyVQCActing)
-    assert numpy_acting_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # the gate path: torch
+    # re-uploading, trainable scales included: the statevector executor's blocks at every row count
+    reupload = numpy_acting_head(VQC(4, 2, n_qubits=4, layers=5, reupload=True, scaling="trainable", output="scaled"))
+    assert isinstance(reupload, NumpyVQCActing) and reupload.plan(1).variant == reupload.plan(1000).variant == "blocks"
     assert isinstance(numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1)), NumpyVQCActing)  # no dense path: the state vector
     assert numpy_acting_head(VQC(12, 2, n_qubits=12, layers=1, shots=100)) is None  # shots: torch draws them
 
@@ -96,3 +98,40 @@ def test_a_twin_pickled_with_blocks_of_an_earlier_version_rebuilds_them(monkeypa
     assert not hasattr(legacy, "_blocks") and legacy.use_kernels is False
     np.testing.assert_array_equal(legacy.forward(x)[0], want)
     assert pickle.loads(pickle.dumps(twin))._per_weights is None
+
+
+@pytest.mark.parametrize("n, layers, ansatz, scaling, output, dtype", [(4, 5, "rzryrz_ring", "trainable", "scaled", "complex64"),
+                                                                       (1, 2, "rzryrz_ring", "trainable", "scaled", "complex128"),
+                                                                       (5, 3, "strongly_entangling", "trainable", "linear", "complex64"),
+                                                                       (8, 2, "basic_entangler", "atan", "relu_linear", "complex128")])
+def test_reuploading_acting_twin_equals_the_torch_forward_and_pennylane(n, layers, ansatz, scaling, output, dtype):
+    """A re-uploading head (Skolik et al.'s: a trainable input scale per block and feature, a trainable
+    output scale) acts through its acting twin on the statevector executor's blocks: the torch head's
+    no-grad forward to the bit where both take that executor's readouts (trainable scales: the angles
+    and the scaled outputs are rounded to the head's dtype as torch rounds them), and PennyLane's QNode
+    to the parity tests' 1e-5."""
+    torch.manual_seed(n + layers)
+    module = VQC(n, min(n, 2), n_qubits=n, layers=layers, ansatz=ansatz, scaling=scaling, output=output, reupload=True,
+                 dtype=dtype)
+    if module.input_scale is not None:
+        with torch.no_grad():
+            module.input_scale.uniform_(0.5, 1.5)
+    if module.output_scale is not None:
+        with torch.no_grad():
+            module.output_scale.uniform_(0.5, 2.0)
+    twin = numpy_acting_head(module)
+    assert isinstance(twin, NumpyVQCActing)
+    dtype_real = module.weights.dtype
+    for rows in (1, 3, 100):
+        assert twin.plan(rows).variant == "blocks"
+        x = np.random.default_rng(rows).normal(size=(rows, n)).astype(np.float32 if dtype_real == torch.float32 else np.float64)
+        got, _ = twin.forward(x.astype(np.float64))
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        if output == "scaled":
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, atol=1e-5 if dtype == "complex64" else 1e-12, rtol=0)
+        qnode = module.to_qnode("default.qubit", diff_method="backprop")
+        with torch.no_grad():
+            np.testing.assert_allclose(got, qnode(torch.from_numpy(x)).double().numpy(), atol=1e-5, rtol=0)

@@ -12,6 +12,7 @@ import torch
 from agents.actor_critic import ActorCriticConfig, actor_critic_update
 from agents.heads import FlatParameters, MLPConfig, build_mlp
 from agents.numpy_heads import NumpyMLP, NumpyVQC, a2c_gradient, numpy_head
+from circuits.planner import Plan
 from circuits.vqc import VQC
 from marl_q.metrics import DIAGNOSTICS
 from marl_q.state_format import upgrade
@@ -95,6 +96,36 @@ def test_vqc_twin_on_the_adjoint_path_equals_gate_engine_autograd(n, scaling, ou
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
 
 
+REUPLOAD_CASES = [(1, 3, "rzryrz_ring", "angle_x", "atan", "linear", "complex128"),
+                  (4, 5, "rzryrz_ring", "angle_x", "none", "raw", "complex64"),
+                  (5, 2, "strongly_entangling", "angle_y", "bound", "relu_linear", "complex128"),
+                  (8, 2, "basic_entangler", "angle_z", "atan", "sum", "complex64")]
+
+
+@pytest.mark.parametrize("n,layers,ansatz,encoding,scaling,output,dtype", REUPLOAD_CASES)
+def test_reuploading_training_twin_equals_pennylane(n, layers, ansatz, encoding, scaling, output, dtype):
+    """A re-uploading head with fixed scaling has a training twin on the statevector executor's blocks
+    (the compiled kernels take no re-uploading): outputs and every parameter's gradient against the
+    head's PennyLane QNode (default.qubit, backprop)."""
+    rng = np.random.default_rng(n + layers)
+    module = VQC(n, 2 if output != "raw" else min(n, 2), n_qubits=n, layers=layers, ansatz=ansatz, encoding=encoding,
+                 scaling=scaling, output=output, reupload=True, hadamard=encoding == "angle_z", dtype=dtype, seed=n,
+                 bounds=[2.0] + [None] * (n - 1) if scaling == "bound" else [])
+    head = numpy_head(module)
+    assert isinstance(head, NumpyVQC) and head.plan(1) == Plan("statevector", "adjoint", "blocks")
+    x, g = rng.normal(size=(3, n)), rng.normal(size=(3, module.out_dim))
+    reference = module.to_qnode("default.qubit", diff_method="backprop")
+    params = list(module.parameters())
+    want = reference(torch.from_numpy(x).to(params[0].dtype))
+    want_grads = torch.autograd.grad((want * torch.from_numpy(g).to(want.dtype)).sum(), params)
+    out, grads = _numpy_grads(module, x, g)
+    tolerance = 1e-5 if dtype == "complex64" else 1e-10
+    np.testing.assert_allclose(out, want.detach().double().numpy(), atol=tolerance, rtol=0)
+    assert np.abs(module.weights.grad.numpy()).max() > 1e-4
+    for got, expected in zip(grads, want_grads):
+        np.testing.assert_allclose(got, expected.double().numpy(), atol=tolerance, rtol=0)
+
+
 def test_twin_pickled_before_the_adjoint_form_keeps_the_dense_path():
     module = VQC(6, 2, n_qubits=6, layers=1, seed=0)
     head = numpy_head(module)
@@ -116,7 +147,7 @@ def test_heads_without_a_numpy_pass_keep_the_torch_path():
     assert numpy_head(VQC(4, 2, n_qubits=4, output="scaled")) is None
     assert numpy_head(VQC(4, 2, n_qubits=4, preprocess="linear")) is None
     assert numpy_head(VQC(4, 2, n_qubits=4, dense_grad="autograd")) is None
-    assert numpy_head(VQC(4, 2, n_qubits=4, reupload=True)) is None  # gate path
+    assert numpy_head(VQC(4, 2, n_qubits=4, reupload=True, scaling="trainable")) is None  # trainable input scale
     assert numpy_head(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Sigmoid())) is None
     assert isinstance(numpy_head(build_mlp(MLPConfig(hidden=[5]), 4, 2)), NumpyMLP)
 

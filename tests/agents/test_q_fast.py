@@ -253,6 +253,23 @@ def test_q_worker_acts_with_kept_weights_as_the_uncached_forward_after_each_chan
     np.testing.assert_array_equal(worker.q_values(obs), uncached())
 
 
+def test_q_worker_with_skolik_circuit_acts_through_the_acting_twin():
+    """The re-uploading Q-network of cartpole_qdqn_skolik.yaml (trainable input and output scales) acts
+    through its acting twin on the statevector executor's blocks, one row per env step, with the torch
+    head's bits (the same executor's readouts, the scales rounded as torch rounds them)."""
+    from circuits.twins import NumpyVQCActing
+
+    cfg = load_config(SCEN / "cartpole_qdqn_skolik.yaml", ["run.progress=false", "run.plots=false"])
+    worker = QWorker(cfg, 0)
+    assert isinstance(worker._np_net, NumpyVQCActing) and worker._np_net.plan(1).variant == "blocks"
+    obs = np.random.default_rng(2).normal(size=(1, 4)).astype(np.float32)
+    for _ in range(2):
+        with torch.no_grad():
+            want = worker.net(torch.from_numpy(obs)).numpy()
+        np.testing.assert_array_equal(worker.q_values(obs), want)
+        worker.flat.load(worker.flat.numpy() * np.float32(0.7))  # a pull: new weights and scales
+
+
 def test_q_worker_acting_weights_check_the_flat_buffers_write_count():
     """The kept weights are keyed by the flat buffer and its ``writes``: kept while nothing writes it
     (the same arrays), taken again after any ``load`` (no clear by hand: a plain load between two acts),

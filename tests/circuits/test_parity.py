@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 import os
 
+import numpy as np
 import pytest
 import torch
 
-from circuits import VQC
+from circuits import VQC, gates
+from circuits.planner import Plan
 from circuits.spec import ANSATZE, ENCODINGS, OBSERVABLES
 
 torch.set_num_threads(1)
@@ -122,3 +124,85 @@ def test_parity_adjoint_path_other_blocks(ansatz, encoding, hadamard):
     if DEVICE == "cpu":
         assert module.path(5, True) == "adjoint"
     assert_parity(module, torch.randn(5, 6, device=DEVICE))
+
+
+def assert_matches_torch_autograd(module: VQC, x: torch.Tensor, tolerance: float) -> None:
+    """The head's planned forward and backward against the torch_autograd executor (``forward_gates``,
+    gate by gate with torch ops and autograd: no code shared with the numpy sweeps): outputs, every
+    parameter's gradient, and the gradient in every encoding angle, (B, L, n) with trainable scaling
+    and re-uploading, else (B, n) reused by every block."""
+    params = list(module.parameters())
+    angles = module.angles(x).detach().requires_grad_()
+    coefficients = torch.randn(x.shape[0], module.out_dim, dtype=x.dtype, device=x.device)
+    native = module(x)
+    by_gates = module.head_output(module.circuit.forward_gates(module.angles(x), module.weights))
+    torch.testing.assert_close(native, by_gates, atol=tolerance, rtol=0)
+    for got, want in zip(torch.autograd.grad((native * coefficients).sum(), params),
+                         torch.autograd.grad((by_gates * coefficients).sum(), params)):
+        torch.testing.assert_close(got, want, atol=tolerance, rtol=0)
+    native_angles = module.head_output(module.circuit.forward_statevector(angles, module.weights))
+    gates_angles = module.head_output(module.circuit.forward_gates(angles, module.weights))
+    got, = torch.autograd.grad((native_angles * coefficients).sum(), angles)
+    want, = torch.autograd.grad((gates_angles * coefficients).sum(), angles)
+    assert got.shape == angles.shape and float(want.abs().max()) > 1e-3
+    torch.testing.assert_close(got, want, atol=tolerance, rtol=0)
+
+
+REUPLOAD_GRID = [  # n, layers, ansatz, encoding, hadamard, scaling, dtype
+    (1, 3, "rzryrz_ring", "angle_x", False, "trainable", "complex128"),
+    (1, 2, "basic_entangler", "angle_y", True, "atan", "complex64"),  # (PennyLane has no 1-wire StronglyEntanglingLayers)
+    (2, 3, "basic_entangler", "angle_z", True, "trainable", "complex64"),
+    (2, 2, "ry_cz", "angle_x", False, "none", "complex128"),
+    (4, 5, "rzryrz_ring", "angle_x", False, "trainable", "complex64"),  # Skolik et al.'s head
+    (4, 5, "rzryrz_ring", "angle_x", False, "trainable", "complex128"),
+    (4, 2, "strongly_entangling", "angle_y", True, "atan", "complex128"),
+    (5, 3, "basic_entangler", "angle_x", True, "trainable", "complex128"),
+    (5, 2, "ry_cz", "angle_z", True, "atan", "complex64"),
+    (8, 2, "rzryrz_ring", "angle_y", False, "trainable", "complex64"),
+    (8, 3, "strongly_entangling", "angle_x", False, "trainable", "complex128"),
+]
+
+
+@pytest.mark.parametrize("n, layers, ansatz, encoding, hadamard, scaling, dtype", REUPLOAD_GRID)
+def test_reuploading_on_the_statevector_executor(n, layers, ansatz, encoding, hadamard, scaling, dtype):
+    """Re-uploading heads on the CPU run the statevector executor's numpy blocks (each later encoding
+    block applied per row to the state, the adjoint sweep un-applying it): outputs and the gradients of
+    the weights, the input and output scales and every encoding angle against PennyLane and against the
+    torch_autograd executor, at float32 and float64."""
+    torch.manual_seed(n * 10 + layers)
+    module = VQC(n, n, n_qubits=n, layers=layers, ansatz=ansatz, encoding=encoding, hadamard=hadamard,
+                 scaling=scaling, reupload=True, output="scaled" if scaling == "trainable" else "raw",
+                 observable="z", dtype=dtype, device=DEVICE)
+    if module.input_scale is not None:  # away from the ones they start at: a scale per block and feature
+        with torch.no_grad():
+            module.input_scale.uniform_(0.5, 1.5)
+            module.output_scale.uniform_(0.5, 2.0)
+    if DEVICE == "cpu":
+        assert module.plan(5, True) == Plan("statevector", "adjoint", "blocks")
+        assert module.plan(1, False) == Plan("statevector", "none", "blocks")
+    x = torch.randn(5, n, dtype=module.weights.dtype, device=DEVICE)
+    assert_parity(module, x, nonzero_grad=n > 1 or ansatz != "ry_cz")
+    assert_matches_torch_autograd(module, x, 1e-5 if dtype == "complex64" else 1e-10)
+
+
+def test_expectation_gradients_of_a_reuploading_circuit_equal_torch_autograd():
+    """The public gradient API outside a head (``circuits.gradients.expectation_gradients``) on a
+    re-uploading circuit: the statevector blocks (the compiled kernels take no re-uploading), each row
+    its own weights, against the torch_autograd executor of a head with those weights."""
+    from circuits.gradients import expectation_gradients
+    from circuits.spec import make_config
+
+    torch.manual_seed(11)
+    cfg = make_config(n_qubits=3, layers=3, ansatz="rzryrz_ring", reupload=True, observable="z", dtype="complex128")
+    module = VQC(3, 3, config=cfg)
+    weights = torch.rand((2,) + tuple(module.weights.shape), dtype=torch.float64) * 6.0
+    angles = torch.rand(2, 3, dtype=torch.float64) * 3.0
+    diagonal = np.prod(1.0 - 2.0 * gates.basis_bits(3), axis=1)  # Z x Z x Z
+    values, grads = expectation_gradients(cfg, weights.numpy(), angles.numpy(), diagonal)
+    readout = torch.from_numpy(diagonal)[:, None]
+    for b in range(2):
+        w = weights[b].clone().requires_grad_()
+        f = (torch.view_as_real(module.circuit.final_state(angles[b : b + 1], w)).square().sum(-1) @ readout)[0, 0]
+        grad, = torch.autograd.grad(f, w)
+        assert abs(float(f) - values[b]) < 1e-12
+        np.testing.assert_allclose(grads[b], grad.numpy(), atol=1e-12)

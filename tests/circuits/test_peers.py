@@ -257,7 +257,17 @@ def test_path_choice():
     assert module(12).path(4096, True) == "adjoint"
     assert module(8, engine="dense").path(600, True) == "dense"
     assert module(6, engine="gates").path(1, True) == "adjoint"
-    assert module(6, engine="gates", reupload=True).path(1, True) == "gates"
+    # re-uploading: the state vector's blocks on the CPU at every row count (the compiled kernels take
+    # none), torch_autograd on CUDA, the torch executors under shots or a gradient rule
+    assert module(6, engine="gates", reupload=True).path(1, True) == "adjoint"
+    from circuits.planner import Facts, Plan, plan
+
+    reupload = Facts(4, reupload=True)
+    for rows, grad, entry in [(1, False, "torch"), (16, True, "torch"), (1, False, "numpy"), (1, True, "numpy"),
+                              (5000, True, "numpy")]:
+        assert plan(reupload, rows, grad, entry, kernel_rows=64).variant == "blocks"
+    assert plan(Facts(4, device="cuda", reupload=True), 1, True) == Plan("torch_autograd", "autograd")
+    assert plan(Facts(4, reupload=True, hardware=True, analytic=False), 1, True) == Plan("torch_autograd", "rule")
 
 
 def test_calls_without_gradient_build_the_dense_matrix_only_for_reuse():
