@@ -46,7 +46,7 @@ from agents.heads import FlatParameters, build_head
 from agents.recurrent_ac import TeamMemory, recurrent_update, team_memory
 from agents.rollout import (AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, TeamStep, evaluate, rollout,
                             team_copies)
-from agents.turn_based import TurnTaking, turn_based
+from agents.turn_based import TurnTaking, board_group, turn_based
 from agents.value_norm import ValueNorm
 from marl_q.errors import ConfigError
 from marl_q.evaluation import EvalReturns, eval_progress
@@ -545,7 +545,12 @@ class TeamActorCritic(ActorCritic):
             if opponent_columns(cfg) and (not cfg.algorithm.share_params or cfg.critic.recurrent):
                 raise ConfigError(f"scenario.turns.critic_opponent: algorithm {cfg.algorithm.name} needs "
                                   "algorithm.share_params: true and a feed-forward critic for it")
-            if not turn_based(cfg):
+            if turn_based(cfg):
+                try:
+                    board_group(env, TurnsConfig.from_dict(cfg.scenario.params.turns).symmetries)
+                except ValueError as exc:
+                    raise ConfigError(f"scenario.{exc} (scenario.env {getattr(cfg.scenario.params, 'env', '')})") from None
+            else:
                 teams_for(cfg, list(env.possible_agents))
             cls.check_agents(cfg, env)
         finally:

@@ -14,7 +14,10 @@ turn of the learner in every copy: the learner's move, then the opponents' moves
 - the legal-move mask reaches sampling (illegal logits at ``MASKED_LOGIT``), the loss (the batch's
   ``avail``: log-probabilities and entropies of the masked distribution) and the greedy evaluation;
 - the learner's seat alternates between episodes (copy ``e``'s k-th episode: seat ``(k + e) mod N``),
-  and the learner's one-hot seat id is appended to its observation where the family appends agent ids.
+  and the learner's one-hot seat id is appended to its observation where the family appends agent ids;
+- with ``scenario.turns.symmetries`` the rollout's batch holds every copy once per board symmetry
+  (scenarios/board_symmetry.py: boards, masks and moves mapped together), so the update learns each
+  position in every orientation; env steps still count the moves played.
 
 Env steps (the run's budget and ``env_steps`` columns) count the learner's moves; the opponents'
 moves are part of the environment it plays in.
@@ -42,6 +45,7 @@ from marl_q.registry import SCENARIOS
 from marl_q.seeding import derive
 from scenarios.aec import (RANDOM, SELF_PLAY, TURN_FIELDS, Opponent, RandomOpponent, ScriptedOpponent, TurnGame,
                            TurnsConfig, opponent_name)
+from scenarios.board_symmetry import Symmetry, augment, symmetries
 from scenarios.tictactoe_minimax import SPEC as MINIMAX
 from scenarios.tictactoe_minimax import against_minimax, observation_of
 
@@ -52,6 +56,14 @@ if TYPE_CHECKING:
 def turn_based(cfg: ExperimentConfig) -> bool:
     """Whether the config's scenario is a turn-based game (kind ``aec``)."""
     return SCENARIOS.get(cfg.scenario.name).obj.kind_for(cfg.scenario.params) == "aec"
+
+
+def board_group(game: TurnGame, kind: str) -> tuple[tuple[int, ...], list[Symmetry]]:
+    """The game's board shape (its first agent's observation as the env gives it) and the symmetry
+    group ``kind`` (``scenario.turns.symmetries``) on it; a board the group does not fit raises ValueError."""
+    agent = game.possible_agents[0]
+    board = game.board_shapes[agent]
+    return board, symmetries(kind, board, int(game.action_space(agent).n))
 
 
 def make_opponent(spec: str, rng: np.random.Generator) -> Opponent:
@@ -208,6 +220,7 @@ class TurnTaking:
                              self.desc.agents, self.opponent_rng)
         self.fixed = {spec: make_opponent(spec, self.opponent_rng) for spec in self.turns.opponents if spec != SELF_PLAY}
         self.vec = TurnCopies(self.envs, self.desc.agents, self.draw_opponent)
+        self.board, self.symmetries = board_group(self.envs[0], self.turns.symmetries)
         self.book = EpisodeBook(len(self.envs))
         self.rollouts = 0
 
@@ -269,7 +282,7 @@ class TurnTaking:
         if with_opponent:
             batch["critic_obs"] = np.stack(critic_l + [self.critic_rows(self.vec, batch["obs"][-1])])
         batch["avail"] = np.stack(avail_l)
-        return batch, episodes, steps
+        return augment(batch, self.symmetries, self.board), episodes, steps
 
     def greedy(self, vec: TurnCopies) -> np.ndarray:
         """The learner's most likely legal move per copy."""

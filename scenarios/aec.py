@@ -37,6 +37,8 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
+from scenarios.board_symmetry import KINDS as SYMMETRY_KINDS
+
 SELF_PLAY, RANDOM = "self_play", "random"
 # the metrics columns of a turn-based episode: the learner's seat (its index in possible_agents),
 # the opponent's name, the outcome as three 0/1 columns (their means are the rates), illegal moves sampled
@@ -130,6 +132,9 @@ class TurnsConfig:
     # the actor does not (it never knows whom it plays). Without it V(s) averages over the opponents,
     # and an episode's advantages say more about which opponent was drawn than about the moves.
     critic_opponent: bool = False
+    # training on every rollout transition once per board symmetry (scenarios/board_symmetry.py):
+    # none, dihedral (a square board whose moves are its cells) or mirror (moves are columns)
+    symmetries: str = "none"
 
     @classmethod
     def from_dict(cls, raw: Optional[dict[str, Any]]) -> "TurnsConfig":
@@ -166,6 +171,8 @@ class TurnsConfig:
 
         if not isinstance(self.critic_opponent, bool):
             raise ValueError(f"turns.critic_opponent: true or false, got {self.critic_opponent!r}")
+        if self.symmetries not in SYMMETRY_KINDS:
+            raise ValueError(f"turns.symmetries: one of {', '.join(SYMMETRY_KINDS)}, got {self.symmetries!r}")
         if self.weights is not None:
             w = self.weights
             if (not isinstance(w, list) or len(w) != len(self.opponents)
@@ -215,8 +222,10 @@ class TurnGame:
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.metadata = dict(getattr(env, "metadata", {}) or {})
-        self._obs_dims = {a: int(np.prod(_observation_part(a, env.observation_space(a)).shape))
-                          for a in self.possible_agents}
+        # each agent's observation shape as the env gives it (before flattening: a board's planes)
+        self.board_shapes = {a: tuple(int(d) for d in _observation_part(a, env.observation_space(a)).shape)
+                             for a in self.possible_agents}
+        self._obs_dims = {a: int(np.prod(shape)) for a, shape in self.board_shapes.items()}
         for a in self.possible_agents:
             space = env.action_space(a)
             if not isinstance(space, spaces.Discrete):

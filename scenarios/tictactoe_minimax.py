@@ -5,6 +5,9 @@
 opponent's; ``board_of`` reads them in action order), and the move is drawn uniformly among those of the best game-theoretic value (win 1,
 draw 0, loss -1 for the mover, perfect play on both sides), so it never loses and varies its games.
 
+``minimax_centre`` is the same player, except that it opens in the centre when it moves first (a
+training opponent for the second seat's hardest opening).
+
 ``against_random(board, to_move, safe)`` is the best win and loss probabilities against a uniform random
 player (the ceiling of a learner's win rate against random; ``safe``: among minimax-safe moves only).
 
@@ -22,6 +25,7 @@ from typing import Callable, Optional
 import numpy as np
 
 SPEC = "scenarios.tictactoe_minimax:minimax"  # the player's import path, as scenario.turns names it
+CENTRE = 4  # the centre cell
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
@@ -88,6 +92,16 @@ def minimax(observation: np.ndarray, action_mask: np.ndarray, rng: np.random.Gen
     board = board_of(observation)
     moves = [a for a in best_moves(board) if action_mask[a]]
     return int(moves[rng.integers(len(moves))])
+
+
+
+def minimax_centre(observation: np.ndarray, action_mask: np.ndarray, rng: np.random.Generator) -> int:
+    """``minimax``, except that on the empty board it opens in the centre (cell 4). As a training
+    opponent it puts the learner, in the second seat, in the one opening it must defend move after
+    move; ``minimax`` opens there one game in nine (every opening draws, so it draws among all nine)."""
+    if not np.asarray(observation).any():
+        return CENTRE
+    return minimax(observation, action_mask, rng)
 
 
 # ----------------------------------------------------------------------------- against a random player

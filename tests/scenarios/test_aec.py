@@ -495,6 +495,17 @@ def test_minimax_reads_the_envs_board_never_loses_and_draws_against_itself():
         assert game({"player_1": ttt.minimax, "player_2": ttt.minimax}, seed) == {"player_1": 0.0, "player_2": 0.0}
 
 
+def test_minimax_centre_opens_in_the_centre_a_drawn_opening_and_otherwise_plays_as_minimax():
+    empty = np.zeros((3, 3, 2), dtype=np.int8)
+    rng = np.random.default_rng(0)
+    assert {ttt.minimax_centre(empty, np.ones(9, dtype=np.int8), rng) for _ in range(20)} == {4}
+    assert ttt.values((0,) * 9) == {a: 0 for a in range(9)}  # tic-tac-toe is a draw from every opening, the centre too
+    for board in _positions(1):  # every position after the opening, the mover to play
+        obs, mask = ttt.observation_of(board), np.array([c == 0 for c in board], dtype=np.int8)
+        a, b = np.random.default_rng(3), np.random.default_rng(3)
+        assert ttt.minimax_centre(obs, mask, a) == ttt.minimax(obs, mask, b), board
+
+
 def _blocker(board: tuple[int, ...]) -> int:
     """A scripted player (side 1): complete its own line, else block the opponent's, else the first empty
     cell of 4, 1, 3, 5, 7, 0, 2, 6, 8 (it draws as first player and loses to some forks as second)."""
