@@ -12,7 +12,8 @@ tensors:
   axis (batched seeds, ``agents.batched_a2c``), each seed's bits its own ``NumpyVQC``'s.
 
 Which executor runs is the planner's (``circuits.planner``, entry ``numpy``): the statevector
-executor's compiled kernels for few rows, its numpy blocks or the dense executor past them. The
+executor's compiled kernels for few rows, past them (training, 5-8 qubits) the same kernels over a
+batch-last state (``columns``), else its numpy blocks or the dense executor. The
 public API the agents call: ``training_twin(module)`` / ``acting_twin(module)`` (None: the head has
 no twin, keep torch), then ``forward(x)`` and ``backward(cache, grad)``; ``seed_batched_twin(modules)``.
 
