@@ -12,7 +12,9 @@ them up to ``max_rows(n)`` rows; past that numpy's GEMMs, which work on many row
 This module also builds every analytic gradient's wire matrices and generators
 (``rotations_and_generators``), compiled where the ansatz names its Pauli axes.
 
-The kernels compute in complex128, in a fixed order: reruns give the same bits. Where numba cannot
+The per-row kernels compute in complex128, in a fixed order: reruns give the same bits. The same loops
+on a batch-last state, the rows vectorised (``columns_forward``, ``columns_weight_grad``), take a
+twin's training calls of more rows at 5-8 qubits (``planner.COLUMNS_QUBITS``), in the head's precision. Where numba cannot
 be imported (``available()``), or ``MARLQ_KERNELS=0`` is set, the planner never picks them; both
 executor variants are tested against each other and against PennyLane.
 """
@@ -167,4 +169,44 @@ def weight_grad_seeds(program: Program, states: np.ndarray, grad_readouts: np.nd
     _compiled().backward_seeds(states, np.ascontiguousarray(grad_readouts, dtype=np.float64), np.ascontiguousarray(rot),
                                np.ascontiguousarray(gen), program.forward, program.sign, program.entangle_first,
                                program.readout_rows, out)
+    return out
+
+
+# -- many rows: the compiled kernels on a batch-last state, rows vectorised (``numba_kernels.columns_*``),
+# in the state's precision (the head's dtype: complex64 computes in float32, as the numpy blocks do)
+def planar_rotations(rot: np.ndarray, complex_dtype: np.dtype) -> np.ndarray:
+    """The wires' matrices (L, n, 2, 2) complex128 as the columns kernels take them: (L, n, 2, 2, 2),
+    [.., (re, im)] in the state's real dtype."""
+    real = np.empty(0, dtype=complex_dtype).real.dtype
+    return np.ascontiguousarray(np.stack([rot.real, rot.imag], axis=-1), dtype=real)
+
+
+def columns_forward(program: Program, angles: np.ndarray, rot: np.ndarray,
+                    keep_states: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Readouts (B, m) float64 of encoding angles (B, n) at the wires' matrices ``rot`` (``rotations``),
+    computed in ``program.complex_dtype``'s precision, and with ``keep_states`` the final states for
+    ``columns_weight_grad`` ((2, 2^n, B): real and imaginary parts; else an empty array)."""
+    compiled = _compiled()
+    angles = np.ascontiguousarray(angles, dtype=np.float64)
+    rows = angles.shape[0]
+    planar = planar_rotations(rot, program.complex_dtype)
+    size = program.readout_rows.shape[1]
+    readouts = np.empty((rows, program.readout_rows.shape[0]))
+    states = np.empty((2, size, rows if keep_states else 0), dtype=planar.dtype)
+    work = np.empty((2, size, 2 * compiled.CHUNK), dtype=planar.dtype)
+    compiled.columns_forward(angles, program.state_map, planar, program.inverse, program.sign,
+                             program.entangle_first, program.readout_rows, states, readouts, work)
+    return readouts, states
+
+
+def columns_weight_grad(program: Program, states: np.ndarray, grad_readouts: np.ndarray, rot: np.ndarray,
+                        gen: np.ndarray) -> np.ndarray:
+    """d loss / d weights (L, n, k) float64 from ``columns_forward``'s final states and d loss / d readouts (B, m)."""
+    compiled = _compiled()
+    out = np.empty(gen.shape[:3])
+    planar = planar_rotations(rot, program.complex_dtype)
+    work = np.empty((2, states.shape[1], 4 * compiled.CHUNK), dtype=states.dtype)
+    weights_rows = np.ascontiguousarray(program.readout_rows.T @ np.asarray(grad_readouts, dtype=np.float64).T)
+    compiled.columns_backward(states, weights_rows, planar, rot, gen, program.forward, program.sign,
+                              program.entangle_first, out, work)
     return out

@@ -146,7 +146,6 @@ def backward(states, grad_readouts, rot, gen, fwd, sign, entangle_first, readout
     rows; then each weight's gradient is Re sum conj(R^dagger G) * g (g = R^dagger dR/dw, ``gen``)."""
     B, size = states.shape
     L, n = rot.shape[0], rot.shape[1]
-    k = gen.shape[2]
     m = readout.shape[0]
     psi = np.empty(size, np.complex128)
     lam = np.empty(size, np.complex128)
@@ -196,6 +195,14 @@ def backward(states, grad_readouts, rot, gen, fwd, sign, entangle_first, readout
                 psi, tmp = tmp, psi
                 _unpermute(lam, tmp, fwd[l], sign[l])
                 lam, tmp = tmp, lam
+    _weights_from_sums(acc, rot, gen, grad_weights)
+
+
+@njit(cache=True, fastmath=FAST)
+def _weights_from_sums(acc, rot, gen, grad_weights):
+    """Each weight's gradient Re sum conj(R^dagger G) * g from every wire's G = sum lambda_out psi_in^dagger
+    (acc (L, n, 2, 2)), its matrix R (rot) and generators g = R^dagger dR/dw (gen (L, n, k, 2, 2))."""
+    L, n, k = grad_weights.shape
     for l in range(L):
         for w in range(n):
             # H = R^dagger G
@@ -226,3 +233,218 @@ def backward_seeds(states, grad_readouts, rot, gen, fwd, sign, entangle_first, r
     (S, L, n, 2, 2), gen (S, L, n, k, 2, 2), grad_weights (S, L, n, k); seed s runs ``backward`` itself."""
     for s in range(states.shape[0]):
         backward(states[s], grad_readouts[s], rot[s], gen[s], fwd, sign, entangle_first, readout, grad_weights[s])
+
+
+# -- many rows: the same circuit and adjoint method on a batch-last state, the rows vectorised in the
+# innermost loop (``circuits.kernels.columns_forward`` / ``columns_weight_grad``), in the head's
+# precision (float32 for a complex64 head, float64 for complex128: numba compiles one version per
+# dtype). The rows are walked in chunks of ``CHUNK`` columns, so a chunk's state and adjoint stay in
+# the core's cache for the whole circuit. Each basis state of a chunk is one row of the work array:
+# [Re psi | Im psi] (forward) or [Re psi | Im psi | Re lambda | Im lambda] (backward), CHUNK entries
+# each. CHUNK is a compile-time constant and every lane loop runs all CHUNK lanes (a short last chunk is
+# padded: angle 0, gradient 0), so every access of a loop is a constant offset from one or two row
+# pointers and LLVM vectorises it without reassociating a sum (the gradient's sums over pairs are per
+# lane; the lanes' sums are taken at the end of each wire, in lane order, in float64).
+CHUNK = 128
+LANE_STEP = 16  # a chunk's lanes are its rows rounded up to this (padded lanes: angle 0, gradient 0)
+
+
+@njit(cache=True, fastmath=FAST)
+def _columns_product(angles, state_map, c0, lanes, psi, vectors):
+    """Rows of psi (2^n, >= 2 CHUNK) = the encoded product states (F (cos(t/2), sin(t/2)) per wire) of
+    rows c0 .. c0 + lanes - 1 of angles (B, n) (lanes past B: angle 0), wire 0 the most significant
+    bit; vectors (4 CHUNK,) scratch."""
+    B, n = angles.shape
+    cw = min(CHUNK, B - c0)
+    row = psi[0]
+    for b in range(lanes):
+        row[b] = 1.0
+        row[CHUNK + b] = 0.0
+    filled = 1
+    for w in range(n):
+        for b in range(lanes):
+            t = 0.5 * angles[c0 + b, w] if b < cw else 0.0
+            c, s = math.cos(t), math.sin(t)
+            v0 = state_map[0, 0] * c + state_map[0, 1] * s
+            v1 = state_map[1, 0] * c + state_map[1, 1] * s
+            vectors[b], vectors[CHUNK + b] = v0.real, v0.imag
+            vectors[2 * CHUNK + b], vectors[3 * CHUNK + b] = v1.real, v1.imag
+        for i in range(filled - 1, -1, -1):
+            x, lo, hi = psi[i], psi[2 * i], psi[2 * i + 1]
+            for b in range(lanes):
+                r, q = x[b], x[CHUNK + b]
+                hi[b] = r * vectors[2 * CHUNK + b] - q * vectors[3 * CHUNK + b]
+                hi[CHUNK + b] = r * vectors[3 * CHUNK + b] + q * vectors[2 * CHUNK + b]
+                lo[b] = r * vectors[b] - q * vectors[CHUNK + b]
+                lo[CHUNK + b] = r * vectors[CHUNK + b] + q * vectors[b]
+        filled *= 2
+
+
+@njit(cache=True, fastmath=FAST)
+def _columns_permute(psi, out, index, sign, gather, parts, lanes):
+    """out = the signed permutation of the rows of psi (2^n, parts CHUNK), each part's first ``lanes``
+    entries: with ``gather``
+    out[j] = sign[j] psi[index[j]] (index: the layer's inverse), else out[i] = sign[index[i]] psi[index[i]]
+    (index: its forward permutation, undoing the layer)."""
+    for j in range(psi.shape[0]):
+        k = index[j]
+        s = sign[j] if gather else sign[k]
+        src, dst = psi[k], out[j]
+        for part in range(parts):
+            for b in range(lanes):
+                dst[part * CHUNK + b] = s * src[part * CHUNK + b]
+
+
+@njit(cache=True, fastmath=FAST)
+def _columns_wire(psi, stride, a, lanes):
+    """The 2 x 2 matrix a (2, 2, 2: [row, col, re/im], the state's real dtype) on a wire of psi
+    (2^n, >= 2 CHUNK) rows; every row's first 2 CHUNK entries."""
+    a00r, a00i, a01r, a01i = a[0, 0, 0], a[0, 0, 1], a[0, 1, 0], a[0, 1, 1]
+    a10r, a10i, a11r, a11i = a[1, 0, 0], a[1, 0, 1], a[1, 1, 0], a[1, 1, 1]
+    size = psi.shape[0]
+    for high in range(0, size, 2 * stride):
+        for low in range(high, high + stride):
+            s0, s1 = psi[low], psi[low + stride]
+            for b in range(lanes):
+                x0r, x0i, x1r, x1i = s0[b], s0[CHUNK + b], s1[b], s1[CHUNK + b]
+                s0[b] = a00r * x0r - a00i * x0i + a01r * x1r - a01i * x1i
+                s0[CHUNK + b] = a00r * x0i + a00i * x0r + a01r * x1i + a01i * x1r
+                s1[b] = a10r * x0r - a10i * x0i + a11r * x1r - a11i * x1i
+                s1[CHUNK + b] = a10r * x0i + a10i * x0r + a11r * x1i + a11i * x1r
+
+
+@njit(cache=True, fastmath=FAST)
+def columns_forward(angles, state_map, rot, inv, sign, entangle_first, readout, states, readouts, work):
+    """Readouts (B, m) float64 of encoding angles (B, n) float64: ``forward``'s circuit on chunks of
+    CHUNK columns. rot (L, n, 2, 2, 2): each wire's matrix, [.., re/im] in the state's real dtype; work
+    (2, 2^n, 2 CHUNK) scratch of that dtype. states (2, 2^n, B): the final states (re, im), kept for
+    ``columns_backward`` (a (2, 2^n, 0) array: not kept)."""
+    B, n = angles.shape
+    L = rot.shape[0]
+    size = 1 << n
+    m = readout.shape[0]
+    keep = states.shape[2] > 0
+    acc = np.empty((m, CHUNK))
+    vectors = np.empty(4 * CHUNK, work.dtype)
+    prob = np.empty(CHUNK, work.dtype)
+    for c0 in range(0, B, CHUNK):
+        cw = min(CHUNK, B - c0)
+        lanes = min(CHUNK, (cw + LANE_STEP - 1) // LANE_STEP * LANE_STEP)
+        psi, tmp = work[0], work[1]
+        _columns_product(angles, state_map, c0, lanes, psi, vectors)
+        for l in range(L):
+            if entangle_first:
+                _columns_permute(psi, tmp, inv[l], sign[l], True, 2, lanes)
+                psi, tmp = tmp, psi
+            for w in range(n):
+                _columns_wire(psi, 1 << (n - 1 - w), rot[l, w], lanes)
+            if not entangle_first:
+                _columns_permute(psi, tmp, inv[l], sign[l], True, 2, lanes)
+                psi, tmp = tmp, psi
+        for k in range(m):
+            for b in range(lanes):
+                acc[k, b] = 0.0
+        for j in range(size):
+            row = psi[j]
+            for b in range(lanes):
+                prob[b] = row[b] * row[b] + row[CHUNK + b] * row[CHUNK + b]
+            for k in range(m):
+                weight = readout[k, j]
+                if weight != 0.0:
+                    ak = acc[k]
+                    for b in range(lanes):
+                        ak[b] += weight * prob[b]
+        for b in range(cw):
+            for k in range(m):
+                readouts[c0 + b, k] = acc[k, b]
+        if keep:
+            for j in range(size):
+                row = psi[j]
+                re, im = states[0, j], states[1, j]
+                for b in range(cw):
+                    re[c0 + b] = row[b]
+                    im[c0 + b] = row[CHUNK + b]
+
+
+@njit(cache=True, fastmath=FAST)
+def _columns_unapply(both, stride, a, g, lanes):
+    """Un-apply a wire's matrix a (R, (2, 2, 2) real dtype: R^dagger is applied) to psi and lambda, the
+    rows of both (2^n, 4 CHUNK), and add lambda_out psi_in^dagger over the wire's pairs into g
+    (8 CHUNK,): per lane [G00, G01, G10, G11] as (re, im)."""
+    h00r, h00i, h01r, h01i = a[0, 0, 0], -a[0, 0, 1], a[1, 0, 0], -a[1, 0, 1]
+    h10r, h10i, h11r, h11i = a[0, 1, 0], -a[0, 1, 1], a[1, 1, 0], -a[1, 1, 1]
+    size = both.shape[0]
+    C = CHUNK
+    for high in range(0, size, 2 * stride):
+        for low in range(high, high + stride):
+            s0, s1 = both[low], both[low + stride]
+            for b in range(lanes):
+                x0r, x0i, x1r, x1i = s0[b], s0[C + b], s1[b], s1[C + b]
+                u0r = h00r * x0r - h00i * x0i + h01r * x1r - h01i * x1i
+                u0i = h00r * x0i + h00i * x0r + h01r * x1i + h01i * x1r
+                u1r = h10r * x0r - h10i * x0i + h11r * x1r - h11i * x1i
+                u1i = h10r * x0i + h10i * x0r + h11r * x1i + h11i * x1r
+                y0r, y0i, y1r, y1i = s0[2 * C + b], s0[3 * C + b], s1[2 * C + b], s1[3 * C + b]
+                g[b] += y0r * u0r + y0i * u0i
+                g[C + b] += y0i * u0r - y0r * u0i
+                g[2 * C + b] += y0r * u1r + y0i * u1i
+                g[3 * C + b] += y0i * u1r - y0r * u1i
+                g[4 * C + b] += y1r * u0r + y1i * u0i
+                g[5 * C + b] += y1i * u0r - y1r * u0i
+                g[6 * C + b] += y1r * u1r + y1i * u1i
+                g[7 * C + b] += y1i * u1r - y1r * u1i
+                s0[b], s0[C + b], s1[b], s1[C + b] = u0r, u0i, u1r, u1i
+                s0[2 * C + b] = h00r * y0r - h00i * y0i + h01r * y1r - h01i * y1i
+                s0[3 * C + b] = h00r * y0i + h00i * y0r + h01r * y1i + h01i * y1r
+                s1[2 * C + b] = h10r * y0r - h10i * y0i + h11r * y1r - h11i * y1i
+                s1[3 * C + b] = h10r * y0i + h10i * y0r + h11r * y1i + h11i * y1r
+
+
+@njit(cache=True, fastmath=FAST)
+def columns_backward(states, weights_rows, rot, rot_exact, gen, fwd, sign, entangle_first, grad_weights, work):
+    """``backward`` on chunks of CHUNK columns from ``columns_forward``'s final states (2, 2^n, B) and
+    weights_rows (2^n, B) = readout^T (d loss / d readouts)^T (so lambda = 2 weights_rows psi): d loss /
+    d weights (L, n, k) into grad_weights. rot: the wires'
+    matrices as ``columns_forward`` took them; rot_exact (L, n, 2, 2) complex128 and gen as ``backward``'s;
+    work (2, 2^n, 4 CHUNK) scratch of the state's real dtype."""
+    size, B = states.shape[1], states.shape[2]
+    L, n = rot.shape[0], rot.shape[1]
+    C = CHUNK
+    acc = np.zeros((L, n, 2, 2), np.complex128)
+    g = np.empty(8 * C, states.dtype)
+    total = np.empty(8)
+    for c0 in range(0, B, C):
+        cw = min(C, B - c0)
+        lanes = min(C, (cw + LANE_STEP - 1) // LANE_STEP * LANE_STEP)
+        both, tmp = work[0], work[1]
+        for j in range(size):
+            row, re, im, weight = both[j], states[0, j], states[1, j], weights_rows[j]
+            for b in range(lanes):
+                inside = b < cw
+                xr = re[c0 + b] if inside else 0.0
+                xi = im[c0 + b] if inside else 0.0
+                scale = 2.0 * weight[c0 + b] if inside else 0.0
+                row[b], row[C + b] = xr, xi
+                row[2 * C + b] = scale * xr
+                row[3 * C + b] = scale * xi
+        for l in range(L - 1, -1, -1):
+            if not entangle_first:
+                _columns_permute(both, tmp, fwd[l], sign[l], False, 4, lanes)
+                both, tmp = tmp, both
+            for w in range(n - 1, -1, -1):
+                for e in range(8):
+                    for b in range(lanes):
+                        g[e * C + b] = 0.0
+                _columns_unapply(both, 1 << (n - 1 - w), rot[l, w], g, lanes)
+                for e in range(8):
+                    total[e] = 0.0
+                    for b in range(lanes):
+                        total[e] += g[e * C + b]
+                acc[l, w, 0, 0] += complex(total[0], total[1])
+                acc[l, w, 0, 1] += complex(total[2], total[3])
+                acc[l, w, 1, 0] += complex(total[4], total[5])
+                acc[l, w, 1, 1] += complex(total[6], total[7])
+            if entangle_first:
+                _columns_permute(both, tmp, fwd[l], sign[l], False, 4, lanes)
+                both, tmp = tmp, both
+    _weights_from_sums(acc, rot_exact, gen, grad_weights)

@@ -284,7 +284,8 @@ def _run_peers(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 row.update(summarise(results, excluded))
                 rows.append(row)
                 say(format_cell(row, names))
-                compiled = {k: v["first_call_ms"] for k, v in results.items() if v.get("first_call_ms", 0) > 100 * v["ms_per_call"]}
+                compiled = {k: v["first_call_ms"] for k, v in results.items()
+                            if "ms_per_call" in v and v["first_call_ms"] > 100 * v["ms_per_call"]}
                 if compiled:
                     say(" " * 19 + "first calls (jit compile, timed apart): "
                         + ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in compiled.items()))

@@ -111,7 +111,8 @@ def numpy_twin(acting: VQC, training: VQC, name: str = "marl-q numpy", about: st
                 lambda x: actor.forward(x.double().numpy())[0], grads, lambda x: x.double().numpy(),
                 about=about or "marl-q's numpy twins outside autograd: act = the COMA actor workers' forward, "
                                "fwd_bwd = the one-step A2C workers' forward + backward (compiled kernels for few "
-                               "rows, else the dense matrix up to 4 qubits, the adjoint sweeps from 5), float64")
+                               "rows, else the dense matrix up to 4 qubits, the compiled kernels over the batch at "
+                               "5-8 qubits, the adjoint sweeps' blocks past them), float64")
 
 
 def pennylane_torch(module: VQC) -> Peer:

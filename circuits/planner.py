@@ -5,7 +5,7 @@ The executors (docs/circuits.md, "Executors and the planner"), each with its own
 | executor | forward | weight gradient (``Plan.backward``) |
 |---|---|---|
 | ``dense`` | r(x) @ the cached [Re D, Im D], squared, @ readout | ``analytic`` (``engine.DenseGradient``) or ``autograd`` |
-| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``; re-uploading included); ``kernels``: numba loops (``circuits.kernels``; no re-uploading) | the adjoint method of the same family |
+| ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``; re-uploading included); ``kernels``: numba loops per row, ``columns``: numba loops over a batch-last state (``circuits.kernels``; neither takes re-uploading) | the adjoint method of the same family |
 | ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``): CUDA, re-uploading there included | autograd |
 | ``density`` | Pauli-transfer density matrix (``circuits.density``) | autograd or the hardware rule |
 | ``pennylane`` | a QNode (``circuits.reference``) | PennyLane's diff method |
@@ -34,6 +34,11 @@ REUSE_MAX_BATCH = 23  # matrix is cached, past this many rows (8 qubits, 2 layer
 # torch, one thread, CPU time: the cached matrix 0.23 / 0.31 / 0.35 / 0.49 / 0.52 ms at 8 / 12 / 16 / 24 / 48
 # rows, the blocks 0.28 / 0.32 / 0.36 / 0.45 / 0.35 ms: MAPPO's 16 envs x 3 agents act on 48 rows. Was 63;
 # no shipped scenario has a head of 8 or more qubits, so no golden moved)
+COLUMNS_QUBITS = (5, 8)  # a twin's training call past the kernels' rows at these qubit counts: the compiled
+# kernels over a batch-last state (``columns``) rather than the numpy blocks. 2 layers of rzryrz_ring, the
+# twin's forward + backward, one core, CPU time, interleaved (load 4.6-6), blocks / columns at 16 / 64 /
+# 1,024 rows: 5 qubits 1.93 / 3.62 / 1.66, 6 qubits 1.60 / 3.63 / 1.51, 8 qubits - / 1.61 / 1.18,
+# 10 qubits 1.12 / 1.12 / 0.96 (docs/circuits.md, "The columns kernels")
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
@@ -89,7 +94,7 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
     """The executor of one call. ``entry``: ``torch`` (the module's forward) or ``numpy`` (a twin);
     ``kernel_rows``: the most rows the compiled kernels take at this qubit count (0: none here);
     ``pinned``: executor variants a numpy twin pickled by an earlier version never ran (``kernels``,
-    ``blocks``), so a resumed run computes what the snapshot's would have."""
+    ``blocks``, ``columns``), so a resumed run computes what the snapshot's would have."""
     if facts.backend == "pennylane":
         return Plan("pennylane", "autograd")
     if facts.engine in ADDED:
@@ -107,6 +112,10 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
             return (Plan("statevector", "none", "blocks") if blocks and "blocks" not in pinned
                     else Plan("dense", "none", "cached"))
         torch_plan = plan(facts, ANALYTIC_MAX_BATCH, True)
+        if (torch_plan.executor == "statevector" and kernel_rows and not facts.reupload
+                and COLUMNS_QUBITS[0] <= facts.n_qubits <= COLUMNS_QUBITS[1]
+                and "columns" not in pinned and "kernels" not in pinned):
+            return Plan("statevector", "adjoint", "columns")
         if torch_plan.executor == "statevector" and "blocks" not in pinned:
             return Plan("statevector", "adjoint", "blocks")
         return Plan("dense", "analytic", "cached")

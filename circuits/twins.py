@@ -12,7 +12,8 @@ tensors:
   axis (batched seeds, ``agents.batched_a2c``), each seed's bits its own ``NumpyVQC``'s.
 
 Which executor runs is the planner's (``circuits.planner``, entry ``numpy``): the statevector
-executor's compiled kernels for few rows, its numpy blocks or the dense executor past them. The
+executor's compiled kernels for few rows, past them (training, 5-8 qubits) the same kernels over a
+batch-last state (``columns``), else its numpy blocks or the dense executor. The
 public API the agents call: ``training_twin(module)`` / ``acting_twin(module)`` (None: the head has
 no twin, keep torch), then ``forward(x)`` and ``backward(cache, grad)``; ``seed_batched_twin(modules)``.
 
@@ -102,6 +103,7 @@ class NumpyVQC:
         self.sum_groups = vqc.sum_groups.numpy().astype(np.float64) if vqc.cfg.output == "sum" else None
         self.use_blocks = True  # the planner may choose the statevector executor's numpy blocks
         self.use_kernels = True  # ... and its compiled kernels (where numba is here)
+        self.use_columns = True  # ... and, for training calls of more rows, those kernels over a batch-last state
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -112,8 +114,8 @@ class NumpyVQC:
         """The planner's answer for ``rows`` rows (kept per row count)."""
         planner = self.__dict__.get("_planner")
         if planner is None:
-            pinned = frozenset(name for name, allowed in (("blocks", self.use_blocks), ("kernels", self.use_kernels))
-                               if not allowed)
+            pinned = frozenset(name for name, allowed in (("blocks", self.use_blocks), ("kernels", self.use_kernels),
+                                                          ("columns", self.use_columns)) if not allowed)
             planner = self.__dict__["_planner"] = Planner(self.vqc.facts(), "numpy",
                                                           kernels.max_rows(self.vqc.cfg.n_qubits), pinned)
         return planner(rows, self.GRAD)
@@ -168,10 +170,11 @@ class NumpyVQC:
         self._count_forward(x.shape[0])
         plan = self.plan(x.shape[0])
         circuit, weights = self._circuit_and_weights()
-        if plan.variant == "kernels":
+        if plan.variant in ("kernels", "columns"):
             program = program_of(circuit)
             rot, gen = kernels.rotations(program, weights.detach().numpy().astype(np.float64), True)
-            readouts, states = kernels.forward(program, self._angles(x), rot, True)
+            run = kernels.forward if plan.variant == "kernels" else kernels.columns_forward
+            readouts, states = run(program, self._angles(x), rot, True)
             out, hidden = self._head(readouts)
             return out, ForwardCache(readouts, hidden, plan, (program, states, rot, gen))
         if plan.variant == "blocks":
@@ -225,9 +228,10 @@ class NumpyVQC:
         if post_grads is not None:
             weight.grad.numpy()[...], post._parameters["bias"].grad.numpy()[...] = post_grads
         variant = cache.plan.variant
-        if variant == "kernels":
+        if variant in ("kernels", "columns"):
             program, states, rot, gen = cache.saved
-            weight_grad = kernels.weight_grad(program, states, grad_readouts, rot, gen)
+            run = kernels.weight_grad if variant == "kernels" else kernels.columns_weight_grad
+            weight_grad = run(program, states, grad_readouts, rot, gen)
         elif variant == "blocks":
             program, psi, blocks, kept, uploads = cache.saved
             weight_grad = statevector.backward_sweep(program, psi, grad_readouts.astype(psi.real.dtype), blocks, True,

@@ -196,6 +196,8 @@ def _twin_flags(twin: Any) -> None:
         state["use_blocks"] = state.pop(legacy, False)
         state["use_kernels"] = state.pop("kernels", False)
         state.pop("adjoint", None)
+    # ... and one pickled before the columns kernels keeps the blocks for its training calls of many rows
+    state.setdefault("use_columns", False)
     state.pop("_planner", None)
 
 

@@ -44,6 +44,7 @@ def test_twin_backward_from_kept_states_matches_dense_autograd():
     x = np.random.default_rng(1).random((rows, 6))
     coefficients = np.random.default_rng(2).standard_normal((rows, twin_head.out_dim))
     twin = NumpyVQC(twin_head)
+    twin.use_columns = False  # the numpy blocks' sweep (the planner gives this call to the columns kernels)
     out, cache = twin.forward(x)
     assert cache.plan.variant == "blocks" and cache.saved[3]  # the kept states' backward ran
     twin.backward(cache, coefficients)
