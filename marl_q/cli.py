@@ -232,6 +232,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
             require_tensorboard()
     root = out_arg or Path("sweeps") / Path(args.config).stem
+    # a run another marlq is still writing (a second sweep into the same folder) is neither resumed nor
+    # moved aside: its process would go on writing into the moved folder while a new run starts in its place
+    from marl_q.rundir import run_dir_holder
+
+    for combo in combos:
+        cell = ",".join(f"{k}={v}" for k, v in combo) or "base"
+        for seed in range(args.seeds):
+            holder = run_dir_holder(root / cell / f"seed{seed}")
+            if holder is not None:
+                raise UserError(f"marlq sweep: {root / cell / f'seed{seed}'} is in use by a running marlq ({holder}); "
+                                "wait for it or stop it first")
     root.mkdir(parents=True, exist_ok=True)
     jobs = []
     for combo in combos:

@@ -400,6 +400,25 @@ def lock_run_dir(path: Path) -> IO[str]:
     return fh
 
 
+def run_dir_holder(path: Path) -> Optional[str]:
+    """Who holds the run directory's lock (``lock_run_dir``) now ("pid N"), or None when no running marlq
+    does (no lock file, or its lock free): asked before a run directory is moved or written by another
+    command (``marlq sweep`` keeping an incomplete run aside)."""
+    import fcntl
+
+    lock = Path(path) / ".lock"
+    if not lock.is_file():
+        return None
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            return fh.read().strip() or "another process"
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.yaml").is_file() and (Path(path) / "metrics.csv").is_file()
 

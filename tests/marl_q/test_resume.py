@@ -203,6 +203,35 @@ def test_a_sweep_continues_a_stopped_run_instead_of_starting_it_again(small_raw,
     assert not (tmp_path / "sw" / "base" / "seed0.interrupted").exists()
 
 
+def test_a_sweep_leaves_a_run_another_marlq_is_writing_alone(small_raw, tmp_path, capsys):
+    """A second sweep into the same folder (a run still going there) stops with exit 2 naming it, before
+    it moves or starts anything: moving the folder aside would leave the live run writing into the moved
+    folder while a new one starts in its place."""
+    import yaml
+
+    from marl_q.rundir import lock_run_dir
+
+    small_raw["run"]["total_env_steps"] = 600
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_raw))
+    args = ["sweep", str(cfg), "--seeds", "2", "--out", str(tmp_path / "sw"), "--jobs", "1", "--no-plot"]
+    assert main(args + ["--set", "run.stop_after_updates=10"]) == 0
+    run = tmp_path / "sw" / "base" / "seed1"
+    before = sorted(p.name for p in (tmp_path / "sw" / "base").iterdir())
+    capsys.readouterr()
+    held = lock_run_dir(run)  # as the marlq still writing it would
+    try:
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "seed1 is in use by a running marlq (pid" in err[0]
+        assert sorted(p.name for p in (tmp_path / "sw" / "base").iterdir()) == before  # nothing moved or started
+        assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
+    finally:
+        held.close()
+    assert main(args) == 0  # once it is free, the sweep resumes both
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
 def test_an_interrupted_run_keeps_its_rows_and_resumes_from_the_last_periodic_checkpoint(small_raw, tmp_path,
                                                                                           monkeypatch):
     from agents.actor_critic import ActorCriticWorker
