@@ -379,20 +379,27 @@ def discard_run_dir(path: Path, created: list[Path]) -> None:
             break  # not empty: its parents are not either
 
 
-def lock_run_dir(path: Path) -> IO[str]:
-    """Hold an exclusive lock on the run directory for as long as the returned file stays open (the
-    kernel drops it when the process ends, however it ends): a second `marlq resume` of a run that is
-    still going is refused instead of writing the same files."""
+def _take_lock(fh: IO[str]) -> Optional[str]:
+    """Try to take the exclusive lock of an open .lock file: None when taken, else who holds it."""
     import fcntl
 
-    fh = open(Path(path) / ".lock", "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         fh.seek(0)
-        holder = fh.read().strip() or "another process"
+        return fh.read().strip() or "another process"
+    return None
+
+
+def lock_run_dir(path: Path) -> IO[str]:
+    """Hold an exclusive lock on the run directory for as long as the returned file stays open (the
+    kernel drops it when the process ends, however it ends): a second `marlq resume` of a run that is
+    still going is refused instead of writing the same files."""
+    fh = open(Path(path) / ".lock", "a+")
+    holder = _take_lock(fh)
+    if holder is not None:
         fh.close()
-        raise RunDirError(f"{path}: in use by a running marlq ({holder}); wait for it or stop it first") from None
+        raise RunDirError(f"{path}: in use by a running marlq ({holder}); wait for it or stop it first")
     fh.seek(0)
     fh.truncate()
     fh.write(f"pid {os.getpid()}")
@@ -403,20 +410,12 @@ def lock_run_dir(path: Path) -> IO[str]:
 def run_dir_holder(path: Path) -> Optional[str]:
     """Who holds the run directory's lock (``lock_run_dir``) now ("pid N"), or None when no running marlq
     does (no lock file, or its lock free): asked before a run directory is moved or written by another
-    command (``marlq sweep`` keeping an incomplete run aside)."""
-    import fcntl
-
+    command (``marlq sweep`` keeping an incomplete run aside). The probe's own lock ends with its file."""
     lock = Path(path) / ".lock"
     if not lock.is_file():
         return None
     with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.seek(0)
-            return fh.read().strip() or "another process"
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return None
+        return _take_lock(fh)
 
 
 def is_run_dir(path: Path) -> bool:

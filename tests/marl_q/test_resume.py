@@ -185,14 +185,20 @@ def test_checkpoints_hold_the_server_core_and_file_positions(small_raw, tmp_path
     assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
 
 
-def test_a_sweep_continues_a_stopped_run_instead_of_starting_it_again(small_raw, tmp_path, capsys):
+def _stopped_sweep(small_raw, tmp_path: Path, seeds: int) -> list[str]:
+    """A sweep of ``seeds`` short runs, each stopped after 10 updates; its arguments, to run it again."""
     import yaml
 
     small_raw["run"]["total_env_steps"] = 600
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(small_raw))
-    args = ["sweep", str(cfg), "--seeds", "1", "--out", str(tmp_path / "sw"), "--jobs", "1", "--no-plot"]
+    args = ["sweep", str(cfg), "--seeds", str(seeds), "--out", str(tmp_path / "sw"), "--jobs", "1", "--no-plot"]
     assert main(args + ["--set", "run.stop_after_updates=10"]) == 0
+    return args
+
+
+def test_a_sweep_continues_a_stopped_run_instead_of_starting_it_again(small_raw, tmp_path, capsys):
+    args = _stopped_sweep(small_raw, tmp_path, 1)
     run = tmp_path / "sw" / "base" / "seed0"
     assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
     capsys.readouterr()
@@ -207,15 +213,9 @@ def test_a_sweep_leaves_a_run_another_marlq_is_writing_alone(small_raw, tmp_path
     """A second sweep into the same folder (a run still going there) stops with exit 2 naming it, before
     it moves or starts anything: moving the folder aside would leave the live run writing into the moved
     folder while a new one starts in its place."""
-    import yaml
-
     from marl_q.rundir import lock_run_dir
 
-    small_raw["run"]["total_env_steps"] = 600
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(small_raw))
-    args = ["sweep", str(cfg), "--seeds", "2", "--out", str(tmp_path / "sw"), "--jobs", "1", "--no-plot"]
-    assert main(args + ["--set", "run.stop_after_updates=10"]) == 0
+    args = _stopped_sweep(small_raw, tmp_path, 2)
     run = tmp_path / "sw" / "base" / "seed1"
     before = sorted(p.name for p in (tmp_path / "sw" / "base").iterdir())
     capsys.readouterr()
