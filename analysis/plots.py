@@ -28,6 +28,7 @@ from analysis.stats import clipped_band, mean_ci  # noqa: E402
 import yaml  # noqa: E402
 
 from marl_q.errors import RunDirError  # noqa: E402
+from marl_q.rundir import open_run_text, run_file  # noqa: E402
 from marl_q.teams import RETURNS_FILE  # noqa: E402
 
 SMOOTH_EPISODES = 100  # the default of run.solve_window; each run's own solve_window is used when set
@@ -87,8 +88,9 @@ def wrap(text: str, width: int = 90) -> str:
     return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.splitlines())
 
 def read_csv_columns(path: Path) -> dict[str, np.ndarray]:
-    """A CSV file as column arrays (numeric where every value parses)."""
-    with open(path, newline="") as fh:
+    """A CSV file as column arrays (numeric where every value parses); a run file may be gzip-compressed
+    (``marl_q.rundir.open_run_text``: run.compress_logs)."""
+    with open_run_text(path) as fh:
         reader = csv.reader(fh)
         header = next(reader, [])
         cols: list[list[str]] = [[] for _ in header]
@@ -110,7 +112,7 @@ def load_run(path: Path, with_comm: bool = True) -> Run:
         raise RunDirError(f"{path}: not a run directory (needs config.yaml and metrics.csv)")
     config = yaml.safe_load((path / "config.yaml").read_text()) or {}
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
-    comm = read_csv_columns(path / "comm.csv") if with_comm and (path / "comm.csv").is_file() else None
+    comm = read_csv_columns(path / "comm.csv") if with_comm and run_file(path / "comm.csv") is not None else None
     run = Run(path, config, read_csv_columns(path / "metrics.csv"), summary, comm)
     run.flat = flatten(config)
     if (path / "quantum.csv").is_file():

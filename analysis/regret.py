@@ -28,6 +28,8 @@ import numpy as np
 from analysis.stats import mean_ci
 import yaml
 
+from marl_q.rundir import open_run_text
+
 FAMILY = ("async_coop_lsvi", "coop_lsvi", "lsvi_ucb_pooled", "lsvi_ucb_independent")
 LABELS = {"async_coop_lsvi": "Async-Coop-LSVI (alpha = 1/M^2)", "coop_lsvi": "Coop-LSVI (sync)",
           "lsvi_ucb_pooled": "LSVI-UCB pooled (a round every episode)",
@@ -69,7 +71,7 @@ def _ledger_curves(comm_csv: Path, episode_t: np.ndarray) -> tuple[np.ndarray, n
     schedule, so counting messages with t <= the episode's t gives the totals after that episode.
     """
     upload_t, all_t, sizes = [], [], []
-    with open(comm_csv, newline="") as f:
+    with open_run_text(comm_csv) as f:  # plain or compressed (run.compress_logs)
         for row in csv.DictReader(f):
             t = float(row["t"])
             all_t.append(t)

@@ -35,6 +35,7 @@ from analysis import compare, plots
 from analysis.stats import clipped_band, iqm, mean_ci, probability_of_improvement, stratified_bootstrap_ci
 from marl_q.errors import UserError
 from marl_q.quantum import QPU_PROFILES, QPUConfig, QPUProfile, estimate_qpu_rows
+from marl_q.rundir import run_file
 
 BOOTSTRAP_REPS = 2000
 # (summary.json key, column title, scale, digits)
@@ -103,7 +104,7 @@ def ledger_rows(runs: list[plots.Run]) -> list[tuple[str, dict[str, float]]]:
 
     per_worker: dict[tuple[str, str], list[dict[str, float]]] = {}
     for r in runs:
-        if not (r.path / "comm.csv").is_file():
+        if run_file(r.path / "comm.csv") is None:
             continue
         audit = ledger_audit(r.path)
         c = r.comm

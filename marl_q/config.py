@@ -45,6 +45,9 @@ class RunConfig:
     eval_every: Optional[int] = None
     eval_episodes: int = 10
     tensorboard: bool = False  # also log every row written as TensorBoard scalars (marl_q/tracking.py)
+    # when the run completes, keep comm.csv, train.csv and their wall-clock sidecars gzip-compressed
+    # (marl_q/rundir.py: about a fifth of the bytes; every marl-q reader opens either form)
+    compress_logs: bool = False
     report_team: Optional[str] = None  # the team whose return is `return` (marl_q/teams.py); default: the first
 
 

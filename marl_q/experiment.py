@@ -15,13 +15,13 @@ from marl_q.config import ExperimentConfig, apply_override, build_config, read_y
 from marl_q.errors import CheckpointError, ConfigError, RunDirError, RunWriteError, UserError
 from marl_q.registry import BACKENDS
 from marl_q.rundir import (check_new_run_dir, checkpoints, discard_run_dir, is_run_dir, latest_checkpoint, load_checkpoint,
-                           load_snapshot, lock_run_dir, make_run_dir, missing_folders)
+                           load_snapshot, lock_run_dir, make_run_dir, missing_folders, unarchive_run_files)
 from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, build_algorithm, one_line
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
                   "run.stop_after_updates", "run.progress", "run.plots", "run.eval_every", "run.eval_episodes",
-                  "run.tensorboard",
+                  "run.tensorboard", "run.compress_logs",
                   # where a ray run's actors go (a resume on the nodes that remain): not what it computes
                   "backend.placement", "backend.server_placement", "backend.ray.address")
 RUN_FILES = ("metrics.csv", "metrics_wall.csv", "comm.csv", "comm_wall.csv", "eval.csv", "quantum.csv", "quantum_wall.csv",
@@ -189,6 +189,7 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
             raise ConfigError(f"{run_dir}: the run already reached its budget ({point.meta['env_steps']} env "
                               f"steps, {point.meta['episodes']} episodes); raise it to continue, e.g. "
                               "--set run.total_env_steps=N")
+        unarchive_run_files(run_dir)  # run.compress_logs: the logs are appended to from the checkpoint on
         _set_aside(run_dir, point)
         cut_eval_csv(run_dir / EVAL_FILE, int(point.meta["env_steps"]))
         return _execute(cfg, run_dir, backend, point, plots)

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from marl_q.messages import HELLO, SERVER, SERVICE, Message
 from marl_q.quantum import COLUMNS as QUANTUM_COLUMNS
 from marl_q.quantum import KINDS, QUANTUM_FILE, ROLES, counter_columns, qpu_seconds
-from marl_q.rundir import FileLog
+from marl_q.rundir import FileLog, open_run_text
 
 COLUMNS = ["id", "t", "src", "dst", "kind", "seq", "bytes", "base_version", "server_version",
            "staleness", "accepted", "reason"]
@@ -238,7 +238,7 @@ class LedgerAuditor:
 def ledger_audit(run_dir: Path) -> LedgerAudit:
     """Read a run's comm.csv once and account for every push (streamed: fine for millions of rows)."""
     auditor = LedgerAuditor()
-    with open(Path(run_dir) / "comm.csv", newline="") as fh:
+    with open_run_text(Path(run_dir) / "comm.csv") as fh:  # plain or compressed (run.compress_logs)
         for r in csv.DictReader(fh):
             auditor.feed(r)
     return auditor.audit()

@@ -418,6 +418,85 @@ def run_dir_holder(path: Path) -> Optional[str]:
         return _take_lock(fh)
 
 
+# The per-message and per-update logs, the bulk of a long run's bytes (about 290 bytes per env step of
+# a one-step A2C: two comm.csv rows and a train.csv row per update, and their wall-clock sidecars).
+# With run.compress_logs a finished run keeps them gzip-compressed (``archive_run_files``); every
+# reader opens either form (``open_run_text``), and a resume decompresses them first.
+COMPRESSIBLE_FILES = ("comm.csv", "comm_wall.csv", "train.csv", "train_wall.csv")
+GZ = ".gz"
+
+
+def archive_run_files(run_dir: Path) -> list[Path]:
+    """Compress a finished run's ``COMPRESSIBLE_FILES`` to ``<name>.gz`` (gzip level 1, no name or time
+    in the header, so the same file gives the same bytes) and remove the plain files; each is written to
+    a temporary file and renamed, and its plain file removed only then. Returns the files written."""
+    import gzip
+
+    done = []
+    for name in COMPRESSIBLE_FILES:
+        src = Path(run_dir) / name
+        if not src.is_file():
+            continue
+        dst = src.with_name(name + GZ)
+        tmp = src.with_name(name + GZ + ".tmp")
+        try:
+            with open(src, "rb") as fh, open(tmp, "wb") as raw, \
+                    gzip.GzipFile(filename="", mode="wb", compresslevel=1, fileobj=raw, mtime=0) as gz:
+                shutil.copyfileobj(fh, gz, 1 << 20)
+            os.replace(tmp, dst)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise RunWriteError(str(dst), exc) from None
+        src.unlink()
+        done.append(dst)
+    return done
+
+
+def unarchive_run_files(run_dir: Path) -> list[Path]:
+    """Undo ``archive_run_files`` (before a resume appends to the files): each ``<name>.gz`` without its
+    plain file back to ``<name>``; returns the files written."""
+    import gzip
+
+    done = []
+    for name in COMPRESSIBLE_FILES:
+        dst = Path(run_dir) / name
+        src = dst.with_name(name + GZ)
+        if dst.exists() or not src.is_file():
+            continue
+        tmp = dst.with_name(name + ".tmp")
+        try:
+            with gzip.open(src, "rb") as gz, open(tmp, "wb") as fh:
+                shutil.copyfileobj(gz, fh, 1 << 20)
+            os.replace(tmp, dst)
+        except (OSError, EOFError) as exc:
+            tmp.unlink(missing_ok=True)
+            raise RunDirError(f"{src}: cannot be decompressed ({exc})") from None
+        src.unlink()
+        done.append(dst)
+    return done
+
+
+def run_file(path: Path) -> Optional[Path]:
+    """The run file ``path`` as it is on disk: itself, else its compressed ``<name>.gz``, else None."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    gz = path.with_name(path.name + GZ)
+    return gz if gz.is_file() else None
+
+
+def open_run_text(path: Path) -> IO[str]:
+    """Open a run file for reading as CSV text (``newline=""``), plain or compressed (``run_file``)."""
+    found = run_file(path)
+    if found is None:
+        raise FileNotFoundError(f"{path}: no such file (nor {Path(path).name}{GZ})")
+    if found.suffix == GZ:
+        import gzip
+
+        return gzip.open(found, "rt", newline="")
+    return open(found, newline="")
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.yaml").is_file() and (Path(path) / "metrics.csv").is_file()
 

@@ -25,8 +25,8 @@ from marl_q.progress import RunProgress
 from marl_q.protocol import Work, worker_names
 from marl_q.registry import algorithm_class
 from marl_q.errors import CheckpointError, RunWriteError
-from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, checkpoints, load_checkpoint, save_checkpoint, save_snapshot,
-                           service_arrays, set_tap, write_json_atomic)
+from marl_q.rundir import (SERVICE_PREFIX, MetricsWriter, SnapshotUnavailable, archive_run_files, checkpoints,
+                           load_checkpoint, save_checkpoint, save_snapshot, service_arrays, set_tap, write_json_atomic)
 from marl_q.seeding import derive
 from marl_q.server import make_server, staleness_hist
 from marl_q.services import ServiceGroup
@@ -324,6 +324,8 @@ class Runtime:
                 self.returns.close()
             self.close_tracker()
             write_json_atomic(self.out / "summary.json", summary)
+            if self.cfg.run.compress_logs and status == "completed":
+                archive_run_files(self.out)  # (a resume with a larger budget decompresses them first)
         self.finished = True
         return summary
 
