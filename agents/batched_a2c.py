@@ -25,9 +25,11 @@ quantum.csv, checkpoints, summary.json). What is shared is the arithmetic:
   worker (no jitter: no draws), and the ledger rows are the ones ``Server.receive`` writes.
 
 So a seed's metrics.csv, train.csv and comm.csv equal its single-seed run's bytes (tests/marl_q/
-test_batched_seeds.py; docs/statistics.md, "Batched seeds"). Checkpoints hold the server state but no
-sim snapshot: ``marlq resume`` continues a batched seed from its server state with a fresh worker, as
-for any run whose snapshot could not be saved (not byte-identical to an uninterrupted run).
+test_batched_seeds.py; docs/statistics.md, "Batched seeds"). A periodic checkpoint also holds the seed's
+worker, env and clock as data (``_capture``, snapshot kind ``BATCHED_SNAPSHOT``): ``marlq sweep
+--batch-seeds`` run again continues a stopped cell's seeds side by side, and ``marlq resume SEED_DIR``
+one seed, exactly (``resume_batched_seeds``). The final checkpoint holds none (the last push is never
+delivered): extending a finished seed continues from its server state with a fresh worker (inexact).
 
 What cannot be batched is refused before anything is written (``check_batchable``: exit 2 naming the
 key): more than one worker (asynchronous multi-worker sim runs may come later), other algorithms than
@@ -51,17 +53,19 @@ from agents.heads import FlatParameters, head_report, worker_heads
 from agents.numpy_heads import NumpyMLP, numpy_head
 from agents.rollout import EpisodeBook, GymVector, Step, rollout
 from circuits.twins import seed_batched_twin
-from marl_q.errors import ConfigError
+from marl_q.errors import CheckpointError, ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import DIAGNOSTICS
 from marl_q.protocol import Work, worker_name
 from marl_q.registry import SCENARIOS
 from marl_q.seeding import worker_seed
 from marl_q.services import PARAMS
+from marl_q.state_format import rng_from_state, rng_state
 
 BATCHED_SCENARIOS = ("cartpole",)
 W0 = worker_name(0)  # the one worker of every seed
 BLOCK = 256  # steps of Gumbel noise drawn at once per seed (the same draws as one (1, A) call per step)
+BATCHED_SNAPSHOT = "batched_a2c"  # snapshot.kind of a batched seed's checkpoints (marl_q.runtime.Runtime.checkpoint)
 
 
 class UpdateRows:
@@ -366,7 +370,9 @@ class BatchedA2C:
     """Seeds ``cfgs[s].run.seed`` of one configuration, each with its Runtime (``rts[s]``), stepped
     together; ``run()`` writes every seed's run directory as its single-seed run would."""
 
-    def __init__(self, cfgs: list[Any], rts: list[Any]) -> None:
+    def __init__(self, cfgs: list[Any], rts: list[Any], snapshots: Optional[list[dict[str, Any]]] = None) -> None:
+        """``snapshots``: each seed's ``batched_seed`` state from its checkpoint (``_capture``), to continue
+        the seeds exactly where they were (their ``rts`` resumed from the same checkpoints)."""
         self.cfgs, self.rts = cfgs, rts
         cfg = cfgs[0]
         self.ac: ActorCriticConfig = cfg.algorithm.params
@@ -394,6 +400,55 @@ class BatchedA2C:
         self.nbytes = int(self.param.shape[1]) * 4
         self._grad_payload = {"grad": np.zeros(self.param.shape[1], dtype=np.float32)}  # sized like a push (nbytes)
         self._params_payload = {PARAMS: self._grad_payload["grad"]}
+        self._start = self._restore(snapshots) if snapshots is not None else None
+
+    # -- exact resume: a seed's state at a checkpoint, as data ---------------------------------------
+    def _capture(self, s: int, k: int, t: float, block: np.ndarray) -> dict[str, Any]:
+        """Seed s's worker, env and clock after its k-th update (the sim snapshot of its checkpoint:
+        its server is in the checkpoint already). ``t``: when its next step starts; ``block``: the
+        Gumbel uniforms drawn ahead (the generator's state is after them)."""
+        b = self.vec.env.batch
+        return {"batched_seed": {
+            "k": k, "t": t, "obs": self.vec.obs[s].copy(), "vec_prev_done": bool(self.vec.prev_done[s]),
+            "cart_state": b.state[:, s].copy(), "cart_steps": int(b.steps[s]), "cart_prev_done": bool(b.prev_done[s]),
+            "env_rng": rng_state(b.envs[s].np_random), "worker_rng": rng_state(self.rngs[s]),
+            "noise_block": block[s].copy(), "episode_return": float(self.book.returns[s]),
+            "episode_length": int(self.book.lengths[s])}}
+
+    def _restore(self, snapshots: list[dict[str, Any]]) -> tuple[np.ndarray, int, np.ndarray]:
+        """Every seed as ``_capture`` saw it, its server from its resumed Runtime (parameters and optimizer
+        rows); the (clock, step, noise block) the run goes on from. Seeds checkpointed after different
+        numbers of updates cannot step together (CheckpointError)."""
+        ks = sorted({int(snap["k"]) for snap in snapshots})
+        if len(ks) != 1:
+            raise CheckpointError(f"the seeds' checkpoints are at different updates ({', '.join(map(str, ks))}); "
+                                  "resume each group of equal updates on its own")
+        k = ks[0]
+        b = self.vec.env.batch
+        optim = self.optimizer.state_dict()
+        block = np.zeros((self.S, BLOCK, self.n_actions))
+        t = np.zeros(self.S)
+        for s, snap in enumerate(snapshots):
+            state = self.rts[s].service.state_dict()
+            self.param[s].copy_(torch.as_tensor(np.asarray(state["params"])))
+            for key, value in optim.items():
+                if value.dim():
+                    value[s].copy_(torch.as_tensor(np.asarray(state[f"optim.{key}"])))
+            self.vec.obs[s] = snap["obs"]
+            self.vec.prev_done[s] = snap["vec_prev_done"]
+            b.state[:, s] = snap["cart_state"]
+            b.steps[s] = snap["cart_steps"]
+            b.prev_done[s] = snap["cart_prev_done"]
+            b.envs[s].np_random = rng_from_state(snap["env_rng"])
+            self.rngs[s] = rng_from_state(snap["worker_rng"])
+            self.book.returns[s], self.book.lengths[s] = snap["episode_return"], snap["episode_length"]
+            block[s] = snap["noise_block"]
+            t[s] = snap["t"]
+        for key, value in optim.items():
+            if not value.dim():  # the step count: one per update, every seed's the same
+                optim[key] = torch.tensor(k)
+        self.optimizer.load_state_dict(optim)
+        return t, k, block
 
     def _head(self, modules: list[nn.Module], offset: int, size: int) -> Any:
         if NumpyMLP.supports(modules[0]):
@@ -447,20 +502,23 @@ class BatchedA2C:
         S, ac, clock = self.S, self.ac, self.clock
         net_up0 = clock.network_s(0)
         net = clock.network_s(self.nbytes)
-        # each seed's clock: hello at 0 reaches the server at net_up0, its params reach the worker
-        t = np.zeros(S)
-        for s in range(S):
-            t1 = 0.0 + net_up0
-            self._record_hello(s, t1)
-            t[s] = t1 + net
+        if self._start is None:
+            # each seed's clock: hello at 0 reaches the server at net_up0, its params reach the worker
+            t = np.zeros(S)
+            for s in range(S):
+                t1 = 0.0 + net_up0
+                self._record_hello(s, t1)
+                t[s] = t1 + net
+            k = 0  # the k-th step of every seed (version k - 1), then the k-th update
+            block = np.zeros((S, BLOCK, self.n_actions))
+        else:  # resumed: where the checkpoints left every seed
+            t, k, block = self._start
         active = np.ones(S, dtype=bool)
         summaries: list[Optional[dict[str, Any]]] = [None] * S
         gamma, lam, scale = ac.gamma, ac.gae_lambda, ac.reward_scale
         rows = np.arange(S)
         last_note = time.perf_counter()
         params = self.param.numpy()  # the servers' rows (the optimizer steps them in place)
-        k = 0  # the k-th step of every seed (version k - 1), then the k-th update
-        block = np.zeros((S, BLOCK, self.n_actions))
         diags: list[tuple] = []
         updates = UpdateRows(self.nbytes)  # each seed's update rows, written a block at a time
         env_steps = np.array([rt.env_steps for rt in self.rts])  # each seed's, as its Runtime counts them
@@ -562,7 +620,8 @@ class BatchedA2C:
                     if self.rts[s].checkpoint_due(updates=k):
                         updates.write(self.rts[s], s)
                         self._sync_service(s, k)
-                        self.rts[s].checkpoint(t_srv[s])
+                        self.rts[s].checkpoint(t_srv[s], capture=lambda s=s: self._capture(s, k, float(t_next[s]), block),
+                                               kind=BATCHED_SNAPSHOT)
             if len(updates.k) >= BLOCK or not active.any():
                 updates.write_all(self.rts, range(S))
             t = t_next
@@ -636,6 +695,50 @@ def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs:
             lock.close()
 
 
+def resume_batched_seeds(run_dirs: list[Path], overrides: list[str] = (), checkpoint: Optional[Path] = None,
+                         progress: bool = True) -> list[dict[str, Any]]:
+    """Continue batched seeds from their checkpoints (the latest, or ``checkpoint`` for a single run), side
+    by side and exactly: each seed's metrics.csv, train.csv and comm.csv then equal those of the run
+    that was never stopped, byte for byte. Each run directory is prepared as ``marlq resume`` prepares
+    one (``marl_q.experiment.prepare_resume``: locked, the files kept in resume_backup_<n>/ and cut back
+    to the checkpoint); its checkpoint must hold a batched seed's snapshot (``BATCHED_SNAPSHOT``), and
+    every seed the same configuration but for its seed, checkpointed after the same number of updates."""
+    from marl_q.experiment import prepare_resume
+    from marl_q.runtime import Runtime
+
+    if checkpoint is not None and len(run_dirs) != 1:
+        raise ConfigError("resume_batched_seeds: a named checkpoint is for one run directory")
+    cfgs: list[Any] = []
+    rts: list[Any] = []
+    snapshots: list[dict[str, Any]] = []
+    locks: list[Any] = []
+    try:
+        for run_dir in run_dirs:
+            cfg, _backend, point, lock = prepare_resume(Path(run_dir), list(overrides), checkpoint, kind=BATCHED_SNAPSHOT)
+            locks.append(lock)
+            check_batchable(cfg)
+            if cfgs:
+                _same_configuration(cfgs[0], cfg, Path(run_dirs[0]), Path(run_dir))
+            cfg.run.progress = False
+            cfgs.append(cfg)
+            snapshots.append(point.snapshot["batched_seed"])
+            rts.append(Runtime(cfg, Path(run_dir), resume=point))
+        torch.set_num_threads(cfgs[0].backend.threads_per_worker)
+        return BatchedA2C(cfgs, rts, snapshots).run(progress=progress)
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+def _same_configuration(first: Any, cfg: Any, first_dir: Path, run_dir: Path) -> None:
+    """Seeds resumed side by side must be one configuration (ConfigError naming the two runs)."""
+    other = copy.deepcopy(cfg)
+    other.run.seed = first.run.seed
+    if other.to_yaml() != first.to_yaml():
+        raise ConfigError(f"{run_dir} and {first_dir} are not one configuration (their config.yaml differ beyond "
+                          "run.seed): resume them in separate batches")
+
+
 # ----------------------------------------------------------------------------- the sweep's jobs
 def batch_jobs(config: str, overrides: list[str], seeds: list[int], cell: Path, width: int) -> list[tuple[Path, list[str]]]:
     """``marlq sweep --batch-seeds``: the seeds of one grid cell as at most ``width`` processes (seeds
@@ -653,22 +756,36 @@ def batch_jobs(config: str, overrides: list[str], seeds: list[int], cell: Path, 
     return jobs
 
 
+def resume_jobs(seeds: list[int], cell: Path, width: int) -> list[tuple[Path, list[str]]]:
+    """``marlq sweep --batch-seeds`` over a cell whose seeds stopped with batched checkpoints: the seeds
+    to continue as at most ``width`` processes, each resuming its share side by side (``--resume``)."""
+    width = max(1, min(width, len(seeds)))
+    return [(Path(cell) / f"resume{j}", [sys.executable, "-m", "agents.batched_a2c", "--resume", "--cell", str(cell),
+                                         "--seeds", ",".join(str(s) for s in seeds[j::width])])
+            for j in range(width)]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    """One process of ``marlq sweep --batch-seeds`` (``batch_jobs``): exit 2 on bad input, as marlq."""
+    """One process of ``marlq sweep --batch-seeds`` (``batch_jobs``, ``resume_jobs``): exit 2 on bad input,
+    as marlq."""
     import argparse
 
     from marl_q.errors import UserError
 
     p = argparse.ArgumentParser(prog="python -m agents.batched_a2c")
-    p.add_argument("config")
+    p.add_argument("config", nargs="?", help="the scenario file (not with --resume: each run's config.yaml is read)")
     p.add_argument("--cell", required=True, help="the grid cell's folder; seed N goes to CELL/seed<N>")
     p.add_argument("--seeds", required=True, help="comma-separated seeds")
     p.add_argument("--set", dest="overrides", action="append", default=[])
+    p.add_argument("--resume", action="store_true", help="continue the seeds' runs from their latest checkpoints")
     args = p.parse_args(argv)
+    if (args.config is None) != args.resume:
+        p.error("give a scenario file, or --resume (not both)")
     seeds = [int(s) for s in args.seeds.split(",") if s != ""]
     try:
-        summaries = run_batched_seeds(args.config, args.overrides, seeds,
-                                      [Path(args.cell) / f"seed{s}" for s in seeds])
+        dirs = [Path(args.cell) / f"seed{s}" for s in seeds]
+        summaries = (resume_batched_seeds(dirs, args.overrides) if args.resume
+                     else run_batched_seeds(args.config, args.overrides, seeds, dirs))
     except UserError as exc:
         print(f"marlq: error: {exc}", file=sys.stderr)
         return 2

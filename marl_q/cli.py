@@ -165,7 +165,28 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides) + (["run.progress=false"] if args.quiet else [])
     ckpt = Path(args.checkpoint) if args.checkpoint else None
+    from agents.batched_a2c import BATCHED_SNAPSHOT, resume_batched_seeds
+
+    if _snapshot_kind(Path(args.run_dir), ckpt) == BATCHED_SNAPSHOT:  # a seed of `marlq sweep --batch-seeds`
+        [summary] = resume_batched_seeds([Path(args.run_dir)], list(args.overrides), checkpoint=ckpt,
+                                         progress=not args.quiet)
+        return _report(summary, Path(args.run_dir))
     return _report(resume_experiment(Path(args.run_dir), overrides, checkpoint=ckpt), Path(args.run_dir))
+
+
+def _snapshot_kind(run_dir: Path, checkpoint: Optional[Path] = None) -> Optional[str]:
+    """The snapshot kind of the checkpoint a resume of ``run_dir`` would start from (None without one, or
+    when it cannot be read: the resume itself then says why)."""
+    from marl_q.experiment import snapshot_kind
+    from marl_q.rundir import latest_checkpoint, load_checkpoint
+
+    try:
+        path = checkpoint if checkpoint is not None else latest_checkpoint(run_dir)
+        if path is not None and not path.is_absolute() and not path.exists():
+            path = run_dir / "checkpoints" / path
+        return snapshot_kind(load_checkpoint(path)[1]) if path is not None else None
+    except (UserError, OSError):
+        return None
 
 
 def _report(summary: dict, out: Path) -> int:
@@ -224,7 +245,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for combo in combos:
         cfg = load_config(args.config, list(args.overrides) + [f"{k}={v}" for k, v in combo], seed=0)
         if args.batch_seeds:
-            from agents.batched_a2c import check_batchable
+            from agents.batched_a2c import BATCHED_SNAPSHOT, check_batchable
 
             check_batchable(cfg)
         if cfg.run.tensorboard:
@@ -248,9 +269,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for combo in combos:
         cell = ",".join(f"{k}={v}" for k, v in combo) or "base"
         fresh: list[int] = []  # --batch-seeds: the seeds of this cell to start, run side by side below
+        resumed: list[int] = []  # --batch-seeds: the seeds to continue from batched checkpoints, side by side
         for seed in range(args.seeds):
             out = root / cell / f"seed{seed}"
             if _completed(out):
+                continue
+            if args.batch_seeds and _resumable(out) and _snapshot_kind(out) == BATCHED_SNAPSHOT:
+                print(f"sweep: {out} was incomplete; resuming it with its batch from its latest checkpoint")
+                resumed.append(seed)
                 continue
             if _resumable(out):
                 print(f"sweep: {out} was incomplete; resuming it from its latest checkpoint")
@@ -270,6 +296,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             for ov in list(args.overrides) + [f"{k}={v}" for k, v in combo]:
                 cmd += ["--set", ov]
             jobs.append((out, cmd))
+        if resumed:
+            from agents.batched_a2c import resume_jobs
+
+            jobs += resume_jobs(resumed, root / cell, args.jobs)
         if fresh:
             from agents.batched_a2c import batch_jobs
 

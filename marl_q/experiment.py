@@ -16,7 +16,7 @@ from marl_q.errors import CheckpointError, ConfigError, RunDirError, RunWriteErr
 from marl_q.registry import BACKENDS
 from marl_q.rundir import (check_new_run_dir, checkpoints, discard_run_dir, is_run_dir, latest_checkpoint, load_checkpoint,
                            load_snapshot, lock_run_dir, make_run_dir, missing_folders, unarchive_run_files)
-from marl_q.runtime import CHECKPOINT_FORMAT, ResumePoint, Runtime, build_algorithm, one_line
+from marl_q.runtime import CHECKPOINT_FORMAT, SIM_SNAPSHOT, ResumePoint, Runtime, build_algorithm, one_line
 
 # what `marlq resume --set` may change: the budget and bookkeeping, never what is learned or how
 RESUMABLE_KEYS = ("run.total_env_steps", "run.total_episodes", "run.checkpoint_every", "run.keep_checkpoints",
@@ -165,7 +165,26 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
     start from its parameters (what a restarted worker does anyway); their wall clock differs.
 
     Rows written after the checkpoint are cut from metrics.csv, comm.csv and train.csv (they described a state that
-    is not restored); the files as they were are kept in ``resume_backup_<n>/``, so nothing is lost."""
+    is not restored); the files as they were are kept in ``resume_backup_<n>/``, so nothing is lost.
+
+    A checkpoint of a seed-batched run (``marlq sweep --batch-seeds``) holds the seed's state in that
+    runner's form (``snapshot_kind``): ``marlq resume`` and ``marlq sweep`` continue it there
+    (``agents.batched_a2c.resume_batched_seeds``); this function refuses it."""
+    cfg, backend, point, lock = prepare_resume(run_dir, overrides, checkpoint, kind=SIM_SNAPSHOT)
+    try:
+        return _execute(cfg, Path(run_dir), backend, point, plots)
+    finally:
+        lock.close()
+
+
+def prepare_resume(run_dir: Path, overrides: list[str] = (), checkpoint: Optional[Path] = None,
+                   kind: Optional[str] = None) -> tuple[ExperimentConfig, Any, ResumePoint, Any]:
+    """Everything a resume does before the run goes on: the config (with ``overrides`` of
+    ``RESUMABLE_KEYS`` only), the run directory locked, the checkpoint read (``kind``: the snapshot it
+    must hold; for ``SIM_SNAPSHOT`` a checkpoint without one is taken too, and continued inexactly), the
+    budget checked, compressed logs decompressed, the files as they were copied to
+    ``resume_backup_<n>/`` and cut back to the checkpoint. Returns (config, backend, resume point, lock);
+    the caller runs it and closes the lock."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: no such directory")
@@ -185,6 +204,13 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
     lock = lock_run_dir(run_dir)  # before anything is read for the resume, let alone cut or moved
     try:
         point = _resume_point(run_dir, checkpoint, cfg)
+        found = snapshot_kind(point.meta)
+        if kind == SIM_SNAPSHOT and found not in (None, SIM_SNAPSHOT):
+            raise CheckpointError(f"{point.path}: its snapshot is a {found!r} one (a seed of `marlq sweep "
+                                  f"--batch-seeds`): continue it with `marlq resume {run_dir}`")
+        if kind not in (None, SIM_SNAPSHOT) and found != kind:
+            raise CheckpointError(f"{point.path}: holds {'no snapshot' if found is None else f'a {found!r} snapshot'}, "
+                                  f"not a {kind!r} one: continue it with `marlq resume {run_dir}`")
         if _budget_reached(cfg, point.meta):
             raise ConfigError(f"{run_dir}: the run already reached its budget ({point.meta['env_steps']} env "
                               f"steps, {point.meta['episodes']} episodes); raise it to continue, e.g. "
@@ -192,9 +218,18 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
         unarchive_run_files(run_dir)  # run.compress_logs: the logs are appended to from the checkpoint on
         _set_aside(run_dir, point)
         cut_eval_csv(run_dir / EVAL_FILE, int(point.meta["env_steps"]))
-        return _execute(cfg, run_dir, backend, point, plots)
-    finally:
+    except BaseException:
         lock.close()
+        raise
+    return cfg, backend, point, lock
+
+
+def snapshot_kind(meta: dict[str, Any]) -> Optional[str]:
+    """What wrote a checkpoint's snapshot (its header's ``snapshot.kind``): ``SIM_SNAPSHOT`` for the sim
+    backend (headers before the key: every snapshot was one), a runner's name for another (the seed-batched
+    A2C's), None for a checkpoint without snapshot."""
+    snap = meta.get("snapshot")
+    return None if not snap else snap.get("kind", SIM_SNAPSHOT)
 
 
 def _resume_point(run_dir: Path, checkpoint: Optional[Path], cfg: ExperimentConfig) -> ResumePoint:

@@ -35,6 +35,9 @@ from marl_q.teams import ReturnsLog, with_team_fields
 CHECKPOINT_FORMAT = 2
 
 
+SIM_SNAPSHOT = "sim"  # the sim backend's snapshots (a checkpoint header's snapshot.kind, left out for them)
+
+
 @dataclass
 class ResumePoint:
     """A checkpoint to continue from: its arrays and header, and the sim snapshot if it has one."""
@@ -227,10 +230,12 @@ class Runtime:
             print(f"marl-q: checkpoints of this run hold no sim snapshot: its state cannot be saved whole ({exc}); "
                   "a resume continues from the server's state with fresh workers (not byte-identical)", file=sys.stderr)
 
-    def checkpoint(self, t: float, capture: Optional[Callable[[], dict[str, Any]]] = None) -> Optional[Path]:
+    def checkpoint(self, t: float, capture: Optional[Callable[[], dict[str, Any]]] = None,
+                   kind: str = SIM_SNAPSHOT) -> Optional[Path]:
         """Write the server's full state (and ``capture()``, the backend's whole state, as the sim
         snapshot) atomically; then, once the new checkpoint reads back whole, prune all but the last
-        run.keep_checkpoints."""
+        run.keep_checkpoints. ``kind``: what the snapshot is a state of, if not the sim backend's (the
+        seed-batched runner's), in the header as ``snapshot.kind``, so a resume finds its runner."""
         if not self.out:
             return None
         updates = self.service.updates()
@@ -242,7 +247,8 @@ class Runtime:
             state["algorithm"], state["service"], state["rngs"] = self.algorithm, self.service, _global_rngs()
             snap_path = folder / f"ckpt_{updates}.sim.pkl"
             try:
-                snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state)}
+                snapshot_meta = {"file": snap_path.name, "sha256": save_snapshot(snap_path, state),
+                                 **({} if kind == SIM_SNAPSHOT else {"kind": kind})}
             except SnapshotUnavailable as exc:
                 self._warn_no_snapshot(exc)
         try:

@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from agents.batched_a2c import CartPoleBatch, StackedMLP, batch_jobs, check_batchable, run_batched_seeds
+from agents.batched_a2c import (BATCHED_SNAPSHOT, CartPoleBatch, StackedMLP, batch_jobs, check_batchable, resume_batched_seeds,
+                                run_batched_seeds)
 from agents.heads import FlatParameters
 from agents.numpy_heads import NumpyMLP
 from marl_q.cli import main
 from marl_q.config import load_config
-from marl_q.errors import ConfigError
-from marl_q.experiment import run_experiment
-from marl_q.rundir import load_checkpoint
+from marl_q.errors import CheckpointError, ConfigError
+from marl_q.experiment import resume_experiment, run_experiment, snapshot_kind
+from marl_q.rundir import checkpoints, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 QA2C = ROOT / "scenarios" / "cartpole_qa2c.yaml"
@@ -75,8 +76,8 @@ def test_batched_seeds_write_the_single_seed_runs_bytes(tmp_path, config, steps,
 
 
 def test_a_batched_seed_resumes_from_its_checkpoint(tmp_path):
-    """The batched seed's checkpoint holds the server state without a sim snapshot: `marlq resume`
-    extends it with a fresh worker (the run goes on to its new budget)."""
+    """A batched seed's final checkpoint holds the server state without a snapshot (its last push was
+    never delivered): `marlq resume` extends it with a fresh worker (the run goes on to its new budget)."""
     overrides = ["run.total_env_steps=300", "run.plots=false"]
     run_batched_seeds(str(QA2C), overrides, [0, 1], [tmp_path / "b0", tmp_path / "b1"], progress=False)
     assert main(["resume", str(tmp_path / "b0"), "--set", "run.total_env_steps=500", "--quiet"]) == 0
@@ -85,6 +86,89 @@ def test_a_batched_seed_resumes_from_its_checkpoint(tmp_path):
     summary = json.loads((tmp_path / "b0" / "summary.json").read_text())
     assert summary["env_steps"] == 500 and summary["status"] == "completed"
     assert summary["resumes"][0]["exact"] is False
+
+
+def _killed_after(run_dir: Path, updates: int) -> None:
+    """Make ``run_dir`` look like a run killed some steps after its checkpoint at ``updates``: no summary,
+    no newer checkpoint (its files keep the rows written after the checkpoint, which a resume cuts)."""
+    (run_dir / "summary.json").unlink()
+    for path in checkpoints(run_dir):
+        if int(path.name.split(".")[0].split("_")[1]) > updates:
+            path.unlink()
+            path.with_name(path.name.replace(".npz", ".sim.pkl")).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("config, steps, every, stop", [
+    ("cartpole_qa2c.yaml", 500, 70, 210),
+    # circuit heads: their counts are read at the checkpoint, and the Gumbel block is mid-way (140 % 256)
+    ("cartpole_qa2c_quantum_actor.yaml", 200, 40, 120),
+])
+def test_batched_seeds_resume_exactly_from_a_periodic_checkpoint(tmp_path, config, steps, every, stop):
+    """Seeds stopped after a periodic checkpoint and continued side by side write, byte for byte, the
+    files of the batched run that was never stopped (hence the single-seed runs' too)."""
+    import shutil
+
+    path = str(ROOT / "scenarios" / config)
+    overrides = [f"run.total_env_steps={steps}", "run.plots=false", f"run.checkpoint_every={every}",
+                 "run.keep_checkpoints=20"]
+    seeds = [0, 2, 5]
+    run_batched_seeds(path, overrides, seeds, [tmp_path / f"whole{s}" for s in seeds], progress=False)
+    for s in seeds:
+        shutil.copytree(tmp_path / f"whole{s}", tmp_path / f"cut{s}")
+        _killed_after(tmp_path / f"cut{s}", stop)
+        _, meta = load_checkpoint(checkpoints(tmp_path / f"cut{s}")[-1])
+        assert meta["updates"] == stop and snapshot_kind(meta) == BATCHED_SNAPSHOT
+    summaries = resume_batched_seeds([tmp_path / f"cut{s}" for s in seeds], progress=False)
+    for s, summary in zip(seeds, summaries):
+        assert summary["status"] == "completed" and summary["seed"] == s
+        assert summary["resumes"] == [{"from": f"ckpt_{stop}.npz", "updates": stop,
+                                       "env_steps": summary["resumes"][0]["env_steps"], "exact": True}]
+        assert_same_run_files(tmp_path / f"cut{s}", tmp_path / f"whole{s}")
+        assert (tmp_path / f"cut{s}" / "resume_backup_1" / "comm.csv").is_file()  # the rows it cut are kept
+
+
+def test_marlq_resume_and_the_sweep_continue_batched_seeds_exactly(tmp_path, capsys):
+    """`marlq resume SEED_DIR` continues one batched seed as a batch of one; `marlq sweep --batch-seeds`
+    continues a cell's stopped seeds in one batched process; both exactly. The sim backend's resume
+    refuses a batched snapshot with one line naming `marlq resume`."""
+    import shutil
+
+    out = tmp_path / "sw"
+    args = ["sweep", str(QA2C), "--seeds", "3", "--batch-seeds", "--jobs", "1", "--out", str(out), "--no-plot",
+            "--set", "run.total_env_steps=400", "--set", "run.plots=false", "--set", "run.checkpoint_every=50",
+            "--set", "run.keep_checkpoints=20"]
+    assert main(args) == 0
+    shutil.copytree(out, tmp_path / "whole")
+    for s in (0, 2):
+        _killed_after(out / "base" / f"seed{s}", 150)
+    capsys.readouterr()
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert said.count("resuming it with its batch") == 2 and "1 already complete, 2 to run" in said
+    for s in (0, 1, 2):
+        assert_same_run_files(out / "base" / f"seed{s}", tmp_path / "whole" / "base" / f"seed{s}")
+    one = out / "base" / "seed1"
+    with pytest.raises(CheckpointError, match="batched_a2c.* continue it with `marlq resume"):
+        resume_experiment(one, checkpoint=Path("ckpt_100.npz"))
+    assert main(["resume", str(one), "--from", "ckpt_100.npz", "--quiet"]) == 0
+    assert_same_run_files(one, tmp_path / "whole" / "base" / "seed1")
+
+
+def test_seeds_resumed_together_must_be_one_configuration_at_one_update(tmp_path):
+    import shutil
+
+    base = ["run.plots=false", "run.checkpoint_every=30", "run.keep_checkpoints=20"]
+    run_batched_seeds(str(QA2C), ["run.total_env_steps=200", *base], [0, 1], [tmp_path / "a0", tmp_path / "a1"],
+                      progress=False)
+    run_batched_seeds(str(QA2C), ["run.total_env_steps=200", "algorithm.lr=0.001", *base], [2], [tmp_path / "c2"],
+                      progress=False)
+    for name, stop in (("a0", 90), ("a1", 60), ("c2", 90)):
+        shutil.copytree(tmp_path / name, tmp_path / f"k{name}")
+        _killed_after(tmp_path / f"k{name}", stop)
+    with pytest.raises(CheckpointError, match="different updates \\(60, 90\\)"):
+        resume_batched_seeds([tmp_path / "ka0", tmp_path / "ka1"], progress=False)
+    with pytest.raises(ConfigError, match="not one configuration"):
+        resume_batched_seeds([tmp_path / "ka0", tmp_path / "kc2"], progress=False)
 
 
 def test_cartpole_batch_steps_each_copy_as_gymnasium_does():
@@ -99,6 +183,7 @@ def test_cartpole_batch_steps_each_copy_as_gymnasium_does():
     for e, s in zip(mine, seeds):
         e.reset(seed=s)
     batch = CartPoleBatch(mine)
+    assert np.array_equal(batch.state.T.astype(np.float32), np.concatenate(ref_obs))  # the same first states
     rng = np.random.default_rng(0)
     resets = 0
     for _ in range(400):
