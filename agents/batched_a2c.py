@@ -56,6 +56,7 @@ from circuits.twins import seed_batched_twin
 from marl_q.errors import CheckpointError, ConfigError
 from marl_q.messages import HELLO, SERVER, Message
 from marl_q.metrics import DIAGNOSTICS
+from marl_q.progress import Progress
 from marl_q.protocol import Work, worker_name
 from marl_q.registry import SCENARIOS
 from marl_q.seeding import worker_seed
@@ -517,7 +518,6 @@ class BatchedA2C:
         summaries: list[Optional[dict[str, Any]]] = [None] * S
         gamma, lam, scale = ac.gamma, ac.gae_lambda, ac.reward_scale
         rows = np.arange(S)
-        last_note = time.perf_counter()
         params = self.param.numpy()  # the servers' rows (the optimizer steps them in place)
         diags: list[tuple] = []
         updates = UpdateRows(self.nbytes)  # each seed's update rows, written a block at a time
@@ -526,6 +526,12 @@ class BatchedA2C:
         # a seed can end only at its env-step budget, unless it also counts episodes (then Runtime.done decides)
         by_steps = all(rt.cfg.run.total_episodes is None and rt.cfg.run.total_env_steps is not None for rt in self.rts)
         budget = np.array([rt.cfg.run.total_env_steps or 0 for rt in self.rts])
+        # the one progress bar (marl_q.progress): every seed's env steps against their budgets (episodes
+        # where a seed counts them), with its rate and ETA; a file (a sweep's batch log) gets a line a minute
+        total = int(budget.sum()) if by_steps else S * int(self.cfgs[0].run.total_episodes or 0)
+        bar = Progress(total, "step" if by_steps else "ep", f"{S} seeds of a2c on {self.cfgs[0].scenario.name}",
+                       enabled=progress, initial=int(env_steps.sum()) if by_steps else sum(rt.episodes for rt in self.rts),
+                       unit_scale=True, mininterval=1.0 if sys.stderr.isatty() else 60.0)
 
         def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
             """Every copy's action, with the actor's logits and forward kept for the update."""
@@ -588,7 +594,7 @@ class BatchedA2C:
         def after(_t: int, step: Step, closed: list[dict[str, Any]]) -> bool:
             """The sim's bookkeeping of this step, seed by seed, then every server's update; true when
             every seed has its budget."""
-            nonlocal t, last_note
+            nonlocal t
             valid = step.valid
             # the worker's step ends at t + cost * step_s
             cost = valid.astype(np.float64)
@@ -597,6 +603,7 @@ class BatchedA2C:
             t_next = t_server + net
             ended = dict(zip(np.flatnonzero(step.ended).tolist(), closed)) if closed else {}
             env_steps[active] += valid[active]
+            stepped = int(valid[active].sum())  # (the bar's count)
             steps = valid.astype(np.int64).tolist()
             may_end = (env_steps >= budget).tolist() if by_steps else None
             for s in np.flatnonzero(active).tolist():
@@ -625,12 +632,11 @@ class BatchedA2C:
             if len(updates.k) >= BLOCK or not active.any():
                 updates.write_all(self.rts, range(S))
             t = t_next
-            if progress and time.perf_counter() - last_note > 30.0:
-                last_note = time.perf_counter()
-                steps = [rt.env_steps for rt in self.rts]
-                print(f"batch: step {k}, env steps per seed {min(steps)}..{max(steps)}, "
-                      f"{int((~active).sum())}/{S} seeds done", file=sys.stderr, flush=True)
-            return not active.any()
+            bar.update(stepped if by_steps else len(closed))
+            if not active.any():
+                bar.close()
+                return True
+            return False
 
         # an episode's metrics row: return, length (the book's), then the version that played it
         rollout(self.vec, self.book, None, act, store=learn, row=lambda i: {"version": k - 1},

@@ -263,3 +263,12 @@ def test_sweep_batch_seeds_writes_every_seed_and_a_rerun_skips_them(tmp_path, ca
     assert sorted(p.name for p in (out / "base").iterdir() if p.is_dir()) == ["seed0", "seed1", "seed2"]
     assert main(args) == 0
     assert "3 already complete, 0 to run" in capsys.readouterr().out
+
+
+def test_a_batched_run_shows_the_one_progress_bar(tmp_path, capsys):
+    """Every seed's env steps against their budgets, through marl_q.progress (rate and ETA)."""
+    run_batched_seeds(str(QA2C), ["run.total_env_steps=200", "run.plots=false"], [0, 1],
+                      [tmp_path / "b0", tmp_path / "b1"], progress=True)
+    err = capsys.readouterr().err
+    assert "2 seeds of a2c on cartpole" in err
+    assert "400/400" in err and "step/s" in err
