@@ -73,7 +73,9 @@ class UpdateRows:
     """Every seed's server rows of its updates, kept as columns and written a block of steps at a time.
 
     Each update of a seed is the two comm.csv rows ``Server.receive`` writes for a push and its answer
-    (``Ledger.record``) and one train.csv row (``TrainLog.write``), in the very text those write. Row by
+    (``Ledger.record``) and one train.csv row (``TrainLog.write``), in the very text those write (the
+    batched seeds' byte tests hold the two to it); the ledger counts them (``Ledger.tally``) and the
+    files take them as text (``Ledger.write_lines``, ``TrainLog.write_lines``). Row by
     row through the writers, they cost two thirds of a batched seed-step; here a step adds one column
     per field for all seeds (``add``), and a seed's rows become text in one pass when its block is
     written (``write``): before its checkpoint, when it finishes, and every ``BLOCK`` steps. Nothing
@@ -121,22 +123,16 @@ class UpdateRows:
                         f"{c + 2 * i + 1},{t:.6f},{SERVER},{W0},{PARAMS},0,{n},{v},{v},,1,\r\n"
                         for i, (t, v) in enumerate(zip(ts, ks))])
         m = len(ks)
-        led.file.write_lines(comm, list(range(c, c + 2 * m)), [p for p in perf for _ in (0, 1)])
-        led.count += 2 * m
-        led.bytes_up += n * m
-        led.bytes_down += n * m
-        for kind in ("grad", PARAMS):
-            tally = led.by_kind.setdefault(kind, [0, 0])
-            tally[0] += m
-            tally[1] += n * m
+        led.write_lines(comm, [p for p in perf for _ in (0, 1)])
+        led.tally("grad", m, n, up=True)
+        led.tally(PARAMS, m, n, up=False)
         if train.file is None or m == first_train:
             return
         u = train.updates
         rows = range(first_train, m)
         text = "".join([f"{ts[i]!r},{W0},{envs[i]},{u + r},{ks[i]},0,{','.join(diags[i])}\r\n"
                         for r, i in enumerate(rows, 1)])
-        train.writer.write_lines(text, list(range(u + 1, u + 1 + len(rows))), [perf[i] for i in rows])
-        train.updates += len(rows)
+        train.write_lines(text, [perf[i] for i in rows])
 
     def write_all(self, rts: list[Any], seeds: Any) -> None:
         """Every listed seed's rows, then the columns are dropped (every seed is written up to here)."""

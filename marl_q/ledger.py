@@ -68,19 +68,32 @@ class Ledger(FileLog):
     def record(self, msg: Message, t: float, server_version: int, staleness: Optional[int] = None,
                accepted: bool = True, reason: str = "", stale_drop: bool = False) -> None:
         nbytes = msg.nbytes
-        if msg.dst == SERVER:
-            self.bytes_up += nbytes
-        else:
-            self.bytes_down += nbytes
+        self.tally(msg.kind, 1, nbytes, msg.dst == SERVER)
         if not accepted:
             self.rejected += not stale_drop
             self.dropped_stale += stale_drop
-        tally = self.by_kind.setdefault(msg.kind, [0, 0])
-        tally[0] += 1
-        tally[1] += nbytes
         self._append((self.count, f"{t:.6f}", msg.src, msg.dst, msg.kind, msg.seq, nbytes,
                       msg.base_version, server_version, "" if staleness is None else staleness,
                       int(accepted), reason) + ((str(msg.info.get(SERVICE, "")),) if self.services else ()))
+
+    def tally(self, kind: str, messages: int, nbytes: int, up: bool) -> None:
+        """Count ``messages`` messages of ``kind`` of ``nbytes`` bytes each, to the server (``up``) or from
+        it: what ``record`` counts of each (its row aside). The seed-batched learner writes its rows as
+        text a block at a time (``write_lines``) and counts them here."""
+        if up:
+            self.bytes_up += nbytes * messages
+        else:
+            self.bytes_down += nbytes * messages
+        tally = self.by_kind.setdefault(kind, [0, 0])
+        tally[0] += messages
+        tally[1] += nbytes * messages
+
+    def write_lines(self, text: str, perf_times: list[float]) -> None:
+        """Rows given as CSV text, ids from ``count`` on, one per line (``MetricsWriter.write_lines``, with
+        each row's ``time.perf_counter()`` for the sidecar); the caller counts their traffic (``tally``)."""
+        n = len(perf_times)
+        self.file.write_lines(text, list(range(self.count, self.count + n)), perf_times)
+        self.count += n
 
     def record_fault(self, fault: str, t: float, src: str, dst: str, seq: int = 0, nbytes: int = 0,
                      detail: str = "", service: str = "") -> None:

@@ -86,6 +86,14 @@ class TrainLog(FileLog):
                 row["service"] = service
             self.file.write(row)
 
+    def write_lines(self, text: str, perf_times: list[float]) -> None:
+        """Rows given as CSV text, numbered from ``updates + 1`` on, one per line, after the file's first row
+        made it (``MetricsWriter.write_lines``, each row's ``time.perf_counter()`` for the sidecar): the
+        seed-batched learner's rows, a block at a time."""
+        n = len(perf_times)
+        self.writer.write_lines(text, list(range(self.updates + 1, self.updates + 1 + n)), perf_times)
+        self.updates += n
+
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps to continue train.csv on resume (rows so far, byte positions)."""
         return {"updates": self.updates, "position": self.file.position() if self.file is not None else None}
