@@ -39,10 +39,10 @@ COLUMNS_QUBITS = (5, 8)  # a twin's call past the kernels' rows at these qubit c
 # rzryrz_ring, the twin's forward + backward, one core, CPU time, interleaved (load 4.6-6), blocks / columns at
 # 16 / 64 / 1,024 rows: 5 qubits 1.93 / 3.62 / 1.66, 6 qubits 1.60 / 3.63 / 1.51, 8 qubits - / 1.61 / 1.18,
 # 10 qubits 1.12 / 1.12 / 0.96 (docs/circuits.md, "The columns kernels"). Acting (the acting twin's forward,
-# 2 layers, 7 rounds, medians, load 2.6-4.6; analysis/peers/act_executors.py), blocks / columns past the
-# kernels' rows up to 1,024 rows: rzryrz_ring 1.53-1.84 (5 qubits), 1.36-1.94 (6), 1.53-1.83 (7),
-# 1.19-1.73 (8); strongly_entangling 1.16-1.41, 1.00-1.90, 1.17-1.57, 1.14-1.24 (docs/circuits.md,
-# "Acting through the columns kernels")
+# 2 layers, one core, CPU time, interleaved, medians of 7 rounds, load 7-9.6; analysis/peers/act_executors.py),
+# blocks / columns past the kernels' rows, 24-1,024 rows: rzryrz_ring 1.44-1.71 (5 qubits), 1.29-1.84 (6),
+# 1.59-1.89 (7), 1.22-2.08 (8); strongly_entangling 1.10-1.36, 1.05-1.60, 1.05-1.43, 1.15-1.23; the dense
+# matrix, cached, 3.2-16x the blocks there (docs/circuits.md, "Acting through the columns kernels")
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
