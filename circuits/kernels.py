@@ -14,7 +14,7 @@ This module also builds every analytic gradient's wire matrices and generators
 
 The per-row kernels compute in complex128, in a fixed order: reruns give the same bits. The same loops
 on a batch-last state, the rows vectorised (``columns_forward``, ``columns_weight_grad``), take a
-twin's training calls of more rows at 5-8 qubits (``planner.COLUMNS_QUBITS``), in the head's precision. Where numba cannot
+twin's calls of more rows at 5-8 qubits, training and acting (``planner.COLUMNS_QUBITS``), in the head's precision. Where numba cannot
 be imported (``available()``), or ``MARLQ_KERNELS=0`` is set, the planner never picks them; both
 executor variants are tested against each other and against PennyLane.
 """

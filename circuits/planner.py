@@ -34,11 +34,15 @@ REUSE_MAX_BATCH = 23  # matrix is cached, past this many rows (8 qubits, 2 layer
 # torch, one thread, CPU time: the cached matrix 0.23 / 0.31 / 0.35 / 0.49 / 0.52 ms at 8 / 12 / 16 / 24 / 48
 # rows, the blocks 0.28 / 0.32 / 0.36 / 0.45 / 0.35 ms: MAPPO's 16 envs x 3 agents act on 48 rows. Was 63;
 # no shipped scenario has a head of 8 or more qubits, so no golden moved)
-COLUMNS_QUBITS = (5, 8)  # a twin's training call past the kernels' rows at these qubit counts: the compiled
-# kernels over a batch-last state (``columns``) rather than the numpy blocks. 2 layers of rzryrz_ring, the
-# twin's forward + backward, one core, CPU time, interleaved (load 4.6-6), blocks / columns at 16 / 64 /
-# 1,024 rows: 5 qubits 1.93 / 3.62 / 1.66, 6 qubits 1.60 / 3.63 / 1.51, 8 qubits - / 1.61 / 1.18,
-# 10 qubits 1.12 / 1.12 / 0.96 (docs/circuits.md, "The columns kernels")
+COLUMNS_QUBITS = (5, 8)  # a twin's call past the kernels' rows at these qubit counts, training or acting: the
+# compiled kernels over a batch-last state (``columns``) rather than the numpy blocks. Training: 2 layers of
+# rzryrz_ring, the twin's forward + backward, one core, CPU time, interleaved (load 4.6-6), blocks / columns at
+# 16 / 64 / 1,024 rows: 5 qubits 1.93 / 3.62 / 1.66, 6 qubits 1.60 / 3.63 / 1.51, 8 qubits - / 1.61 / 1.18,
+# 10 qubits 1.12 / 1.12 / 0.96 (docs/circuits.md, "The columns kernels"). Acting (the acting twin's forward,
+# 2 layers, one core, CPU time, interleaved, medians of 7 rounds, load 7-9.6; analysis/peers/act_executors.py),
+# blocks / columns past the kernels' rows, 24-1,024 rows: rzryrz_ring 1.44-1.71 (5 qubits), 1.29-1.84 (6),
+# 1.59-1.89 (7), 1.22-2.08 (8); strongly_entangling 1.10-1.36, 1.05-1.60, 1.05-1.43, 1.15-1.23; the dense
+# matrix, cached, 3.2-16x the blocks there (docs/circuits.md, "Acting through the columns kernels")
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
@@ -67,7 +71,7 @@ class Facts:
 class Plan:
     executor: str  # one of EXECUTORS
     backward: str  # analytic | autograd | adjoint | rule | none
-    variant: str = ""  # statevector: blocks | kernels; dense: cached
+    variant: str = ""  # statevector: blocks | kernels | columns; dense: cached
 
 
 def dense_applies(facts: Facts) -> bool:
@@ -107,14 +111,16 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
     if entry == "numpy":
         if rows <= kernel_rows and not facts.reupload and "kernels" not in pinned:
             return Plan("statevector", "adjoint" if grad else "none", "kernels")
+        columns = (kernel_rows > 0 and not facts.reupload and COLUMNS_QUBITS[0] <= facts.n_qubits <= COLUMNS_QUBITS[1]
+                   and "columns" not in pinned and "kernels" not in pinned)
         if not grad:
+            if columns:  # (from 5 qubits, where the blocks would run)
+                return Plan("statevector", "none", "columns")
             blocks = facts.n_qubits >= STATEVECTOR_MIN_QUBITS or not dense
             return (Plan("statevector", "none", "blocks") if blocks and "blocks" not in pinned
                     else Plan("dense", "none", "cached"))
         torch_plan = plan(facts, ANALYTIC_MAX_BATCH, True)
-        if (torch_plan.executor == "statevector" and kernel_rows and not facts.reupload
-                and COLUMNS_QUBITS[0] <= facts.n_qubits <= COLUMNS_QUBITS[1]
-                and "columns" not in pinned and "kernels" not in pinned):
+        if torch_plan.executor == "statevector" and columns:
             return Plan("statevector", "adjoint", "columns")
         if torch_plan.executor == "statevector" and "blocks" not in pinned:
             return Plan("statevector", "adjoint", "blocks")

@@ -12,8 +12,8 @@ tensors:
   axis (batched seeds, ``agents.batched_a2c``), each seed's bits its own ``NumpyVQC``'s.
 
 Which executor runs is the planner's (``circuits.planner``, entry ``numpy``): the statevector
-executor's compiled kernels for few rows, past them (training, 5-8 qubits) the same kernels over a
-batch-last state (``columns``), else its numpy blocks or the dense executor. The
+executor's compiled kernels for few rows, past them (training and acting, 5-8 qubits) the same kernels
+over a batch-last state (``columns``), else its numpy blocks or the dense executor. The
 public API the agents call: ``training_twin(module)`` / ``acting_twin(module)`` (None: the head has
 no twin, keep torch), then ``forward(x)`` and ``backward(cache, grad)``; ``seed_batched_twin(modules)``.
 
@@ -103,7 +103,7 @@ class NumpyVQC:
         self.sum_groups = vqc.sum_groups.numpy().astype(np.float64) if vqc.cfg.output == "sum" else None
         self.use_blocks = True  # the planner may choose the statevector executor's numpy blocks
         self.use_kernels = True  # ... and its compiled kernels (where numba is here)
-        self.use_columns = True  # ... and, for training calls of more rows, those kernels over a batch-last state
+        self.use_columns = True  # ... and, for calls of more rows, those kernels over a batch-last state
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -245,7 +245,7 @@ class NumpyVQC:
 class NumpyVQCActing(NumpyVQC):
     """The forward pass alone of a ``VQC``, for acting (no backward): as ``NumpyVQC`` plus an optional
     ``preprocess: linear`` pre-layer. What the planner builds is cached per weights: the kernels' wire
-    matrices, or the blocks; the dense executor's matrix is the head's own cache (a head given a twin is
+    matrices (per-row and columns kernels alike), or the blocks; the dense executor's matrix is the head's own cache (a head given a twin is
     marked acting only, ``circuits.vqc.mark_acting_only``, so a weight change rebuilds just that
     matrix). An actor's weights change every few dozen acts, and rebuilding a 2^n x 2^n matrix from 5
     qubits cost more than all its acts together: the planner takes the blocks there."""
@@ -293,10 +293,11 @@ class NumpyVQCActing(NumpyVQC):
         if pre is not None:
             x = x @ pre.weight.detach().numpy().T.astype(np.float64) + pre.bias.detach().numpy()
         variant = self.plan(x.shape[0]).variant
-        if variant == "kernels":
+        if variant in ("kernels", "columns"):
             program = program_of(self._circuit_and_weights()[0])
             rot = self._built("rotations", lambda weights: kernels.rotations(program, weights, False)[0])
-            return self._head(kernels.forward(program, np.asarray(self._angles(x), dtype=np.float64), rot, False)[0])[0], None
+            run = kernels.forward if variant == "kernels" else kernels.columns_forward
+            return self._head(run(program, np.asarray(self._angles(x), dtype=np.float64), rot, False)[0])[0], None
         if variant == "blocks":
             program = program_of(self._circuit_and_weights()[0])
             blocks = self._built("blocks", lambda weights: statevector.BlockMatrices(program, weights, False))

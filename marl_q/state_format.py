@@ -47,7 +47,7 @@ import numpy as np
 from marl_q.errors import CheckpointError
 
 FORMAT = "marl-q sim snapshot"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 def pack(state: dict[str, Any]) -> dict[str, Any]:
@@ -359,10 +359,31 @@ def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# -- version 4 -> 5 ------------------------------------------------------------------------------
+# Version 5's acting twins (circuits.twins.NumpyVQCActing) act through the columns kernels past the
+# per-row kernels' rows at 5-8 qubits (``use_columns``, which version 4's acting twins carried but never
+# acted on: they took the numpy blocks there); a version-4 acting twin keeps the blocks, so the resumed
+# run computes what the snapshot's would have. A training twin (circuits.twins.NumpyVQC) pickled in
+# version 4 before the columns kernels existed has no ``use_columns``: it keeps the blocks too.
+
+def _v4_to_v5(state: dict[str, Any]) -> dict[str, Any]:
+    for obj in _reachable(state):
+        names = _class_names(obj)
+        if "circuits.twins.NumpyVQCActing" in names:
+            obj.__dict__["use_columns"] = False
+        elif "circuits.twins.NumpyVQC" in names:
+            obj.__dict__.setdefault("use_columns", False)
+        else:
+            continue
+        obj.__dict__.pop("_planner", None)
+    return state
+
+
 # version v -> the function that takes a state of version v to version v + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
+    4: _v4_to_v5,
 }

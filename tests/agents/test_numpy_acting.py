@@ -26,9 +26,11 @@ def test_acting_twin_matches_the_torch_forward(n, preprocess, output, scaling, p
     np.testing.assert_allclose(got, want, atol=1e-5)
     # every one acts through the acting twin, marked acting only (a weight change rebuilds the matrix or
     # the blocks alone); past the kernels' rows, up to 4 qubits through the dense matrix, from 5 the
-    # state vector
+    # state vector: its columns kernels up to 8 qubits where the compiled kernels are (planner.COLUMNS_QUBITS),
+    # else its blocks
     assert isinstance(twin, NumpyVQCActing) and module.acting_only
-    assert twin.plan(1000).variant == ("blocks" if n >= 5 else "cached")
+    compiled = n <= 8 and twin.plan(1).variant == "kernels"
+    assert twin.plan(1000).variant == ("cached" if n < 5 else "columns" if compiled else "blocks")
     assert (twin._dense is None) == (n >= 5 or path == "kernels")
     with torch.no_grad():  # a weight change is seen
         module.weights.add_(0.3)

@@ -1,8 +1,8 @@
 """The statevector executor's compiled kernels over a batch-last state (``columns``: circuits.kernels
 ``columns_forward`` / ``columns_weight_grad``) against independent references: the numpy blocks
 (the same executor family's other variant), the per-row compiled kernels in complex128, and PennyLane's
-default.qubit through the training twin that runs them (outputs and every parameter's gradient), in
-float32 (complex64 heads) and float64 (complex128)."""
+default.qubit through the training twin that runs them (outputs and every parameter's gradient) and
+the acting twin (outputs), in float32 (complex64 heads) and float64 (complex128)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ import torch
 from circuits import VQC, kernels
 from circuits.planner import Facts, Plan, plan
 from circuits.program import program_of
-from circuits.twins import NumpyVQC
+from circuits.twins import NumpyVQC, NumpyVQCActing
 
 pytestmark = pytest.mark.skipif(os.environ.get("MARLQ_KERNELS") == "0",
                                 reason="MARLQ_KERNELS=0 in the environment turns the compiled kernels off")
@@ -65,6 +65,41 @@ def test_the_training_twin_on_the_columns_kernels_agrees_with_pennylane_and_the_
     np.testing.assert_allclose(out, out_blocks, atol=tight, rtol=0)
     for got, want in zip(grads, grads_blocks):
         np.testing.assert_allclose(got, want, atol=10 * tight * max(1.0, np.abs(want).max()), rtol=0)
+
+
+@pytest.mark.parametrize("n, ansatz, rows, dtype, preprocess",
+                         [(5, "rzryrz_ring", 65, "complex64", "none"), (6, "basic_entangler", 33, "complex128", "linear"),
+                          (7, "strongly_entangling", 17, "complex64", "none"), (8, "rzryrz_ring", 130, "complex64", "none"),
+                          (8, "strongly_entangling", 37, "complex128", "linear")])
+def test_the_acting_twin_on_the_columns_kernels_agrees_with_pennylane_and_the_blocks(n, ansatz, rows, dtype, preprocess):
+    """5-8 qubits past the per-row kernels' rows (where the planner gives a call without a gradient to them):
+    the acting twin's outputs against the head's PennyLane QNode to 1e-5, against the same twin pinned to the
+    numpy blocks (what it ran there before) and against the torch head's no-grad forward (the blocks or the
+    dense matrix). 130 rows span two chunks, the second padded; 17-65 rows one padded chunk; a pre-layer
+    (``preprocess: linear``) runs before them."""
+    torch.manual_seed(n + rows)
+    in_dim = n + 3 if preprocess == "linear" else n
+    module = VQC(in_dim, 3, n_qubits=n, layers=2, ansatz=ansatz, output="relu_linear", scaling="atan", dtype=dtype,
+                 preprocess=preprocess)
+    x = np.random.default_rng(rows).normal(size=(rows, in_dim))
+    twin = NumpyVQCActing(module)
+    assert rows > kernels.max_rows(n) and twin.plan(rows).variant == "columns"
+    out = twin.forward(x)[0]
+
+    reference = module.to_qnode("default.qubit", diff_method="backprop")
+    with torch.no_grad():
+        xt = torch.from_numpy(x).to(module.weights.dtype)
+        expected = reference(xt).double().numpy()
+        through_torch = module(xt).double().numpy()
+    np.testing.assert_allclose(out, expected, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(out, through_torch, atol=TOLERANCE, rtol=0)
+    assert np.abs(out - out.mean(axis=0)).max() > 1e-3  # the rows' outputs differ: not a constant
+
+    blocks = NumpyVQCActing(module)
+    blocks.use_columns = False
+    assert blocks.plan(rows).variant == "blocks"
+    tight = 1e-6 if dtype == "complex64" else 1e-12
+    np.testing.assert_allclose(out, blocks.forward(x)[0], atol=tight, rtol=0)
 
 
 @pytest.mark.parametrize("n, ansatz, encoding, hadamard, observable",
@@ -119,8 +154,29 @@ def test_the_planner_gives_the_columns_kernels_training_calls_of_many_rows_at_8_
     pinned = NumpyVQC(module)
     pinned.use_columns = False
     assert pinned.plan(1024).variant == "blocks"
-    # the compiled variants take no re-uploading: a re-uploading circuit's training calls stay on the blocks
+    # the compiled variants take no re-uploading: a re-uploading circuit's calls stay on the blocks
     for n in (5, 8):
         facts = Facts(n, reupload=True)
         for rows in (1, 64, 1024):
             assert plan(facts, rows, True, "numpy", kernel_rows=kernels.max_rows(n)) == Plan("statevector", "adjoint", "blocks")
+            assert plan(facts, rows, False, "numpy", kernel_rows=kernels.max_rows(n)) == Plan("statevector", "none", "blocks")
+
+
+def test_the_planner_gives_the_columns_kernels_acting_calls_of_many_rows_at_5_to_8_qubits():
+    """The numpy entry's plan without a gradient: the per-row kernels up to their rows, then the columns kernels
+    from 5 to 8 qubits; the blocks from 9 qubits, for an acting twin pickled before this (``use_columns``
+    off, state_format's version 4 -> 5) and where the kernels are not here; up to 4 qubits the dense matrix.
+    The torch entry keeps the cached dense matrix or the blocks (a torch head's process loads no numba)."""
+    for n in range(5, 9):
+        twin = NumpyVQCActing(_module(n, "rzryrz_ring", "complex64", seed=n))
+        rows = kernels.max_rows(n)
+        assert twin.plan(rows).variant == "kernels"
+        assert twin.plan(rows + 1).variant == twin.plan(1024).variant == "columns"
+        pinned = NumpyVQCActing(_module(n, "rzryrz_ring", "complex64", seed=n))
+        pinned.use_columns = False
+        assert pinned.plan(rows + 1).variant == "blocks"
+        assert plan(Facts(n), rows + 1, False, "numpy", kernel_rows=0) == Plan("statevector", "none", "blocks")
+        for ready in (False, True):
+            assert plan(Facts(n), 1024, False, "torch", dense_ready=ready).variant in ("blocks", "cached")
+    assert NumpyVQCActing(_module(9, "rzryrz_ring", "complex64", seed=9)).plan(1024).variant == "blocks"
+    assert NumpyVQCActing(_module(4, "rzryrz_ring", "complex64", seed=4)).plan(1024).variant == "cached"

@@ -393,3 +393,36 @@ def test_a_routing_worker_of_version_3_takes_its_episode_into_a_book():
         assert "_window" not in worker.__dict__ and type(worker.book) is EpisodeBook
         assert worker.book.returns.tolist() == [window["return"]] and worker.book.lengths.tolist() == [window["length"]]
         assert worker.first_outcome == window["first_outcome"]
+
+
+def test_version_4_twins_keep_the_executor_variants_they_ran_on():
+    """Version 4's acting twins carried ``use_columns`` but acted through the numpy blocks past the per-row
+    kernels' rows; version 5's act through the columns kernels there (5-8 qubits). Read as version 4, an
+    acting twin keeps the blocks (the bits of a twin that ran them), a training twin pickled before the
+    columns kernels (no ``use_columns``) keeps them too, and one pickled after keeps the columns kernels;
+    a version-5 twin keeps its own choice across a pickle."""
+    from circuits import VQC
+    from circuits.twins import NumpyVQC, NumpyVQCActing
+
+    torch.manual_seed(3)
+    module = VQC(8, 3, n_qubits=8, layers=2, ansatz="rzryrz_ring", output="relu_linear", scaling="atan")
+    x = np.random.default_rng(3).normal(size=(64, 8))
+    acting, training, older = NumpyVQCActing(module), NumpyVQC(module), NumpyVQC(module)
+    for twin in (acting, training, older):
+        twin.plan(64)  # a planner made before the snapshot: left out of it
+    assert acting.plan(64).variant == training.plan(64).variant == "columns"
+    blocks = NumpyVQCActing(module)
+    blocks.use_columns = False
+    want = blocks.forward(x)[0]
+    assert blocks.plan(64).variant == "blocks"
+    del older.__dict__["use_columns"]
+    state = pickle.loads(pickle.dumps({"workers": [acting, training, older]}))
+    assert all("_planner" not in twin.__dict__ for twin in state["workers"])
+    assert "use_columns" not in state["workers"][2].__dict__
+    upgrade(state, 4)
+    acting4, training4, older4 = state["workers"]
+    assert (acting4.use_columns, training4.use_columns, older4.use_columns) == (False, True, False)
+    assert (acting4.plan(64).variant, training4.plan(64).variant, older4.plan(64).variant) == ("blocks", "columns", "blocks")
+    np.testing.assert_array_equal(acting4.forward(x)[0], want)
+    again = pickle.loads(pickle.dumps(acting))
+    assert again.use_columns is True and again.plan(64).variant == "columns"
