@@ -5,7 +5,7 @@
 ``run_experiment`` (config.yaml, Runtime, the sim backend's event loop, its server, its worker with the
 single run's seeding, initial parameters and env copies, evaluation, checkpoints and snapshots,
 summary.json, plots), in a thread of its own. What is shared is the update, where the time of a run
-goes (about 60% of a MAPPO spread run's CPU: ten epochs of forward and backward over 1,200 samples):
+goes (about half of a MAPPO spread run's CPU: ten epochs of forward and backward over 1,200 samples):
 
 - the seeds' threads take turns, one at a time (a baton: no two run at once, so the process-wide
   generators and ``seeded_init``'s fork of torch's are used as in a single process); each runs its
