@@ -140,3 +140,13 @@ def test_sweep_batch_seeds_refuses_team_runs_it_cannot_batch(tmp_path, capsys, o
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("marlq: error: --batch-seeds: ") and f"{key}=" in err[0], err
     assert not out.exists()
+
+
+def test_a_batched_seed_resumes_alone_from_its_snapshot(tmp_path):
+    overrides = SMALL + ["algorithm.epochs=2", "run.total_env_steps=150"]
+    run_batched_seeds(str(SPREAD), overrides, [0, 1], [tmp_path / "b0", tmp_path / "b1"], progress=False)
+    assert list((tmp_path / "b1" / "checkpoints").glob("*.sim.pkl"))  # the sim snapshot, as a single run's
+    assert main(["resume", str(tmp_path / "b1"), "--quiet", "--set", "run.total_env_steps=300"]) == 0
+    summary = json.loads((tmp_path / "b1" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["env_steps"] >= 300
+    assert [r["exact"] for r in summary["resumes"]] == [True]
