@@ -32,6 +32,9 @@ for any run whose snapshot could not be saved (not byte-identical to an uninterr
 What cannot be batched is refused before anything is written (``check_batchable``: exit 2 naming the
 key): more than one worker (asynchronous multi-worker sim runs may come later), other algorithms than
 the one-step A2C, heads without a numpy pass, jitter, faults, evaluation, lr schedules, grad clipping.
+The team learners (MAPPO, IPPO, IA2C, MAA2C with one worker) are batched another way, each seed its
+whole single run with the updates batched: ``check_batchable`` and ``run_batched_seeds`` hand them to
+agents/batched_ppo.py.
 """
 from __future__ import annotations
 
