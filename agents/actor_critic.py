@@ -16,6 +16,7 @@ algorithm (service, summary).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -162,7 +163,62 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     ``value_norm``: the critic learns normalised targets (MAPPO's value normalisation): its outputs
     are de-normalised for GAE, the statistics take in this rollout's returns, and the value loss
     compares the outputs with the normalised returns.
+
+    In a thread of batched seeds (agents/batched_ppo.py) ``SEED_BATCH.update`` takes the call instead:
+    it prepares the samples as below (``update_samples``) and descends with every seed at once.
     """
+    batched = getattr(SEED_BATCH, "update", None)
+    if batched is not None:
+        return batched(ac, actor, critic, flat, optimizer, rng, batch, logits, dist, value_norm)
+    prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm)
+    samples, single_pass = prep.samples, prep.single_pass
+    last, clipfracs = None, []
+    for _ in range(ac.epochs):
+        # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
+        for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
+            x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
+            logits_mb = x["logits"] if single_pass else actor(x["obs"])
+            logp, entropy = log_prob_entropy(dist, logits_mb, x["act"], x["avail"], ac.ent_coef != 0.0)
+            values = x["v"] if single_pass else critic(x["critic_obs"]).squeeze(-1)
+            terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"],
+                                      old_values=x["old_v"], entropy=entropy)
+            kl = ratio_stats(logp.detach(), x["old_logp"], ac.clip) if ac.clip is not None else None
+            if kl is not None:
+                clipfracs.append(kl["clipfrac"])
+            _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
+            last = (terms, kl, logits_mb, x)
+    return update_diagnostics(prep, dist, last, clipfracs)
+
+
+SEED_BATCH = threading.local()  # .update: set in a batched seed's thread (agents/batched_ppo.py), else absent
+
+
+@dataclass
+class UpdateSamples:
+    """What an update descends on, prepared from a rollout (``update_samples``): the samples (the
+    valid steps' actions, advantages, returns, the clips' old values and log-probabilities, and the
+    heads' inputs, or for a single pass the heads' outputs with their graph), the critic's explained
+    variance, and whether the update is the single pass at the rollout's parameters."""
+
+    samples: dict[str, Optional[torch.Tensor]]
+    explained: Optional[float]
+    single_pass: bool
+
+
+def log_prob_entropy(dist: Optional[Distribution], out: torch.Tensor, act: torch.Tensor,
+                     avail: Optional[torch.Tensor], entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Per-sample log-probabilities (and entropies) of the actions under the heads' output ``out``."""
+    if dist is None:
+        return categorical(out, act, entropy)
+    return dist.log_prob_entropy(out, act, avail)
+
+
+def update_samples(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, batch: dict[str, np.ndarray],
+                   logits: Optional[torch.Tensor] = None, dist: Optional[Distribution] = None,
+                   value_norm: Optional[ValueNorm] = None, reuse_forward: bool = True) -> UpdateSamples:
+    """The samples of ``actor_critic_update`` (its arguments): the heads at the rollout's parameters, GAE,
+    the value normalisation's statistics. ``reuse_forward`` false: a single pass's samples carry the
+    heads' inputs, as more passes' do, instead of the outputs with their graph (batched seeds)."""
     T, N = batch["actions"].shape[:2]
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
     critic_all = obs_all if "critic_obs" not in batch else torch.from_numpy(batch["critic_obs"].reshape((T + 1) * N, -1))
@@ -172,7 +228,7 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     idx = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
     take = (lambda x: x) if idx is None else (lambda x: x[idx])
     single_pass = ac.epochs == 1 and ac.minibatches == 1
-    if single_pass:  # at the rollout's parameters one forward with its graph serves targets and loss
+    if single_pass and reuse_forward:  # at the rollout's parameters one forward with its graph serves targets and loss
         values_grad = critic(critic_all).squeeze(-1)
         logits_grad = actor(obs_all[: T * N]) if logits is None else logits
         values_all, logits_all = values_grad.detach(), logits_grad.detach()
@@ -188,52 +244,37 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
         value_norm.update(returns.reshape(-1)[valid])
         returns = value_norm.normalize(returns)
     act_all = torch.from_numpy(batch["actions"].reshape((T * N,) + batch["actions"].shape[2:]))
-
-    def log_prob_entropy(out: torch.Tensor, act: torch.Tensor, avail: Optional[torch.Tensor],
-                         entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        if dist is None:
-            return categorical(out, act, entropy)
-        return dist.log_prob_entropy(out, act, avail)
-
     samples = {"act": take(act_all), "adv": take(torch.from_numpy(adv.reshape(-1))).float(),
                "ret": take(torch.from_numpy(returns.reshape(-1))).float(),
                "avail": None if avail_all is None else take(avail_all),
                # the rollout's values and log-probabilities feed only the clips
                "old_v": take(values_all[: T * N]) if ac.value_clip is not None else None,
-               "old_logp": take(log_prob_entropy(logits_all, act_all, avail_all, False)[0])
+               "old_logp": take(log_prob_entropy(dist, logits_all, act_all, avail_all, False)[0])
                if ac.clip is not None else None}
-    if single_pass:  # the heads' outputs on the samples come from the forward above
+    if single_pass and reuse_forward:  # the heads' outputs on the samples come from the forward above
         samples["logits"], samples["v"] = take(logits_grad), take(values_grad[: T * N])
     else:
         samples["obs"] = take(obs_all[: T * N])
         samples["critic_obs"] = samples["obs"] if critic_all is obs_all else take(critic_all[: T * N])
-    last, clipfracs = None, []
-    for _ in range(ac.epochs):
-        # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
-        for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
-            x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
-            logits_mb = x["logits"] if single_pass else actor(x["obs"])
-            logp, entropy = log_prob_entropy(logits_mb, x["act"], x["avail"], ac.ent_coef != 0.0)
-            values = x["v"] if single_pass else critic(x["critic_obs"]).squeeze(-1)
-            terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"],
-                                      old_values=x["old_v"], entropy=entropy)
-            kl = ratio_stats(logp.detach(), x["old_logp"], ac.clip) if ac.clip is not None else None
-            if kl is not None:
-                clipfracs.append(kl["clipfrac"])
-            _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
-            last = (terms, kl, logits_mb, x)
-    if last is None or not len(samples["act"]):  # no valid step in the rollout: nothing to say
+    return UpdateSamples(samples, explained, single_pass)
+
+
+def update_diagnostics(prep: UpdateSamples, dist: Optional[Distribution], last: Optional[tuple],
+                       clipfracs: list[float]) -> dict[str, Optional[float]]:
+    """An update's train.csv diagnostics from its last minibatch (``last``: its loss terms, ratio
+    statistics, heads' output and samples) and every minibatch's clip fraction."""
+    if last is None or not len(prep.samples["act"]):  # no valid step in the rollout: nothing to say
         return diagnostics(None, None)
     terms, kl, logits_mb, x = last
     entropy = terms.entropy
     if entropy is None:  # ent_coef 0: the loss left it out; from the last minibatch's outputs
         with torch.no_grad():
-            entropy = log_prob_entropy(logits_mb.detach(), x["act"], x["avail"], True)[1].mean()
+            entropy = log_prob_entropy(dist, logits_mb.detach(), x["act"], x["avail"], True)[1].mean()
     # CleanRL's: the last minibatch's losses and KL, the clip fraction over every minibatch. Without a
     # clip the one pass is at the rollout's parameters (ratio 1, KL 0); more passes are not measured
-    approx_kl = kl["approx_kl"] if kl is not None else (0.0 if single_pass else None)
+    approx_kl = kl["approx_kl"] if kl is not None else (0.0 if prep.single_pass else None)
     return diagnostics(terms.policy, terms.value, entropy, approx_kl,
-                       float(np.mean(clipfracs)) if clipfracs else None, explained)
+                       float(np.mean(clipfracs)) if clipfracs else None, prep.explained)
 
 
 def _minibatches(n: int, k: int, rng: np.random.Generator) -> list[Optional[torch.Tensor]]:

@@ -34,6 +34,9 @@ delivered): extending a finished seed continues from its server state with a fre
 What cannot be batched is refused before anything is written (``check_batchable``: exit 2 naming the
 key): more than one worker (asynchronous multi-worker sim runs may come later), other algorithms than
 the one-step A2C, heads without a numpy pass, jitter, faults, evaluation, lr schedules, grad clipping.
+The team learners (MAPPO, IPPO, IA2C, MAA2C with one worker) are batched another way, each seed its
+whole single run with the updates batched: ``check_batchable`` and ``run_batched_seeds`` hand them to
+agents/batched_ppo.py.
 """
 from __future__ import annotations
 
@@ -148,6 +151,11 @@ class UpdateRows:
 def check_batchable(cfg: Any) -> None:
     """Refuse (ConfigError naming the key) a configuration whose seeds this module cannot run side by
     side exactly as they run alone."""
+    from agents.batched_ppo import TEAM_ALGORITHMS, check_team_batchable
+
+    if cfg.algorithm.name in TEAM_ALGORITHMS:  # the team learners' batched runs: agents/batched_ppo.py
+        return check_team_batchable(cfg)
+
     def refuse(key: str, value: Any, why: str) -> None:
         raise ConfigError(f"--batch-seeds: {key}={value!r} cannot be batched ({why})")
 
@@ -173,7 +181,8 @@ def check_batchable(cfg: Any) -> None:
     if b.crash_after_steps:
         refuse("backend.crash_after_steps", b.crash_after_steps, "no injected faults")
     if cfg.algorithm.name != "a2c":
-        refuse("algorithm.name", cfg.algorithm.name, "only the one-step A2C (algorithm a2c, n_steps 1) is batched")
+        refuse("algorithm.name", cfg.algorithm.name, "batched: the one-step A2C (algorithm a2c, n_steps 1) and "
+               f"the team learners ({', '.join(TEAM_ALGORITHMS)}) with one worker")
     ac: ActorCriticConfig = cfg.algorithm.params
     for key, want in (("n_steps", 1), ("epochs", 1), ("minibatches", 1), ("update", "grad"), ("clip", None),
                       ("value_clip", None), ("max_grad_norm", None), ("lr_schedule", "constant"),
@@ -672,6 +681,10 @@ def run_batched_seeds(config: str, overrides: list[str], seeds: list[int], outs:
     from marl_q.runtime import Runtime, build_algorithm
 
     base = load_config(config, list(overrides), seed=seeds[0])
+    from agents.batched_ppo import TEAM_ALGORITHMS, run_batched_team_seeds
+
+    if base.algorithm.name in TEAM_ALGORITHMS:  # each seed its whole single run, the updates batched
+        return run_batched_team_seeds(config, overrides, seeds, outs, progress=progress)
     check_batchable(base)
     cfgs = []
     for seed in seeds:  # the file is read once: each seed's config is a copy with its run.seed

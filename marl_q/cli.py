@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tensorboard", action="store_true",
                    help=TENSORBOARD_HELP + "; `tensorboard --logdir SWEEP` names runs by their grid cell")
     s.add_argument("--batch-seeds", action="store_true",
-                   help="run the seeds of each grid cell side by side in --jobs processes (one-step A2C; "
-                        "agents/batched_a2c.py), each seed's run directory as if it had run alone")
+                   help="run the seeds of each grid cell side by side in --jobs processes (one-step A2C: "
+                        "agents/batched_a2c.py; MAPPO/IPPO/IA2C/MAA2C with one worker: agents/batched_ppo.py), "
+                        "each seed's run directory as if it had run alone")
 
     pl = sub.add_parser("plot", help="plot run directories or sweep folders")
     pl.add_argument("paths", nargs="+")
