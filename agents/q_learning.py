@@ -13,7 +13,11 @@ With ``chunk_steps`` 256 and ratio 0.5 this is SB3's DQN loop (train_freq 256, g
 The acting loop is ``agents.rollout``'s ``rollout`` with epsilon-greedy hooks (``collect_chunk``), and
 ``run.eval_every``'s greedy episodes are its ``evaluate`` through an evaluator worker's acting path.
 
-- ``dqn``: one agent on a single-agent vector env (Gymnasium); Double DQN unless ``double: false``.
+- ``dqn``: one agent on a single-agent vector env (Gymnasium); Double DQN unless ``double: false``. On
+  a turn-based (AEC) game (``TurnQWorker``, agents/turn_based.py) it plays one seat per episode against
+  ``scenario.turns``' opponents, with one Q-network for every seat (its seat id appended): a
+  transition runs from one of its turns to its next (``TurnEnv``), so the target bootstraps from its
+  own next turn over the legal moves there, the opponents' replies being part of the environment.
 - ``iql`` / ``vdn`` / ``qmix``: the agents of a PettingZoo ParallelEnv share one Q-network (agent id
   one-hot appended unless ``agent_id: false``), trained on the team reward; IQL gives each agent its own
   TD target, VDN sums the agents' Qs, QMIX mixes them with a hypernetwork of the global state.
@@ -1294,7 +1298,8 @@ class QLearning(Algorithm):
 
 
 for _name, _help in (
-        ("dqn", "DQN on a single-agent env: replay on the server, Double DQN, dueling, target hard or Polyak"),
+        ("dqn", "DQN on a single-agent env or one seat of a turn-based game: replay on the server, Double DQN, "
+                "dueling, target hard or Polyak"),
         ("iql", "independent Q-learning: one shared Q-network (agent id), each agent its own TD target"),
         ("vdn", "VDN: the sum of the agents' Qs trained on the team reward, replay on the server"),
         ("qmix", "QMIX: a monotonic hypernetwork mixer of the agents' Qs on the global state")):

@@ -1,4 +1,5 @@
-"""Turn-based (AEC) games for the team actor-critics with decentralised critics (ippo, ia2c).
+"""Turn-based (AEC) games for the team actor-critics with decentralised critics (ippo, ia2c) and for
+the value-based ``dqn`` (agents/q_learning.py's ``TurnQWorker``, below ``TurnPlay``).
 
 A turn-based game (scenarios/aec.py, scenario kind ``aec``: PettingZoo's classic games) is played by
 the learner in one seat per episode against opponents in the others, and rolled out by the one
@@ -25,9 +26,9 @@ moves are part of the environment it plays in.
 Opponents (``scenario.turns.opponents``; each training episode draws one, uniformly or with the
 relative ``scenario.turns.weights``):
 ``self_play`` plays a frozen past policy of the learner's drawn uniformly from a pool (``Pool``):
-the initial parameters, then a snapshot every ``refresh`` rollouts, the newest ``pool_size`` kept;
-``random`` and scripted callables are ``scenarios.aec``'s. A frozen policy samples from its masked
-distribution. Evaluation (``play_greedy``) plays the greedy learner against every
+the initial parameters, then a snapshot every ``refresh`` rollouts (dqn: chunks), the newest
+``pool_size`` kept; ``random`` and scripted callables are ``scenarios.aec``'s. A frozen actor samples
+from its masked distribution; a frozen Q-network plays epsilon-greedy at the learner's final epsilon. Evaluation (``play_greedy``) plays the greedy learner against every
 ``scenario.turns.eval_opponents`` entry, seats alternating, and reports win, draw and loss rates.
 """
 from __future__ import annotations
