@@ -48,7 +48,7 @@ from scenarios.aec import (RANDOM, SELF_PLAY, TURN_FIELDS, Opponent, RandomOppon
                            TurnsConfig, opponent_name)
 from scenarios.board_symmetry import Symmetry, augment, symmetries
 from scenarios.tictactoe_minimax import SPEC as MINIMAX
-from scenarios.tictactoe_minimax import against_minimax, observation_of
+from scenarios.tictactoe_minimax import against_minimax, against_random_player, observation_of
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -361,8 +361,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     """python -m agents.turn_based RUN_DIR --opponent SPEC [--games N] [--seed S] [--exact]: the greedy
     policy of a trained turn-based run (its newest checkpoint) against a fixed opponent, ``--games`` games
     in each seat; prints win, draw and loss rates per seat and the illegal moves sampled. ``--exact``
-    (tic-tac-toe against the minimax player only): the exact rates per seat instead, every tie-break of
-    minimax walked (``scenarios.tictactoe_minimax.against_minimax``), and each lost game's moves."""
+    (tic-tac-toe against the minimax player or random): the exact rates per seat instead, every
+    tie-break of minimax, or every move of the random player, walked (``scenarios.tictactoe_minimax``'s
+    ``against_minimax``, ``against_random_player``), and each lost game's moves (against random: the
+    ten most likely and their count)."""
     import argparse
     import json
     from pathlib import Path
@@ -377,7 +379,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--games", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exact", action="store_true",
-                        help=f"with --opponent {MINIMAX} on tictactoe_v3: exact rates and the lost games' moves")
+                        help=f"with --opponent {MINIMAX} or {RANDOM} on tictactoe_v3: exact rates and the lost games' moves")
     args = parser.parse_args(argv)
     try:
         trained = load_trained(args.run_dir)
@@ -385,9 +387,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise UserError(f"{args.run_dir}: not a run of a turn-based game")
         TurnsConfig.from_dict({"eval_opponents": [args.opponent]})
         env = str(getattr(trained.cfg.scenario.params, "env", ""))
-        if args.exact and (args.opponent != MINIMAX or not env.endswith("tictactoe_v3:env")):
-            raise UserError(f"--exact needs --opponent {MINIMAX} and a run of pettingzoo.classic.tictactoe_v3:env "
-                            f"(got --opponent {args.opponent} on {env or trained.cfg.scenario.name})")
+        if args.exact and (args.opponent not in (MINIMAX, RANDOM) or not env.endswith("tictactoe_v3:env")):
+            raise UserError(f"--exact needs --opponent {MINIMAX} or {RANDOM} and a run of "
+                            f"pettingzoo.classic.tictactoe_v3:env (got --opponent {args.opponent} on "
+                            f"{env or trained.cfg.scenario.name})")
     except (UserError, ValueError) as exc:
         print(f"error: {exc}", file=__import__("sys").stderr)
         return 2
@@ -397,9 +400,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.exact:
         out.pop("opponent")
         out.update(opponent=args.opponent, exact=True)
+        walk = against_minimax if args.opponent == MINIMAX else against_random_player
         for seat, agent in enumerate(worker.turn_agents):
-            rates, lost = against_minimax(lambda board, seat=seat: worker.greedy_on_board(board, seat), seat == 0)
+            rates, lost = walk(lambda board, seat=seat: worker.greedy_on_board(board, seat), seat == 0)
             out[agent] = {**rates, "lost": [[round(p, 6), " ".join(line)] for p, line in lost]}
+            if args.opponent == RANDOM:  # many lines lose against random now and then: the likeliest
+                out[agent].update(lost=out[agent]["lost"][:10], lost_lines=len(lost))
         print(json.dumps(out))
         return 0
     for seat, agent in enumerate(worker.turn_agents):
