@@ -28,8 +28,9 @@ relative ``scenario.turns.weights``):
 ``self_play`` plays a frozen past policy of the learner's drawn uniformly from a pool (``Pool``):
 the initial parameters, then a snapshot every ``refresh`` rollouts (dqn: chunks), the newest
 ``pool_size`` kept; ``random`` and scripted callables are ``scenarios.aec``'s. A frozen actor samples
-from its masked distribution; a frozen Q-network plays epsilon-greedy at the learner's final epsilon. Evaluation (``play_greedy``) plays the greedy learner against every
-``scenario.turns.eval_opponents`` entry, seats alternating, and reports win, draw and loss rates.
+from its masked distribution; a frozen Q-network plays epsilon-greedy at the learner's final epsilon.
+Evaluation (``play_greedy``) plays the greedy learner against every ``scenario.turns.eval_opponents``
+entry, seats alternating, and reports win, draw and loss rates.
 """
 from __future__ import annotations
 
@@ -229,7 +230,8 @@ class TurnPlay:
         if SELF_PLAY in self.turns.opponents:
             self.pool = Pool(pool_models(), self.flat.numpy(), self.turns.pool_size, self.seat_ids,
                              self.turn_agents, self.opponent_rng)
-        self.fixed = {spec: make_opponent(spec, self.opponent_rng) for spec in self.turns.opponents if spec != SELF_PLAY}
+        self.fixed = {spec: make_opponent(spec, self.opponent_rng) for spec in self.turns.opponents
+                      if spec != SELF_PLAY}
         return TurnCopies(self.envs, self.turn_agents, self.draw_opponent)
 
     def draw_opponent(self) -> Opponent:
@@ -379,7 +381,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--games", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exact", action="store_true",
-                        help=f"with --opponent {MINIMAX} or {RANDOM} on tictactoe_v3: exact rates and the lost games' moves")
+                        help=f"with --opponent {MINIMAX} or {RANDOM} on tictactoe_v3: exact rates and the lost "
+                             "games' moves")
     args = parser.parse_args(argv)
     try:
         trained = load_trained(args.run_dir)

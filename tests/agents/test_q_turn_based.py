@@ -25,7 +25,6 @@ import pytest
 import torch
 
 from agents.q_learning import NStepAssembler, QConfig, QDims, QLearner, TurnEnv, TurnQWorker, replay_fields, transition
-from agents.replay import n_step_chunk
 from agents.turn_based import TurnCopies
 from agents.value_targets import epsilon_greedy
 from marl_q.cli import main as cli_main
@@ -189,7 +188,8 @@ def test_a_tictactoe_dqn_run_reports_outcomes_samples_no_illegal_move_and_is_byt
         assert a == (tmp_path / "two" / f).read_bytes() and a.count(b"\n") > 2, f
     assert one["chunks_rejected"] == 0 and one["learning_updates"] > 0
     rows = list(csv.DictReader((tmp_path / "one" / "metrics.csv").open()))
-    assert {r["opponent"] for r in rows} == {"self_play", "random", "minimax"} and {r["seat"] for r in rows} == {"0", "1"}
+    assert {r["opponent"] for r in rows} == {"self_play", "random", "minimax"}
+    assert {r["seat"] for r in rows} == {"0", "1"}
     for r in rows:
         assert int(r["win"]) + int(r["draw"]) + int(r["loss"]) == 1 and r["illegal"] == "0"
         assert float(r["return"]) == int(r["win"]) - int(r["loss"])  # tic-tac-toe: +1 / 0 / -1
@@ -216,7 +216,6 @@ def test_a_stopped_tictactoe_dqn_run_with_a_nonempty_buffer_resumes_exactly(tmp_
 
 def test_the_matches_of_agents_turn_based_play_the_greedy_q_policy_of_a_dqn_run(tmp_path, capsys):
     from agents.turn_based import main as matches_main
-    from marl_q.registry import ALGORITHMS
     from marl_q.rundir import load_trained
 
     run_experiment(build_config(_raw(steps=300)), tmp_path / "r")
@@ -313,7 +312,8 @@ def test_the_multi_agent_q_learners_cannot_take_turns_and_say_dqn_can(algorithm,
 
 def test_the_three_move_game_runs_with_dqn_against_a_scripted_opponent(tmp_path):
     raw = _raw(steps=60, opponents=[f"{HERE}:first_legal"])
-    raw["scenario"] = {"name": "pettingzoo", "env": f"{HERE}:three_moves", "turns": {"opponents": [f"{HERE}:first_legal"]}}
+    raw["scenario"] = {"name": "pettingzoo", "env": f"{HERE}:three_moves",
+                       "turns": {"opponents": [f"{HERE}:first_legal"]}}
     raw["algorithm"]["replay"]["learning_starts"] = 20
     summary = run_experiment(build_config(raw), tmp_path / "r")
     assert summary["status"] == "completed" and summary["chunks_rejected"] == 0

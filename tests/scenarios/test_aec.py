@@ -627,7 +627,8 @@ def test_exact_matches_walk_the_greedy_policy_of_a_run_against_minimax_and_refus
     assert matches_main([str(tmp_path / "r"), "--opponent", "scenarios.tictactoe_minimax:minimax_centre",
                          "--exact"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--exact needs --opponent scenarios.tictactoe_minimax:minimax or random" in err
+    assert len(err.splitlines()) == 1
+    assert "--exact needs --opponent scenarios.tictactoe_minimax:minimax or random" in err
     # against random: the exact walk of every random move, its ten likeliest lost lines and their count
     assert matches_main([str(tmp_path / "r"), "--opponent", "random", "--exact"]) == 0
     out = json.loads(capsys.readouterr().out)
