@@ -13,7 +13,11 @@ With ``chunk_steps`` 256 and ratio 0.5 this is SB3's DQN loop (train_freq 256, g
 The acting loop is ``agents.rollout``'s ``rollout`` with epsilon-greedy hooks (``collect_chunk``), and
 ``run.eval_every``'s greedy episodes are its ``evaluate`` through an evaluator worker's acting path.
 
-- ``dqn``: one agent on a single-agent vector env (Gymnasium); Double DQN unless ``double: false``.
+- ``dqn``: one agent on a single-agent vector env (Gymnasium); Double DQN unless ``double: false``. On
+  a turn-based (AEC) game (``TurnQWorker``, agents/turn_based.py) it plays one seat per episode against
+  ``scenario.turns``' opponents, with one Q-network for every seat (its seat id appended): a
+  transition runs from one of its turns to its next (``TurnEnv``), so the target bootstraps from its
+  own next turn over the legal moves there, the opponents' replies being part of the environment.
 - ``iql`` / ``vdn`` / ``qmix``: the agents of a PettingZoo ParallelEnv share one Q-network (agent id
   one-hot appended unless ``agent_id: false``), trained on the team reward; IQL gives each agent its own
   TD target, VDN sums the agents' Qs, QMIX mixes them with a hypernetwork of the global state.
@@ -41,6 +45,7 @@ from agents.recurrent import is_recurrent
 from agents.replay import (EpisodeBuffer, Field, PrioritizedReplayBuffer, ReplayBuffer, ReplayConfigError,
                            n_step_chunk, n_step_windows, sequence_windows, transition_fields)
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
+from agents.turn_based import TurnCopies, TurnPlay
 from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
                                   linear_schedule, masked_argmax, q_taken, td_loss, td_loss_grad,
                                   td_target)
@@ -50,9 +55,10 @@ from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
 from marl_q.optim import FlatAdam, clip_flat_grad, flush_denormals
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name
-from marl_q.registry import ALGORITHMS, SCENARIOS
+from marl_q.registry import ALGORITHMS, SCENARIOS, cannot_take_turns
 from marl_q.seeding import derive, seeded_init
 from marl_q.services import PARAMS
+from scenarios.aec import TURN_FIELDS, TurnGame, TurnsConfig
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -146,6 +152,9 @@ class QConfig:
     epsilon_end: float = 0.05
     epsilon_anneal_steps: int = 50_000  # env steps (the server's count plus the worker's since)
     chunk_steps: int = 25  # env steps (per env copy) a worker takes between pushes
+    # dqn on a turn-based (AEC) game: the game copies a worker plays (a Gymnasium env's copies are its
+    # scenario.num_envs)
+    envs_per_worker: int = 1
     agent_id: bool = True  # multi-agent: append a one-hot agent index to each agent's observation
     team_reward: Literal["sum", "mean"] = "sum"  # multi-agent: how the agents' rewards make the team's
     mixer_embed_dim: int = 32  # qmix
@@ -166,7 +175,7 @@ class QConfig:
             raise ValueError(f"grad_clip: must be positive or null, got {self.grad_clip}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau: must lie in (0, 1], got {self.tau}")
-        for key in ("target_update_every", "chunk_steps"):
+        for key in ("target_update_every", "chunk_steps", "envs_per_worker"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be at least 1, got {getattr(self, key)}")
         self.epsilon(0)  # the schedule's own checks (ValueError naming the key)
@@ -186,6 +195,10 @@ class QDims:
     n_agents: Optional[int] = None  # None: single agent
     state_dim: Optional[int] = None  # qmix's mixer input
     agents: tuple[str, ...] = ()
+    # dqn on a turn-based game: its seats are ``agents``, action masks are stored, and ``obs_dim`` is the
+    # learner's row: the observation, then ``seats`` one-hot seat-id columns (agent_id; else 0)
+    turns: bool = False
+    seats: int = 0
 
     @property
     def in_dim(self) -> int:
@@ -200,10 +213,18 @@ def _discrete(cfg: ExperimentConfig, where: str, space: Any) -> int:
 
 
 def make_q_env(cfg: ExperimentConfig, seed: int) -> Any:
-    """The scenario's env: a Gymnasium vector env for dqn, a PettingZoo ParallelEnv for iql/vdn/qmix."""
+    """The scenario's env: a Gymnasium vector env or a turn-based game (``scenarios.aec.TurnGame``) for
+    dqn, a PettingZoo ParallelEnv for iql/vdn/qmix."""
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
     kind = "gym_vector" if cfg.algorithm.name in SINGLE else "parallel"
     actual = spec.kind_for(cfg.scenario.params)  # gymnasium: single-agent, or multi-agent (Tuple spaces)
+    if actual == "aec":  # the learner in one seat of a turn-based game (TurnQWorker): dqn only
+        if cfg.algorithm.name not in SINGLE:
+            raise cannot_take_turns(cfg)
+        return spec.make(cfg.scenario.params, seed=seed)
+    if cfg.algorithm.envs_per_worker != 1:
+        raise ConfigError(f"algorithm.envs_per_worker: the copies of a turn-based game a dqn worker plays; scenario "
+                          f"{cfg.scenario.name!r} is not one (a Gymnasium env's copies are scenario.num_envs)")
     if actual != kind:
         want = "a single-agent vector environment" if kind == "gym_vector" else "a multi-agent ParallelEnv"
         raise ConfigError(f"algorithm.name: {cfg.algorithm.name} needs {want}; scenario {cfg.scenario.name!r} "
@@ -214,6 +235,16 @@ def make_q_env(cfg: ExperimentConfig, seed: int) -> Any:
 def describe(cfg: ExperimentConfig, env: Any) -> QDims:
     """Sizes from one env; a ConfigError for continuous or unequal action spaces and for qmix without a state."""
     name = cfg.algorithm.name
+    if isinstance(env, TurnGame):  # one Q-network plays every seat
+        agents = tuple(env.possible_agents)
+        sizes = {a: _discrete(cfg, f"agent {a!r}", env.action_space(a)) for a in agents}
+        obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
+        if len(set(sizes.values())) > 1 or len(set(obs.values())) > 1:
+            raise ConfigError(f"algorithm.name: {name} plays every seat of a turn-based game with one Q-network, so "
+                              f"every seat needs the same action space and observation size (actions {sizes}, "
+                              f"observations {obs})")
+        seats = len(agents) if cfg.algorithm.agent_id else 0
+        return QDims(obs[agents[0]] + seats, sizes[agents[0]], agents=agents, turns=True, seats=seats)
     if name in SINGLE:
         n = _discrete(cfg, f"scenario {cfg.scenario.name!r}", env.single_action_space)
         return QDims(int(np.prod(env.single_observation_space.shape)), n)
@@ -238,7 +269,8 @@ def describe(cfg: ExperimentConfig, env: Any) -> QDims:
 def replay_fields(dims: QDims) -> list[Field]:
     """The replay rows: transition_fields with action masks for multi-agent and the state for qmix."""
     return transition_fields((dims.obs_dim,), n_agents=dims.n_agents,
-                             n_actions=dims.n_actions if dims.n_agents else None, state_dim=dims.state_dim)
+                             n_actions=dims.n_actions if dims.n_agents or dims.turns else None,
+                             state_dim=dims.state_dim)
 
 
 def sequence_buffer(dims: QDims, replay: ReplayConfig, hidden: int, capacity: int = 1) -> EpisodeBuffer:
@@ -364,6 +396,59 @@ class TeamEnv:
         return Step(np.ones(1, dtype=bool), np.array([reward]), np.array([terminated or truncated]), data)
 
 
+class TurnEnv:
+    """A turn-based game's copies (``agents.turn_based.TurnCopies``: a step is one move of the learner in
+    every copy, then its opponents' moves up to its next turn) as the Q-learner's vector.
+
+    ``observe()``: the learner's rows (E, obs_dim) float32 (``rows``: its observation and seat id), its
+    legal moves (E, A) bool and None (no global state). A step's ``data``: the transition's
+    ``next_obs`` (the learner's rows at its next turn, or at the game's end its last observation),
+    ``next_avail`` (its legal moves there; at the end, the env's last mask), ``reward`` (float32: what
+    its seat was credited from its move up to its next turn, the opponents' turns included, as the
+    turn-based machinery credits it), ``terminated`` and ``truncated``, each with the copy axis. A step
+    that only restarts a finished game is not valid (never sent). So a transition goes from one of the
+    learner's turns to its next, and its target bootstraps from the learner's own next turn (the
+    opponents are the environment): docs/value_based.md, "Turn-based games"."""
+
+    def __init__(self, copies: TurnCopies, rows: Any) -> None:
+        self.copies, self.rows = copies, rows
+        self.num_envs = copies.num_envs
+
+    def observe(self) -> tuple[np.ndarray, np.ndarray, None]:
+        return self.rows(self.copies), self.copies.mask > 0, None
+
+    def outcome(self, e: int) -> dict[str, Any]:
+        return self.copies.outcome(e)
+
+    def step(self, actions: np.ndarray) -> Step:
+        c = self.copies
+        step = c.step(actions)
+        E = self.num_envs
+        reward, term, trunc = np.zeros(E, np.float32), np.zeros(E, dtype=bool), np.zeros(E, dtype=bool)
+        next_avail = c.mask > 0
+        for e, stepped in enumerate(step.data):
+            if stepped is None:
+                continue
+            reward[e], term[e], ended = stepped
+            if ended:
+                trunc[e] = not term[e]
+                next_avail[e] = c.games[e].final_mask > 0
+        data = {"next_obs": self.rows(c), "next_avail": next_avail, "reward": reward, "terminated": term,
+                "truncated": trunc}
+        return Step(step.valid, step.reward, step.ended, data)
+
+
+class FrozenGreedy:
+    """How a self-play pool's frozen Q-network chooses a move (``agents.turn_based.Pool``'s ``sample``):
+    epsilon-greedy over the legal moves' Q-values at the learner's final epsilon."""
+
+    def __init__(self, epsilon: float) -> None:
+        self.epsilon = epsilon
+
+    def sample(self, out: np.ndarray, rng: np.random.Generator, avail: Optional[np.ndarray] = None) -> np.ndarray:
+        return epsilon_greedy(out, None if avail is None else avail > 0, self.epsilon, rng)
+
+
 def q_vector(dims: QDims, env: Any, seed: Optional[int], how: str) -> Any:
     """The vector the acting loop steps (agents.rollout): the single-agent vector env as a ``GymVector``
     (next-step autoreset), the multi-agent env as a ``TeamEnv``; reset now with ``seed``."""
@@ -372,7 +457,7 @@ def q_vector(dims: QDims, env: Any, seed: Optional[int], how: str) -> Any:
 
 def seen(vec: Any, observed: Any) -> tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
     """(obs (E, [n_agents,] obs_dim), avail or None, state or None) of what ``vec.observe()`` gave."""
-    if isinstance(vec, TeamEnv):
+    if not isinstance(vec, GymVector):  # TeamEnv, TurnEnv
         return observed
     return observed.reshape(vec.num_envs, -1), None, None
 
@@ -380,8 +465,8 @@ def seen(vec: Any, observed: Any) -> tuple[np.ndarray, Optional[np.ndarray], Opt
 def transition(vec: Any, obs: np.ndarray, avail: Optional[np.ndarray], state: Optional[np.ndarray],
                action: np.ndarray, step: Step) -> dict[str, np.ndarray]:
     """One step of every copy as the replay fields (E, ...), with ``valid`` (False: a step that only
-    restarted a Gymnasium copy, never sent) and ``truncated`` (for the n-step windows)."""
-    if isinstance(vec, TeamEnv):
+    restarted a Gymnasium copy or a turn-based game, never sent) and ``truncated`` (for the n-step windows)."""
+    if not isinstance(vec, GymVector):  # TeamEnv, TurnEnv: their steps' data are the replay fields
         out = {"obs": obs, "action": action.astype(np.int64), **step.data, "avail": avail}
         if state is not None:
             out["state"] = state
@@ -420,8 +505,10 @@ def collect_chunk(worker: "QWorker", steps: int) -> tuple[dict[str, np.ndarray],
             rows.setdefault("h0", []).append(worker.memory.before.reshape(vec.num_envs, worker.dims.n_agents, -1))
         worker.steps_since += int(step.valid.sum())
 
-    episodes, taken = rollout(vec, worker.book, steps, act, store, row=lambda i: {"version": worker.version,
-                                                                                  "epsilon": eps},
+    outcome = getattr(vec, "outcome", None)  # a turn-based game's seat, opponent and result (TurnEnv)
+    episodes, taken = rollout(vec, worker.book, steps, act, store,
+                              row=lambda i: {"version": worker.version, "epsilon": eps,
+                                             **(outcome(i) if outcome is not None else {})},
                               to_env=(lambda a: a) if worker.dims.n_agents else (lambda a: a.astype(np.int64)))
     return {k: np.stack(v) for k, v in rows.items()}, episodes, taken
 
@@ -541,7 +628,7 @@ class QWorker(PullingWorker):
         self.resources = worker_heads({"critic": self.net}, cfg.run.seed, index)
         self.flat = FlatParameters(self.net)
         self.env = env
-        self.vec = q_vector(self.dims, env, self.seed, self.hp.team_reward)
+        self.vec = self.make_vector(env)
         self.book = EpisodeBook(self.vec.num_envs)
         if is_recurrent(self.net):  # acts in torch, carrying a state; pushes sequences (docs/value_based.md)
             self._np_net = None
@@ -558,6 +645,10 @@ class QWorker(PullingWorker):
         self.steps_since = 0
         self.waiting = True
         self.seq = 0
+
+    def make_vector(self, env: Any) -> Any:
+        """The vector the acting loop steps (``q_vector``), reset with the worker's seed."""
+        return q_vector(self.dims, env, self.seed, self.hp.team_reward)
 
     def q_values(self, obs: np.ndarray, starts: Optional[np.ndarray] = None,
                  memory: Optional[QMemory] = None) -> np.ndarray:
@@ -618,6 +709,60 @@ class QWorker(PullingWorker):
 
     def close(self) -> None:
         self.env.close()
+
+
+class TurnQWorker(TurnPlay, QWorker):
+    """dqn on a turn-based game (``agents.turn_based``): an actor that plays one seat of each of its
+    ``envs_per_worker`` game copies (alternating between episodes) against the opponents of
+    ``scenario.turns`` (the self-play pool of its past Q-networks, random, scripted), epsilon-greedy over
+    its legal moves, and pushes its transitions from one of its turns to its next (``TurnEnv``) as
+    replay rows with the legal-move masks at both ends. Its greedy moves (the masked argmax of Q) play
+    the turn-based evaluation (``TurnPlay.play_greedy``: win, draw and loss rates per opponent)."""
+
+    def __init__(self, cfg: ExperimentConfig, index: int) -> None:
+        self.index = index
+        self.chunks = 0  # chunks collected: the self-play pool takes a snapshot every turns.refresh of them
+        super().__init__(cfg, index)
+
+    @property
+    def turn_agents(self) -> list[str]:
+        return list(self.dims.agents)
+
+    def agent_ids(self) -> Optional[np.ndarray]:
+        return np.eye(len(self.dims.agents), dtype=np.float32) if self.dims.seats else None
+
+    def make_vector(self, env: Any) -> TurnEnv:
+        """``envs_per_worker`` copies (``env`` the first, the others seeded from their own streams) and the
+        opponents (``TurnPlay.start_turns``)."""
+        self.envs = [env] + [make_q_env(self.cfg, derive(self.seed, "env_copy", k))
+                             for k in range(1, self.hp.envs_per_worker)]
+        self.copies = self.start_turns(self.pool_models)
+        return TurnEnv(self.copies, self.turn_rows)
+
+    def pool_models(self) -> tuple[nn.Module, None, FrozenGreedy]:
+        """A Q-network of its own for the self-play pool's frozen policies, and how they choose."""
+        with seeded_init(self.cfg.run.seed):
+            net = build_q_network(self.cfg, self.dims)
+        return net, None, FrozenGreedy(self.hp.epsilon_end)
+
+    def greedy(self, vec: TurnCopies) -> np.ndarray:
+        """The masked argmax of Q per copy (rows: ``turn_rows``)."""
+        return masked_argmax(self.q_values(self.turn_rows(vec)), vec.mask > 0)
+
+    def load_policy(self, models: dict[str, Any]) -> None:
+        """Act with a checkpoint's Q-network (``QLearning.acting_policy``'s models)."""
+        self.flat.load(torch.cat([p.detach().reshape(-1) for p in models["q"].parameters() if p.requires_grad])
+                       .numpy())
+
+    def step(self) -> Work:
+        self.chunks += 1
+        if self.pool is not None and self.chunks % self.turns.refresh == 0:
+            self.pool.add(self.flat.numpy())
+        return super().step()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
 
 
 # ----------------------------------------------------------------------------- learner
@@ -1075,6 +1220,14 @@ class QLearning(Algorithm):
                               "service (choices: hogwild)")
         dims = described(cfg, make_q_env, describe)
         check_recurrent(cfg)
+        if dims.turns:
+            turns = TurnsConfig.from_dict(cfg.scenario.params.turns)
+            if turns.critic_opponent:
+                raise ConfigError("scenario.turns.critic_opponent: for the actor-critics (their critic reads the "
+                                  f"opponent, their actor does not); {cfg.algorithm.name}'s Q-network is what acts")
+            if turns.symmetries != "none":
+                raise ConfigError(f"scenario.turns.symmetries: not supported by {cfg.algorithm.name} (ippo and ia2c "
+                                  "train on board symmetries); use none")
         with seeded_init(cfg.run.seed):  # a build only to check it: the caller's torch stream stays
             build_q_network(cfg, dims)
 
@@ -1082,6 +1235,8 @@ class QLearning(Algorithm):
         super().__init__(cfg)
         self.dims = described(cfg, make_q_env, describe)
         self.service: Optional[ReplayService] = None
+        if self.dims.turns:  # each episode's seat, opponent and outcome (agents/turn_based.py)
+            self.metric_fields = self.metric_fields + list(TURN_FIELDS)
 
     def make_service(self) -> ReplayService:
         with seeded_init(self.cfg.run.seed):  # the mixers' draws follow the network's, as they did
@@ -1091,7 +1246,7 @@ class QLearning(Algorithm):
         return self.service
 
     def make_worker(self, index: int) -> QWorker:
-        return QWorker(self.cfg, index)
+        return (TurnQWorker if self.dims.turns else QWorker)(self.cfg, index)
 
     def acting_policy(self, state: dict[str, np.ndarray]) -> ActingPolicy:
         """The greedy policy of the checkpoint's online Q-network: its Q-values are the logits (the most
@@ -1109,7 +1264,11 @@ class QLearning(Algorithm):
         def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             if dims.n_agents is None:
                 names = sorted(obs)
-                x = torch.from_numpy(np.stack([np.asarray(obs[n], np.float32).reshape(-1) for n in names]))
+                rows = [np.asarray(obs[n], np.float32).reshape(-1) for n in names]
+                if dims.seats:  # a turn-based game's seat, as the worker's rows carry it
+                    seat = np.eye(dims.seats, dtype=np.float32)
+                    rows = [np.concatenate([r, seat[dims.agents.index(n)]]) for r, n in zip(rows, names)]
+                x = torch.from_numpy(np.stack(rows))
                 return dict(zip(names, q_forward(net, x, dims, False).numpy()))
             x = np.zeros((1, dims.n_agents, dims.obs_dim), np.float32)
             for i, a in enumerate(dims.agents):
@@ -1126,7 +1285,7 @@ class QLearning(Algorithm):
         (marl_q.evaluation), played by a worker of its own through the acting path (``QWorker.play_greedy``)
         in its env reset with ``seed``; the run's workers, buffer and generators are left alone."""
         if getattr(self, "_evaluator", None) is None:
-            self._evaluator = QWorker(self.cfg, 0)
+            self._evaluator = self.make_worker(0)
         worker = self._evaluator
         worker.flat.load(self.service.params_vector())
         return worker.play_greedy(episodes, seed, self.cfg.run.progress)
@@ -1139,7 +1298,8 @@ class QLearning(Algorithm):
 
 
 for _name, _help in (
-        ("dqn", "DQN on a single-agent env: replay on the server, Double DQN, dueling, target hard or Polyak"),
+        ("dqn", "DQN on a single-agent env or one seat of a turn-based game: replay on the server, Double DQN, "
+                "dueling, target hard or Polyak"),
         ("iql", "independent Q-learning: one shared Q-network (agent id), each agent its own TD target"),
         ("vdn", "VDN: the sum of the agents' Qs trained on the team reward, replay on the server"),
         ("qmix", "QMIX: a monotonic hypernetwork mixer of the agents' Qs on the global state")):

@@ -1,4 +1,5 @@
-"""Turn-based (AEC) games for the team actor-critics with decentralised critics (ippo, ia2c).
+"""Turn-based (AEC) games for the team actor-critics with decentralised critics (ippo, ia2c) and for
+the value-based ``dqn`` (agents/q_learning.py's ``TurnQWorker``, below ``TurnPlay``).
 
 A turn-based game (scenarios/aec.py, scenario kind ``aec``: PettingZoo's classic games) is played by
 the learner in one seat per episode against opponents in the others, and rolled out by the one
@@ -25,10 +26,11 @@ moves are part of the environment it plays in.
 Opponents (``scenario.turns.opponents``; each training episode draws one, uniformly or with the
 relative ``scenario.turns.weights``):
 ``self_play`` plays a frozen past policy of the learner's drawn uniformly from a pool (``Pool``):
-the initial parameters, then a snapshot every ``refresh`` rollouts, the newest ``pool_size`` kept;
-``random`` and scripted callables are ``scenarios.aec``'s. A frozen policy samples from its masked
-distribution. Evaluation (``play_greedy``) plays the greedy learner against every
-``scenario.turns.eval_opponents`` entry, seats alternating, and reports win, draw and loss rates.
+the initial parameters, then a snapshot every ``refresh`` rollouts (dqn: chunks), the newest
+``pool_size`` kept; ``random`` and scripted callables are ``scenarios.aec``'s. A frozen actor samples
+from its masked distribution; a frozen Q-network plays epsilon-greedy at the learner's final epsilon.
+Evaluation (``play_greedy``) plays the greedy learner against every ``scenario.turns.eval_opponents``
+entry, seats alternating, and reports win, draw and loss rates.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ from scenarios.aec import (RANDOM, SELF_PLAY, TURN_FIELDS, Opponent, RandomOppon
                            TurnsConfig, opponent_name)
 from scenarios.board_symmetry import Symmetry, augment, symmetries
 from scenarios.tictactoe_minimax import SPEC as MINIMAX
-from scenarios.tictactoe_minimax import against_minimax, observation_of
+from scenarios.tictactoe_minimax import against_minimax, against_random_player, observation_of
 
 if TYPE_CHECKING:
     from marl_q.config import ExperimentConfig
@@ -73,13 +75,18 @@ def make_opponent(spec: str, rng: np.random.Generator) -> Opponent:
 
 # ----------------------------------------------------------------------------- self-play
 class Pool:
-    """The frozen past policies of self-play: flat parameter vectors of the learner's actor and critic,
-    played through a model of their own (built as the learner's, seeded on its own)."""
+    """The frozen past policies of self-play: flat parameter vectors of the learner's networks (an
+    actor-critic's actor and critic, a Q-learner's Q-network), played through a model of their own
+    (built as the learner's, seeded on its own)."""
 
     def __init__(self, models: tuple[Any, Any, Any], first: np.ndarray, size: int,
                  seat_ids: Optional[np.ndarray], agents: list[str], rng: np.random.Generator) -> None:
+        """``models``: (the network a frozen policy acts through, a second network whose parameters follow
+        it in the flat vectors or None, what chooses a move from the network's output: ``sample(out, rng,
+        mask)``): an actor-critic's actor, critic and distribution (a draw from the masked policy), or
+        a Q-network, None and ``agents.q_learning.FrozenGreedy`` (epsilon-greedy on the masked Q-values)."""
         self.actor, critic, self.dist = models
-        self.flat = FlatParameters(self.actor, critic)
+        self.flat = FlatParameters(*(m for m in (self.actor, critic) if m is not None))
         self.snapshots: list[np.ndarray] = [first.copy()]
         self.size, self.seat_ids, self.rng = size, seat_ids, rng
         self.index = {a: i for i, a in enumerate(agents)}
@@ -202,27 +209,30 @@ class TurnCopies:
 
 
 # ----------------------------------------------------------------------------- the worker
-class TurnTaking:
-    """The turn-based rollout and evaluation of a team worker: mixed in before ``TeamWorker``
-    (agents/mappo.py's ``TurnWorker``, which gives ``agent_ids()``: the (N, N) one-hot seat ids the
-    family appends to a row, or None), whose environments are then ``TurnGame`` copies."""
+class TurnPlay:
+    """What every learner that takes turns shares (the actor-critics' ``TurnTaking``, below; the
+    Q-learner's ``agents.q_learning.TurnQWorker``): its opponents (``start_turns``), its rows, and the
+    greedy matches and evaluation against fixed opponents. The learner gives ``cfg``, ``index``,
+    ``envs`` (``TurnGame`` copies), ``turn_agents`` (the seats), ``flat`` (its parameters, for the self-play pool),
+    ``agent_ids()`` (the (N, N) one-hot seat ids appended to its rows, or None) and ``greedy(vec)``
+    (its most likely legal move per copy of a ``TurnCopies``)."""
 
-    def reset_env(self) -> None:
+    turn_agents: list[str]  # the game's seats (possible_agents), in order: the learner's own property
+
+    def start_turns(self, pool_models: Callable[[], tuple[Any, Any, Any]]) -> TurnCopies:
+        """Seat ids, ``scenario.turns``, the opponents' generator, the self-play pool (its frozen policies
+        played through ``pool_models()``: ``Pool``'s models) and the fixed opponents; the game copies
+        the learner plays in, each episode's opponent drawn by ``draw_opponent``."""
         self.seat_ids = self.agent_ids()
         self.turns = TurnsConfig.from_dict(self.cfg.scenario.params.turns)
-        self._opponent_column: dict[str, int] = {}  # the critic's one-hot column of each opponent (its first)
-        for i, spec in enumerate(self.turns.opponents):
-            self._opponent_column.setdefault(opponent_name(spec), i)
         self.opponent_rng = np.random.default_rng(derive(self.cfg.run.seed, "opponents", self.index))
         self.pool = None
         if SELF_PLAY in self.turns.opponents:
-            self.pool = Pool(self.make_models(), self.flat.numpy(), self.turns.pool_size, self.seat_ids,
-                             self.desc.agents, self.opponent_rng)
-        self.fixed = {spec: make_opponent(spec, self.opponent_rng) for spec in self.turns.opponents if spec != SELF_PLAY}
-        self.vec = TurnCopies(self.envs, self.desc.agents, self.draw_opponent)
-        self.board, self.symmetries = board_group(self.envs[0], self.turns.symmetries)
-        self.book = EpisodeBook(len(self.envs))
-        self.rollouts = 0
+            self.pool = Pool(pool_models(), self.flat.numpy(), self.turns.pool_size, self.seat_ids,
+                             self.turn_agents, self.opponent_rng)
+        self.fixed = {spec: make_opponent(spec, self.opponent_rng) for spec in self.turns.opponents
+                      if spec != SELF_PLAY}
+        return TurnCopies(self.envs, self.turn_agents, self.draw_opponent)
 
     def draw_opponent(self) -> Opponent:
         """A training episode's opponent: one of ``turns.opponents``, uniformly or by ``turns.weights``
@@ -231,10 +241,69 @@ class TurnTaking:
         return self.pool.draw() if spec == SELF_PLAY else self.fixed[spec]
 
     def turn_rows(self, vec: TurnCopies) -> np.ndarray:
-        """The learner's actor inputs, one row per copy: its observation and, with agent ids, its seat's."""
+        """The learner's inputs, one row per copy: its observation and, with agent ids, its seat's."""
         if self.seat_ids is None:
             return vec.obs.copy()
         return np.concatenate([vec.obs, self.seat_ids[vec.seat]], axis=1)
+
+    def greedy_on_board(self, board: tuple[int, ...], seat: int) -> int:
+        """The greedy learner's move in ``seat`` on a tic-tac-toe board seen from its side
+        (``scenarios.tictactoe_minimax``'s 9-tuple), read as the env's observation and mask."""
+        obs = observation_of(board).astype(np.float32).reshape(1, -1)
+        mask = np.array([[c == 0 for c in board]], dtype=np.float32)
+        return int(self.greedy(SimpleNamespace(obs=obs, seat=np.array([seat]), mask=mask))[0])
+
+    def play_matches(self, spec: str, games: int, seed: int, seat: Optional[int] = None,
+                     bar: Any = None) -> list[dict[str, Any]]:
+        """``games`` games of the greedy learner against the fixed opponent ``spec`` in one copy (seats
+        alternating, or ``seat``), the game reset with ``seed`` first and the opponent drawing from a
+        generator seeded with ``seed``: each game's row (return, length, seat, opponent, win, draw,
+        loss, illegal)."""
+        opponent = make_opponent(spec, np.random.default_rng(seed))
+        vec = TurnCopies(self.envs[:1], self.turn_agents, lambda: opponent, seat=seat, reset_seeds=[seed])
+        rows, _ = rollout(vec, EpisodeBook(1), None, self.greedy, row=vec.outcome, until=games)
+        if bar is not None:
+            bar.update(len(rows))
+        return rows[:games]
+
+    def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> EvalReturns:
+        """``episodes`` greedy games against each evaluation opponent (seats alternating): their returns,
+        with the columns ``win_<opponent>``, ``draw_<opponent>``, ``loss_<opponent>`` (rates) and
+        ``illegal`` (illegal moves sampled, all opponents together)."""
+        returns, columns, illegal = [], {}, 0
+        specs = self.turns.eval_opponents
+        with eval_progress(episodes * len(specs), progress) as bar:
+            for k, spec in enumerate(specs):
+                rows = self.play_matches(spec, episodes, derive(seed, "opponents", k), bar=bar)
+                name = rows[0]["opponent"]
+                for key in ("win", "draw", "loss"):
+                    columns[f"{key}_{name}"] = float(np.mean([r[key] for r in rows]))
+                illegal += sum(r["illegal"] for r in rows)
+                returns += [r["return"] for r in rows]
+        columns["illegal"] = illegal
+        return EvalReturns(returns, columns)
+
+
+class TurnTaking(TurnPlay):
+    """The turn-based rollout and evaluation of a team worker: mixed in before ``TeamWorker``
+    (agents/mappo.py's ``TurnWorker``), whose environments are then ``TurnGame`` copies."""
+
+    def reset_env(self) -> None:
+        self.vec = self.start_turns(self.make_models)
+        self._opponent_column: dict[str, int] = {}  # the critic's one-hot column of each opponent (its first)
+        for i, spec in enumerate(self.turns.opponents):
+            self._opponent_column.setdefault(opponent_name(spec), i)
+        self.board, self.symmetries = board_group(self.envs[0], self.turns.symmetries)
+        self.book = EpisodeBook(len(self.envs))
+        self.rollouts = 0
+
+    @property
+    def turn_agents(self) -> list[str]:
+        return self.desc.agents
+
+    def load_policy(self, models: dict[str, Any]) -> None:
+        """Act with a checkpoint's actor (``marl_q.rundir.load_trained``'s policy models)."""
+        self.actor.load_state_dict(models["actor"].state_dict())
 
     def critic_rows(self, vec: TurnCopies, actor_rows: np.ndarray) -> np.ndarray:
         """The critic's inputs with ``turns.critic_opponent``: the actor's rows and a one-hot of each
@@ -289,50 +358,15 @@ class TurnTaking:
         with torch.no_grad():
             return self.dist.mode(self.actor(torch.from_numpy(self.turn_rows(vec))).numpy(), vec.mask)
 
-    def greedy_on_board(self, board: tuple[int, ...], seat: int) -> int:
-        """The greedy learner's move in ``seat`` on a tic-tac-toe board seen from its side
-        (``scenarios.tictactoe_minimax``'s 9-tuple), read as the env's observation and mask."""
-        obs = observation_of(board).astype(np.float32).reshape(1, -1)
-        mask = np.array([[c == 0 for c in board]], dtype=np.float32)
-        return int(self.greedy(SimpleNamespace(obs=obs, seat=np.array([seat]), mask=mask))[0])
-
-    def play_matches(self, spec: str, games: int, seed: int, seat: Optional[int] = None,
-                     bar: Any = None) -> list[dict[str, Any]]:
-        """``games`` games of the greedy learner against the fixed opponent ``spec`` in one copy (seats
-        alternating, or ``seat``), the game reset with ``seed`` first and the opponent drawing from a
-        generator seeded with ``seed``: each game's row (return, length, seat, opponent, win, draw,
-        loss, illegal)."""
-        opponent = make_opponent(spec, np.random.default_rng(seed))
-        vec = TurnCopies(self.envs[:1], self.desc.agents, lambda: opponent, seat=seat, reset_seeds=[seed])
-        rows, _ = rollout(vec, EpisodeBook(1), None, self.greedy, row=vec.outcome, until=games)
-        if bar is not None:
-            bar.update(len(rows))
-        return rows[:games]
-
-    def play_greedy(self, episodes: int, seed: int, progress: bool = False) -> EvalReturns:
-        """``episodes`` greedy games against each evaluation opponent (seats alternating): their returns,
-        with the columns ``win_<opponent>``, ``draw_<opponent>``, ``loss_<opponent>`` (rates) and
-        ``illegal`` (illegal moves sampled, all opponents together)."""
-        returns, columns, illegal = [], {}, 0
-        specs = self.turns.eval_opponents
-        with eval_progress(episodes * len(specs), progress) as bar:
-            for k, spec in enumerate(specs):
-                rows = self.play_matches(spec, episodes, derive(seed, "opponents", k), bar=bar)
-                name = rows[0]["opponent"]
-                for key in ("win", "draw", "loss"):
-                    columns[f"{key}_{name}"] = float(np.mean([r[key] for r in rows]))
-                illegal += sum(r["illegal"] for r in rows)
-                returns += [r["return"] for r in rows]
-        columns["illegal"] = illegal
-        return EvalReturns(returns, columns)
-
 
 def main(argv: Optional[list[str]] = None) -> int:
     """python -m agents.turn_based RUN_DIR --opponent SPEC [--games N] [--seed S] [--exact]: the greedy
     policy of a trained turn-based run (its newest checkpoint) against a fixed opponent, ``--games`` games
     in each seat; prints win, draw and loss rates per seat and the illegal moves sampled. ``--exact``
-    (tic-tac-toe against the minimax player only): the exact rates per seat instead, every tie-break of
-    minimax walked (``scenarios.tictactoe_minimax.against_minimax``), and each lost game's moves."""
+    (tic-tac-toe against the minimax player or random): the exact rates per seat instead, every
+    tie-break of minimax, or every move of the random player, walked (``scenarios.tictactoe_minimax``'s
+    ``against_minimax``, ``against_random_player``), and each lost game's moves (against random: the
+    ten most likely and their count)."""
     import argparse
     import json
     from pathlib import Path
@@ -347,7 +381,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--games", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exact", action="store_true",
-                        help=f"with --opponent {MINIMAX} on tictactoe_v3: exact rates and the lost games' moves")
+                        help=f"with --opponent {MINIMAX} or {RANDOM} on tictactoe_v3: exact rates and the lost "
+                             "games' moves")
     args = parser.parse_args(argv)
     try:
         trained = load_trained(args.run_dir)
@@ -355,24 +390,28 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise UserError(f"{args.run_dir}: not a run of a turn-based game")
         TurnsConfig.from_dict({"eval_opponents": [args.opponent]})
         env = str(getattr(trained.cfg.scenario.params, "env", ""))
-        if args.exact and (args.opponent != MINIMAX or not env.endswith("tictactoe_v3:env")):
-            raise UserError(f"--exact needs --opponent {MINIMAX} and a run of pettingzoo.classic.tictactoe_v3:env "
-                            f"(got --opponent {args.opponent} on {env or trained.cfg.scenario.name})")
+        if args.exact and (args.opponent not in (MINIMAX, RANDOM) or not env.endswith("tictactoe_v3:env")):
+            raise UserError(f"--exact needs --opponent {MINIMAX} or {RANDOM} and a run of "
+                            f"pettingzoo.classic.tictactoe_v3:env (got --opponent {args.opponent} on "
+                            f"{env or trained.cfg.scenario.name})")
     except (UserError, ValueError) as exc:
         print(f"error: {exc}", file=__import__("sys").stderr)
         return 2
     worker = ALGORITHMS.get(trained.cfg.algorithm.name).obj(trained.cfg).make_worker(0)
-    worker.actor.load_state_dict(trained.policy.models["actor"].state_dict())
+    worker.load_policy(trained.policy.models)
     out = {"run": str(args.run_dir), "checkpoint": trained.checkpoint.name, "opponent": args.opponent}
     if args.exact:
         out.pop("opponent")
         out.update(opponent=args.opponent, exact=True)
-        for seat, agent in enumerate(worker.desc.agents):
-            rates, lost = against_minimax(lambda board, seat=seat: worker.greedy_on_board(board, seat), seat == 0)
+        walk = against_minimax if args.opponent == MINIMAX else against_random_player
+        for seat, agent in enumerate(worker.turn_agents):
+            rates, lost = walk(lambda board, seat=seat: worker.greedy_on_board(board, seat), seat == 0)
             out[agent] = {**rates, "lost": [[round(p, 6), " ".join(line)] for p, line in lost]}
+            if args.opponent == RANDOM:  # many lines lose against random now and then: the likeliest
+                out[agent].update(lost=out[agent]["lost"][:10], lost_lines=len(lost))
         print(json.dumps(out))
         return 0
-    for seat, agent in enumerate(worker.desc.agents):
+    for seat, agent in enumerate(worker.turn_agents):
         rows = worker.play_matches(args.opponent, args.games, derive(args.seed, "opponents", seat), seat=seat)
         out[agent] = {key: float(np.mean([r[key] for r in rows])) for key in ("win", "draw", "loss")}
         out[agent].update(games=len(rows), illegal=int(sum(r["illegal"] for r in rows)))

@@ -214,14 +214,19 @@ ENV_KINDS = {"parallel": "a multi-agent PettingZoo ParallelEnv", "gym_vector": "
              "aec": "a turn-based (AEC) game"}
 
 
+def cannot_take_turns(cfg: Any) -> ConfigError:
+    """The one error of a learner given a turn-based (AEC) game it cannot play (agents/turn_based.py)."""
+    return ConfigError(f"algorithm {cfg.algorithm.name} cannot take turns: scenario {cfg.scenario.name!r} "
+                       f"({getattr(cfg.scenario.params, 'env', '')}) is a turn-based (AEC) game; use ippo, ia2c or dqn")
+
+
 def make_env(cfg: Any, seed: int, kind: str) -> Any:
     """The scenario's environment, seeded; a ConfigError naming the algorithm and the scenario when
     the scenario is not of ``kind`` (``parallel`` | ``gym_vector``) or its name is unknown."""
     spec = SCENARIOS.get(cfg.scenario.name, key="scenario.name").obj
     actual = spec.kind_for(cfg.scenario.params)  # gymnasium: single-agent, or multi-agent (Tuple spaces)
     if actual == "aec" and kind != "aec":  # the families that take turns ask for kind aec (agents/turn_based.py)
-        raise ConfigError(f"algorithm {cfg.algorithm.name} cannot take turns: scenario {cfg.scenario.name!r} "
-                          f"({getattr(cfg.scenario.params, 'env', '')}) is a turn-based (AEC) game; use ippo or ia2c")
+        raise cannot_take_turns(cfg)
     if actual != kind:
         hint = "; use scenario.name: pettingzoo" if kind == "parallel" else "; use scenario.name: gymnasium"
         raise ConfigError(f"algorithm {cfg.algorithm.name}: scenario {cfg.scenario.name!r} is not "

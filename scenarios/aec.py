@@ -271,7 +271,8 @@ class TurnGame:
                 ) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """Play the other seats' turns (``others(agent, observation, mask, flat)``) until it is ``seat``'s
         turn: (its flat observation, mask); or until the game is over: None (``terminated`` then says
-        whether the seat's episode terminated, not truncated, and ``final`` holds its last observation).
+        whether the seat's episode terminated, not truncated, and ``final`` and ``final_mask`` hold its last
+        observation and mask).
         Every agent is credited ``last()``'s reward at each of its turns, dead ones included."""
         env = self.env
         while env.agents:
@@ -282,7 +283,7 @@ class TurnGame:
             if term or trunc:
                 if agent == seat:
                     self.terminated = bool(term)
-                    self.final = self.read(agent, obs, info)[1]
+                    _, self.final, self.final_mask = self.read(agent, obs, info)
                 env.step(None)
                 continue
             raw, flat, mask = self.read(agent, obs, info)

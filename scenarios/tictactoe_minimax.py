@@ -136,7 +136,7 @@ def best_move_against_random(board: tuple[int, ...], safe: bool) -> int:
     return moves[max(range(len(moves)), key=lambda i: scores[i][0] - scores[i][1])]
 
 
-# ----------------------------------------------------------------------------- against the minimax player
+# ----------------------------------------------------------------------------- a policy's exact outcome
 def against_minimax(policy: Callable[[tuple[int, ...]], int], first: bool
                     ) -> tuple[dict[str, float], list[tuple[float, tuple[str, ...]]]]:
     """Exact outcome of a deterministic player against ``minimax``, which draws uniformly among its best
@@ -145,6 +145,21 @@ def against_minimax(policy: Callable[[tuple[int, ...]], int], first: bool
     Returns the rates ``{"win", "draw", "loss"}`` (they sum to 1) and the lost games, each as
     (probability, moves), the moves in play order as ``p<cell>`` (the player's; ``*`` after one of a
     lower game value than its best) and ``m<cell>`` (minimax's), most likely first."""
+    return exact_outcome(policy, first, lambda board: best_moves(_swap(board)))
+
+
+def against_random_player(policy: Callable[[tuple[int, ...]], int], first: bool
+                          ) -> tuple[dict[str, float], list[tuple[float, tuple[str, ...]]]]:
+    """``against_minimax``'s exact outcome against a uniform random player instead (every legal move
+    walked, each with its probability; its moves written ``m<cell>`` too)."""
+    return exact_outcome(policy, first, lambda board: [a for a in range(9) if board[a] == 0])
+
+
+def exact_outcome(policy: Callable[[tuple[int, ...]], int], first: bool,
+                  replies: Callable[[tuple[int, ...]], list[int]]
+                  ) -> tuple[dict[str, float], list[tuple[float, tuple[str, ...]]]]:
+    """The exact outcome of a deterministic ``policy`` against an opponent drawing uniformly among
+    ``replies(board)`` (the board seen from the policy's side): ``against_minimax``'s rates and lost games."""
     rates = {"win": 0.0, "draw": 0.0, "loss": 0.0}
     lost: list[tuple[float, tuple[str, ...]]] = []
 
@@ -159,12 +174,12 @@ def against_minimax(policy: Callable[[tuple[int, ...]], int], first: bool
         if player_moves:
             a = int(policy(board))
             if board[a] != 0:
-                raise ValueError(f"against_minimax: the policy played the taken cell {a} on {board}")
+                raise ValueError(f"the policy played the taken cell {a} on {board}")
             vals = values(board)
             mark = "" if vals[a] == max(vals.values()) else "*"
             walk(_put(board, a), False, p, line + (f"p{a}{mark}",))
             return
-        moves = best_moves(_swap(board))
+        moves = replies(board)
         for a in moves:
             walk(board[:a] + (2,) + board[a + 1:], True, p / len(moves), line + (f"m{a}",))
 

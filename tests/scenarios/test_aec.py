@@ -549,6 +549,33 @@ def test_the_exact_outcome_against_minimax_matches_by_hand_and_games_played_in_t
     assert abs(losses / n - p) <= 4.5 * np.sqrt(p * (1 - p) / n), (losses / n, p)
 
 
+def test_the_exact_outcome_against_random_matches_the_expectimax_and_games_played_in_the_env():
+    # the expectimax-best player (against_random's own moves, searched separately) walked against every
+    # random move: exactly against_random's win and loss probabilities, in each seat
+    for first in (True, False):
+        rates, lost = ttt.against_random_player(lambda board: ttt.best_move_against_random(board, False), first)
+        win, loss = ttt.against_random((0,) * 9, first, False)
+        assert rates["win"] == pytest.approx(win) and rates["loss"] == pytest.approx(loss)
+        assert sum(rates.values()) == pytest.approx(1.0) and sum(p for p, _ in lost) == pytest.approx(loss)
+    # the blocker as second player against a uniform random player in tictactoe_v3 itself: the win and
+    # loss rates within 4.5 standard errors of the exact ones
+    rates, _ = ttt.against_random_player(_blocker, False)
+    env, rng, n, wins, losses = tictactoe_v3.env(), np.random.default_rng(4), 1500, 0, 0
+    for game in range(n):
+        env.reset(seed=game)
+        for agent in env.agent_iter():
+            obs, rew, term, trunc, _ = env.last()
+            if term or trunc:
+                if agent == "player_2":
+                    wins, losses = wins + (rew > 0), losses + (rew < 0)
+                env.step(None)
+                continue
+            legal = np.flatnonzero(obs["action_mask"])
+            env.step(int(rng.choice(legal)) if agent == "player_1" else _blocker(ttt.board_of(obs["observation"])))
+    for count, p in ((wins, rates["win"]), (losses, rates["loss"])):
+        assert abs(count / n - p) <= 4.5 * np.sqrt(p * (1 - p) / n), (count / n, p)
+
+
 def test_turns_defaults_are_filled_in_when_validated():
     cfg = build_config(_raw(TTT))
     assert cfg.scenario.params.turns == TurnsConfig().as_dict()
@@ -597,6 +624,19 @@ def test_exact_matches_walk_the_greedy_policy_of_a_run_against_minimax_and_refus
         rates, lost = ttt.against_minimax(policy, seat == 0)
         assert {k: out[agent][k] for k in rates} == pytest.approx(rates) and out[agent]["win"] == 0.0
         assert out[agent]["lost"] == [[round(p, 6), " ".join(line)] for p, line in lost]
-    assert matches_main([str(tmp_path / "r"), "--opponent", "random", "--exact"]) == 2
+    assert matches_main([str(tmp_path / "r"), "--opponent", "scenarios.tictactoe_minimax:minimax_centre",
+                         "--exact"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--exact needs --opponent scenarios.tictactoe_minimax:minimax" in err
+    assert len(err.splitlines()) == 1
+    assert "--exact needs --opponent scenarios.tictactoe_minimax:minimax or random" in err
+    # against random: the exact walk of every random move, its ten likeliest lost lines and their count
+    assert matches_main([str(tmp_path / "r"), "--opponent", "random", "--exact"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for seat, agent in enumerate(("player_1", "player_2")):
+        def policy(board, seat=seat):
+            vec = TurnCopies(worker.envs[:1], worker.desc.agents, lambda: None)
+            vec.obs[0], vec.mask[0], vec.seat[0] = ttt.observation_of(board).reshape(-1), [c == 0 for c in board], seat
+            return int(worker.greedy(vec)[0])
+        rates, lost = ttt.against_random_player(policy, seat == 0)
+        assert {k: out[agent][k] for k in rates} == pytest.approx(rates) and out[agent]["lost_lines"] == len(lost)
+        assert out[agent]["lost"] == [[round(p, 6), " ".join(line)] for p, line in lost[:10]]
