@@ -232,29 +232,31 @@ def make_q_env(cfg: ExperimentConfig, seed: int) -> Any:
     return spec.make(cfg.scenario.params, seed=seed)
 
 
+def _equal_agents(cfg: ExperimentConfig, env: Any, who: str, hint: str) -> tuple[tuple, dict, dict]:
+    """The env's agents, their action counts and observation sizes, which one Q-network needs equal
+    (ConfigError: "``who`` needs the same action space and observation size ...``hint``")."""
+    agents = tuple(env.possible_agents)
+    sizes = {a: _discrete(cfg, f"agent {a!r}", env.action_space(a)) for a in agents}
+    obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
+    if len(set(sizes.values())) > 1 or len(set(obs.values())) > 1:
+        raise ConfigError(f"algorithm.name: {who} needs the same action space and observation size (actions "
+                          f"{sizes}, observations {obs}){hint}")
+    return agents, sizes, obs
+
+
 def describe(cfg: ExperimentConfig, env: Any) -> QDims:
     """Sizes from one env; a ConfigError for continuous or unequal action spaces and for qmix without a state."""
     name = cfg.algorithm.name
     if isinstance(env, TurnGame):  # one Q-network plays every seat
-        agents = tuple(env.possible_agents)
-        sizes = {a: _discrete(cfg, f"agent {a!r}", env.action_space(a)) for a in agents}
-        obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
-        if len(set(sizes.values())) > 1 or len(set(obs.values())) > 1:
-            raise ConfigError(f"algorithm.name: {name} plays every seat of a turn-based game with one Q-network, so "
-                              f"every seat needs the same action space and observation size (actions {sizes}, "
-                              f"observations {obs})")
+        agents, sizes, obs = _equal_agents(cfg, env, f"{name} plays every seat of a turn-based game with one "
+                                                     "Q-network, so every seat", "")
         seats = len(agents) if cfg.algorithm.agent_id else 0
         return QDims(obs[agents[0]] + seats, sizes[agents[0]], agents=agents, turns=True, seats=seats)
     if name in SINGLE:
         n = _discrete(cfg, f"scenario {cfg.scenario.name!r}", env.single_action_space)
         return QDims(int(np.prod(env.single_observation_space.shape)), n)
-    agents = tuple(env.possible_agents)
-    sizes = {a: _discrete(cfg, f"agent {a!r}", env.action_space(a)) for a in agents}
-    obs = {a: int(np.prod(env.observation_space(a).shape)) for a in agents}
-    if len(set(sizes.values())) > 1 or len(set(obs.values())) > 1:
-        raise ConfigError(f"algorithm.name: {name} shares one Q-network, so every agent needs the same action "
-                          f"space and observation size (actions {sizes}, observations {obs}); "
-                          "pad them with scenario.common_spaces: true")
+    agents, sizes, obs = _equal_agents(cfg, env, f"{name} shares one Q-network, so every agent",
+                                       "; pad them with scenario.common_spaces: true")
     state_dim = None
     if name == "qmix":
         if not callable(getattr(env, "state", None)):

@@ -265,6 +265,16 @@ def test_qmix_without_a_global_state_is_a_config_error_naming_it(monkeypatch):
     load_config(SCEN / "spread_vdn.yaml", QUIET)  # vdn needs none
 
 
+def test_one_q_network_refuses_agents_of_unequal_spaces_naming_their_sizes():
+    """iql/vdn/qmix share one Q-network: speaker-listener's speaker (3 actions, 3 inputs) and listener
+    (5 actions, 11 inputs) are refused with their sizes and the padding hint; padded, they load."""
+    over = QUIET + ["scenario={name: speaker_listener}"]
+    with pytest.raises(ConfigError, match=r"iql shares one Q-network, so every agent needs the same action space and "
+                                          r"observation size \(actions \{'speaker_0': 3, 'listener_0': 5\}.*pad them"):
+        load_config(SCEN / "spread_iql.yaml", over)
+    load_config(SCEN / "spread_iql.yaml", QUIET + ["scenario={name: speaker_listener, common_spaces: true}"])
+
+
 def test_a_buffer_over_the_snapshot_limit_is_left_out_of_the_snapshot_and_said_once(tmp_path, capsys):
     overrides = SMALL_DQN + ["algorithm.replay.snapshot_max_bytes=1000"]
     part = run_experiment(load_config(SCEN / "cartpole_dqn.yaml", overrides + ["run.stop_after_updates=40"]),
