@@ -58,6 +58,7 @@ from agents.actor_critic import (SEED_BATCH, UpdateSamples, _minibatches, log_pr
 from agents.heads import FlatParameters
 from agents.losses import LossTerms, actor_critic_loss, ratio_stats
 from marl_q.errors import ConfigError
+from marl_q.progress import Progress, tap_runs
 
 TEAM_ALGORITHMS = ("mappo", "ippo", "ia2c", "maa2c")
 
@@ -258,9 +259,11 @@ class SeedBatch:
     """Runs one callable per seed, each in its thread, one thread at a time; their
     ``actor_critic_update`` calls are parked and descended together (``batched_update``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tick: Optional[Callable[[int, int], None]] = None) -> None:
+        """``tick(env_steps, episodes)``: every seed's counted work, as its run counts it (the batch's bar)."""
         self.back = threading.Semaphore(0)  # a seat hands the baton back (parked or finished)
         self.abort = False
+        self.tick = tick
 
     def _park(self, seat: _Seat, ac: Any, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
               optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator, batch: dict[str, np.ndarray],
@@ -278,6 +281,7 @@ class SeedBatch:
     def _thread(self, seat: _Seat, target: Callable[[], Any]) -> None:
         seat.go.acquire()
         SEED_BATCH.update = partial(self._park, seat)
+        tap_runs(self.tick)
         try:
             if not self.abort:
                 seat.result = target()
@@ -285,6 +289,7 @@ class SeedBatch:
             seat.error = exc
         finally:
             SEED_BATCH.update = None
+            tap_runs(None)
             seat.done = True
             self.back.release()
 
@@ -346,6 +351,15 @@ def run_batched_team_seeds(config: str, overrides: list[str], seeds: list[int], 
         cfgs.append(cfg)
     for out in outs:
         check_new_run_dir(Path(out))
-    if progress:
-        print(f"batch: {len(seeds)} seeds of {config} in one process (agents/batched_ppo.py)", file=sys.stderr)
-    return SeedBatch().run([partial(run_experiment, cfg, Path(out)) for cfg, out in zip(cfgs, outs)])
+    # the one progress bar (marl_q.progress) over every seed's env steps (episodes where the budget counts
+    # them), fed by each seed's run in its thread (tap_runs); a file (a sweep's batch log): a line a minute
+    by_steps = base.run.total_env_steps is not None
+    total = len(seeds) * int((base.run.total_env_steps if by_steps else base.run.total_episodes) or 0)
+    bar = Progress(total, "step" if by_steps else "ep", f"{len(seeds)} seeds of {base.algorithm.name} on "
+                   f"{base.scenario.name}", enabled=progress, unit_scale=True,
+                   mininterval=1.0 if sys.stderr.isatty() else 60.0)
+    try:
+        return SeedBatch(lambda steps, episodes: bar.update(steps if by_steps else episodes)).run(
+            [partial(run_experiment, cfg, Path(out)) for cfg, out in zip(cfgs, outs)])
+    finally:
+        bar.close()

@@ -13,10 +13,12 @@ the start. tqdm is imported on first use (``marlq`` starts fast).
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 _BAR_CLASS: Optional[type] = None
+_TAP = threading.local()  # tap_runs: this thread's runs' counted work also goes to one shared bar
 
 
 def _bar_class() -> type:
@@ -172,3 +174,17 @@ class RunProgress(Progress):
     def show(self, env_steps: int, episodes: int, version: int) -> None:
         """The counts so far (the ray driver's, read from the server actor once a second)."""
         self.set(env_steps if self.by_steps else episodes, v=version)
+
+
+def tap_runs(advance: Optional[Callable[[int, int], None]]) -> None:
+    """From now on in this thread (None: no more), every run's counted work (``Runtime.record_work``)
+    also goes to ``advance(env_steps, episodes)``: the seed-batched team learners run each seed's whole
+    single run quietly in a thread of its own, and one bar over all of them counts them here."""
+    _TAP.advance = advance
+
+
+def tapped(env_steps: int, episodes: int) -> None:
+    """``Runtime.record_work``'s count, to this thread's tap (``tap_runs``) if it has one."""
+    advance = getattr(_TAP, "advance", None)
+    if advance is not None:
+        advance(env_steps, episodes)

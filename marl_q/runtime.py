@@ -21,7 +21,7 @@ from marl_q.config import ExperimentConfig
 from marl_q.evaluation import EVAL_FILE, EvalWriter, eval_row
 from marl_q.ledger import Ledger, QuantumLedger
 from marl_q.metrics import TrainLog
-from marl_q.progress import RunProgress
+from marl_q.progress import RunProgress, tapped
 from marl_q.protocol import Work, worker_names
 from marl_q.registry import algorithm_class
 from marl_q.errors import CheckpointError, RunWriteError
@@ -146,6 +146,7 @@ class Runtime:
             self.tracker.service(self.service.updates(), self.service.summary, self.env_steps)
         if self._progress is not None:
             self._progress.advance(work.env_steps, work.episodes, self.server.version)
+        tapped(work.env_steps, len(work.episodes))
         if self._next_eval is not None and self.env_steps >= self._next_eval:
             self.evaluate(t)
 

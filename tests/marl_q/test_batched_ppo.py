@@ -150,3 +150,17 @@ def test_a_batched_seed_resumes_alone_from_its_snapshot(tmp_path):
     summary = json.loads((tmp_path / "b1" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_steps"] >= 300
     assert [r["exact"] for r in summary["resumes"]] == [True]
+
+
+def test_a_batched_team_run_shows_one_bar_over_every_seeds_steps(tmp_path, capsys):
+    """The seeds' runs are quiet in their threads; their counted env steps feed one marl_q.progress bar
+    (``tap_runs``) over the seeds' budgets (2 x 100), which ends at every step the runs counted (each run
+    ends with the rollout that passes its budget, so past 200, as a single run's bar ends past its own)."""
+    from agents.batched_ppo import run_batched_team_seeds
+
+    summaries = run_batched_team_seeds(str(SPREAD), SMALL + ["algorithm.epochs=1", "run.total_env_steps=100"], [0, 1],
+                                       [tmp_path / "b0", tmp_path / "b1"], progress=True)
+    err = capsys.readouterr().err
+    steps = sum(s["env_steps"] for s in summaries)
+    assert "2 seeds of mappo on spread" in err and "step/s" in err
+    assert "/200 [" in err and steps > 200 and f"{steps}step [" in err  # every step each run counted, via the tap
