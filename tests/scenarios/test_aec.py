@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from functools import partial
 import textwrap
 from pathlib import Path
 
@@ -599,6 +600,15 @@ def test_matches_of_a_finished_run_per_seat_and_a_bad_opponent_path_exit_2(tmp_p
     assert len(err.splitlines()) == 1 and "cannot import module 'no_such_module_xyz'" in err
 
 
+
+def _greedy_on_board(worker, board, seat: int) -> int:
+    """The worker's greedy move on a tic-tac-toe board for ``seat``, read from the env's observation as
+    evaluation reads it (the exact walks' policy)."""
+    vec = TurnCopies(worker.envs[:1], worker.desc.agents, lambda: None)
+    vec.obs[0], vec.mask[0], vec.seat[0] = ttt.observation_of(board).reshape(-1), [c == 0 for c in board], seat
+    return int(worker.greedy(vec)[0])
+
+
 def test_exact_matches_walk_the_greedy_policy_of_a_run_against_minimax_and_refuse_other_opponents(tmp_path,
                                                                                                   capsys):
     import json
@@ -617,10 +627,7 @@ def test_exact_matches_walk_the_greedy_policy_of_a_run_against_minimax_and_refus
     worker = ALGORITHMS.get(trained.cfg.algorithm.name).obj(trained.cfg).make_worker(0)
     worker.actor.load_state_dict(trained.policy.models["actor"].state_dict())
     for seat, agent in enumerate(("player_1", "player_2")):
-        def policy(board, seat=seat):
-            vec = TurnCopies(worker.envs[:1], worker.desc.agents, lambda: None)
-            vec.obs[0], vec.mask[0], vec.seat[0] = ttt.observation_of(board).reshape(-1), [c == 0 for c in board], seat
-            return int(worker.greedy(vec)[0])
+        policy = partial(_greedy_on_board, worker, seat=seat)
         rates, lost = ttt.against_minimax(policy, seat == 0)
         assert {k: out[agent][k] for k in rates} == pytest.approx(rates) and out[agent]["win"] == 0.0
         assert out[agent]["lost"] == [[round(p, 6), " ".join(line)] for p, line in lost]
@@ -633,10 +640,7 @@ def test_exact_matches_walk_the_greedy_policy_of_a_run_against_minimax_and_refus
     assert matches_main([str(tmp_path / "r"), "--opponent", "random", "--exact"]) == 0
     out = json.loads(capsys.readouterr().out)
     for seat, agent in enumerate(("player_1", "player_2")):
-        def policy(board, seat=seat):
-            vec = TurnCopies(worker.envs[:1], worker.desc.agents, lambda: None)
-            vec.obs[0], vec.mask[0], vec.seat[0] = ttt.observation_of(board).reshape(-1), [c == 0 for c in board], seat
-            return int(worker.greedy(vec)[0])
+        policy = partial(_greedy_on_board, worker, seat=seat)
         rates, lost = ttt.against_random_player(policy, seat == 0)
         assert {k: out[agent][k] for k in rates} == pytest.approx(rates) and out[agent]["lost_lines"] == len(lost)
         assert out[agent]["lost"] == [[round(p, 6), " ".join(line)] for p, line in lost[:10]]
