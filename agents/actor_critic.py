@@ -175,7 +175,7 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     last, clipfracs = None, []
     for _ in range(ac.epochs):
         # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
-        for mb in [None] if single_pass else _minibatches(len(samples["act"]), ac.minibatches, rng):
+        for mb in [None] if single_pass else minibatches_of(len(samples["act"]), ac.minibatches, rng):
             x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
             logits_mb = x["logits"] if single_pass else actor(x["obs"])
             logp, entropy = log_prob_entropy(dist, logits_mb, x["act"], x["avail"], ac.ent_coef != 0.0)
@@ -185,7 +185,7 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
             kl = ratio_stats(logp.detach(), x["old_logp"], ac.clip) if ac.clip is not None else None
             if kl is not None:
                 clipfracs.append(kl["clipfrac"])
-            _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
+            descend(terms.loss, flat, optimizer, ac.max_grad_norm)
             last = (terms, kl, logits_mb, x)
     return update_diagnostics(prep, dist, last, clipfracs)
 
@@ -277,7 +277,7 @@ def update_diagnostics(prep: UpdateSamples, dist: Optional[Distribution], last: 
                        float(np.mean(clipfracs)) if clipfracs else None, prep.explained)
 
 
-def _minibatches(n: int, k: int, rng: np.random.Generator) -> list[Optional[torch.Tensor]]:
+def minibatches_of(n: int, k: int, rng: np.random.Generator) -> list[Optional[torch.Tensor]]:
     """One epoch's minibatches of n samples: k shuffled index tensors (a permutation drawn from rng),
     or for k = 1 the whole batch in order (None; no draw); empty ones are left out."""
     if k == 1:
@@ -285,7 +285,7 @@ def _minibatches(n: int, k: int, rng: np.random.Generator) -> list[Optional[torc
     return [torch.from_numpy(mb) for mb in np.array_split(rng.permutation(n), k) if len(mb)]
 
 
-def _descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.optim.Optimizer],
+def descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.optim.Optimizer],
              max_grad_norm: Optional[float]) -> None:
     """Gradient into flat.grad, clipped by global norm, then an optimizer step if there is one."""
     flat.zero_grad()

@@ -15,7 +15,7 @@ goes (about half of a MAPPO spread run's CPU: ten epochs of forward and backward
   the value normalisation's statistics), and the thread parks;
 - when every live seed has parked or finished, the coordinator descends all parked seeds at once
   (``batched_update``): their flat parameters are the rows of one (S, P) tensor; per epoch each seed
-  draws its minibatch permutation from its own generator (``_minibatches``, as alone); the loss is
+  draws its minibatch permutation from its own generator (``minibatches_of``, as alone); the loss is
   ``agents.losses.actor_critic_loss`` itself, evaluated for every seed in one call by
   ``torch.func.vmap`` over ``torch.func.functional_call`` of the seed's heads on its row, every row's
   gradient from one backward of the seeds' summed losses; each row's gradient is clipped to ``max_grad_norm`` on its own norm (as
@@ -53,7 +53,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from agents.actor_critic import (SEED_BATCH, UpdateSamples, _minibatches, log_prob_entropy, make_optimizer,
+from agents.actor_critic import (SEED_BATCH, UpdateSamples, minibatches_of, log_prob_entropy, make_optimizer,
                                  update_diagnostics, update_samples)
 from agents.heads import FlatParameters
 from agents.losses import LossTerms, actor_critic_loss, ratio_stats
@@ -209,7 +209,7 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
         if single_pass:
             epoch = [None]
         else:  # each seed's permutation from its own generator, as alone
-            per_seed = [_minibatches(len(j.prep.samples["act"]), ac.minibatches, j.rng) for j in jobs]
+            per_seed = [minibatches_of(len(j.prep.samples["act"]), ac.minibatches, j.rng) for j in jobs]
             epoch = [torch.stack(mbs) if mbs[0] is not None else None for mbs in zip(*per_seed)]
         for idx in epoch:
             x = X if idx is None else {k: v[rows, idx] for k, v in X.items()}

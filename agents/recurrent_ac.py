@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.actor_critic import ActorCriticConfig, _descend, _minibatches
+from agents.actor_critic import ActorCriticConfig, descend, minibatches_of
 from agents.distributions import Distribution
 from agents.heads import FlatParameters
 from agents.losses import actor_critic_loss, categorical, diagnostics, explained_variance, ratio_stats
@@ -161,7 +161,7 @@ def recurrent_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module,
     single_pass = ac.epochs == 1 and ac.minibatches == 1
     last_terms, clipfracs = None, []
     for _ in range(ac.epochs):
-        for mb in [None] if single_pass else _minibatches(C * R, ac.minibatches, rng):
+        for mb in [None] if single_pass else minibatches_of(C * R, ac.minibatches, rng):
             x = {k: None if v is None else (v if mb is None else v[:, mb]) for k, v in samples.items()}
             mask = flat_rows(x["mask"])
             if not float(mask.sum()):  # no valid step among these sequences: nothing to descend on
@@ -179,7 +179,7 @@ def recurrent_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module,
             kl = ratio_stats(logp.detach(), old_logp, ac.clip, mask) if ac.clip is not None else None
             if kl is not None:
                 clipfracs.append(kl["clipfrac"])
-            _descend(terms.loss, flat, optimizer, ac.max_grad_norm)
+            descend(terms.loss, flat, optimizer, ac.max_grad_norm)
             last_terms = (terms, kl, logits, act, avail, mask)
     if last_terms is None:
         return diagnostics(None, None)
