@@ -113,8 +113,11 @@ class TorchMLP(NumpyMLP):
         last = len(self.layers) - 1
         for i, ((kind, module), h_in, h_out) in enumerate(zip(reversed(self.layers), reversed(saved), reversed(outputs))):
             if kind == "linear":
-                torch.mm(grad.t(), h_in, out=module.weight.grad)
-                torch.sum(grad, 0, out=module.bias.grad)
+                # formed in fresh memory, then copied, as autograd's AccumulateGrad does: a GEMM written
+                # straight into a view of the flat gradient (``out=``) starts at whatever alignment the view
+                # has, and on some CPUs (AMD Zen, MKL) an unaligned output changes the last bits
+                module.weight.grad.copy_(grad.t().mm(h_in))
+                module.bias.grad.copy_(grad.sum(0))
                 if i == last:
                     break
                 grad = grad.mm(module.weight)

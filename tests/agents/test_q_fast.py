@@ -296,3 +296,30 @@ def test_q_worker_acting_weights_check_the_flat_buffers_write_count():
     back = pickle.loads(pickle.dumps(worker))
     assert back.flat is not worker.flat and back.flat not in _ACTING_WEIGHTS and back.flat.writes == 0
     np.testing.assert_array_equal(back.q_values(obs), worker.q_values(obs))
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3, 5])  # floats before the net's gradient in the flat buffer
+@pytest.mark.parametrize("act", [nn.ReLU, nn.Tanh])
+def test_torch_mlp_backward_is_autograds_at_every_alignment_of_the_gradient_views(offset, act):
+    """``TorchMLP.backward`` writes each layer's gradient into views of one flat buffer, which start at
+    any float's alignment. Its GEMMs are formed in fresh memory and copied there, as autograd's are:
+    an MKL GEMM written straight into an unaligned view gave other last bits on AMD Zen 4 (and the QMIX
+    golden's train.csv changed on that CPU only)."""
+    from agents.numpy_heads import TorchMLP
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 16), act(), nn.Linear(16, 4))
+    ref = copy.deepcopy(net)
+    x, target = torch.randn(32, 5), torch.randn(32, 4)
+    ((ref(x) - target) ** 2).mean().backward()  # autograd, each gradient in its own (aligned) tensor
+    sizes = [p.numel() for p in net.parameters()]
+    flat = torch.full((offset + sum(sizes) + 3,), float("nan"))
+    start = offset
+    for p, n in zip(net.parameters(), sizes):
+        p.grad = flat[start:start + n].view_as(p)
+        start += n
+    mlp = TorchMLP(net)
+    out, cache = mlp.forward(x)
+    mlp.backward(cache, 2.0 * (out - target) / out.numel())  # d mean((out - target)^2) / d out
+    for (name, a), b in zip(net.named_parameters(), ref.parameters()):
+        assert torch.equal(a.grad, b.grad), name
