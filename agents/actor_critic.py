@@ -38,7 +38,7 @@ from marl_q.messages import HELLO, SERVER, TRAIN, Message
 from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
-from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD
+from marl_q.optim import FlatAdam, FlatOptimizer, FlatRMSprop, FlatSGD, LrSchedule
 from marl_q.seeding import seeded_init, worker_seed
 from marl_q.services import PARAMS, ParameterService
 
@@ -70,7 +70,7 @@ class ActorCriticConfig:
     # one-step updates with heads that have a numpy pass (mlp, an exact vqc/hybrid: circuits.twins) run forward
     # and backward in numpy, where torch's per-call overhead would dominate
     fast_path: bool = True
-    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: anneal to 0 over the budget
+    lr_schedule: LrSchedule = "constant"  # linear: anneal to 0 over the budget (marl_q.optim.lr_factor)
     reward_scale: float = 1.0  # rewards are multiplied by this in the loss (episode returns are not)
     init_log_std: float = 0.0  # Box action spaces: the Gaussian policy's initial log standard deviation
 

@@ -53,7 +53,7 @@ from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
-from marl_q.optim import FlatAdam, clip_flat_grad, flush_denormals
+from marl_q.optim import FlatAdam, LrSchedule, clip_flat_grad, flush_denormals, lr_factor
 from marl_q.protocol import ActingPolicy, Algorithm, Context, MessageSpec, Outcome, Service, Work, worker_name
 from marl_q.registry import ALGORITHMS, SCENARIOS, cannot_take_turns
 from marl_q.seeding import derive, seeded_init
@@ -135,6 +135,9 @@ class QConfig:
 
     gamma: float = 0.99
     lr: float = 5e-4
+    # linear: every Adam rate (lr, lr_input_scale, lr_output_scale) annealed to 0 over the run's budget
+    # (marl_q.optim.lr_factor, the actor-critic learners' rule)
+    lr_schedule: LrSchedule = "constant"
     adam_eps: float = 1e-8
     # circuit heads (vqc): Adam's learning rates of the trainable input scalings and the output scalings
     # (null: lr); Skolik et al. train the output scaling 100x faster than the rest
@@ -847,6 +850,7 @@ class QLearner:
         self.segments = [(start, end) for start, end, _ in runs]
         self.adams = [FlatAdam(self.flat.flat.data[start:end], getattr(hp, key), eps=hp.adam_eps)
                       for start, end, key in runs]
+        self.base_lrs = [adam.lr for adam in self.adams]  # the configured rates ``scale_lr`` scales
         self.param_names = [n for key in ("lr", "lr_input_scale", "lr_output_scale") for n in lr_key if lr_key[n] == key]
         self.slots = [where[n] for n in self.param_names]
         named = dict(self._named())
@@ -882,6 +886,11 @@ class QLearner:
             for key in ("exp_avg", "exp_avg_sq"):
                 if f"{i}.{key}" in state:
                     getattr(adam, key)[offset:offset + n].copy_(torch.from_numpy(np.array(state[f"{i}.{key}"])).reshape(-1))
+
+    def scale_lr(self, factor: float) -> None:
+        """Set every Adam's rate to its configured one times ``factor`` (a schedule's, ``lr_factor``)."""
+        for adam, base in zip(self.adams, self.base_lrs):
+            adam.lr = base * factor
 
     def _q(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         return q_forward(net, obs, self.dims, self._agent_id())
@@ -1132,6 +1141,8 @@ class ReplayService(Service):
     def _learn(self, n: int, ctx: Context) -> list[dict[str, Any]]:
         """n gradient updates on batches drawn with the server's generator; one train.csv row (mean loss)."""
         r = self.hp.replay
+        if self.hp.lr_schedule != "constant":  # the rate at the run's progress, for these n updates
+            self.learner.scale_lr(lr_factor(self.hp.lr_schedule, ctx.progress))
         losses = []
         for _ in range(n):
             if r.prioritized:

@@ -6,9 +6,24 @@ handful of in-place ops (tested step by step against torch.optim's RMSprop, Adam
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Literal
 
 import torch
+
+LrSchedule = Literal["constant", "linear"]  # a learner's ``algorithm.lr_schedule``
+
+
+def lr_factor(schedule: LrSchedule, progress: float) -> float:
+    """What a scheduled learning rate is of its configured value at ``progress``, the fraction of the
+    run's budget used (``Context.progress``, in [0, 1]): ``constant`` 1; ``linear`` 1 - progress (annealed
+    to 0 over the budget). One rule for every learner that schedules its rate: the server's
+    ``ParameterService`` (actor-critic) and the Q-learners' ``ReplayService``. A rate at a checkpoint
+    is this function of the run's progress, so a resumed run sets the same rate as the uninterrupted one."""
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    if schedule == "constant":
+        return 1.0
+    raise ValueError(f"lr_schedule: 'constant' or 'linear', got {schedule!r}")
 
 
 class FlatOptimizer:

@@ -12,7 +12,7 @@ import torch
 
 from marl_q.aggregation import Aggregator
 from marl_q.messages import SERVER, Message
-from marl_q.optim import FlatOptimizer
+from marl_q.optim import FlatOptimizer, LrSchedule, lr_factor
 from marl_q.protocol import Context, MessageSpec, Outcome, Service
 
 PARAMS = "params"  # the message kind (and payload key) of a parameter snapshot sent to a worker
@@ -28,7 +28,7 @@ class ParameterService(Service):
 
     def __init__(self, params: np.ndarray, mode: Literal["grad", "delta"], aggregator: Aggregator,
                  make_optimizer: Optional[Callable[[torch.Tensor], FlatOptimizer]] = None,
-                 server_lr: float = 1.0, lr_schedule: Literal["constant", "linear"] = "constant") -> None:
+                 server_lr: float = 1.0, lr_schedule: LrSchedule = "constant") -> None:
         self.param = torch.as_tensor(np.asarray(params, dtype=np.float32)).clone()
         self.mode = mode
         self.aggregator = aggregator
@@ -54,8 +54,8 @@ class ParameterService(Service):
         combined, release = self.aggregator.offer(msg.src, msg.payload[self.mode], ctx.weight)
         applied = combined is not None
         if applied:
-            if self.lr_schedule == "linear":  # anneal to zero over the run's budget
-                self._scale_lr(max(0.0, 1.0 - ctx.progress))
+            if self.lr_schedule != "constant":  # linear: anneal to zero over the run's budget
+                self._scale_lr(lr_factor(self.lr_schedule, ctx.progress))
             self._apply(combined)
         version = ctx.next_version if applied else ctx.version
         return Outcome(applied, [self._params_message(w, version) for w in release])

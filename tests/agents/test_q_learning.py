@@ -9,6 +9,8 @@
 - evaluation during training (run.eval_every) plays greedy episodes (the masked argmax of the server's
   Q-network, as a plain loop over the raw env computes them) and leaves the run's bytes as they were;
 - config errors exit 2 with one line;
+- ``algorithm.lr_schedule: linear``: every Adam step takes lr * (1 - progress), progress the run's env
+  steps (train.csv's count at that update) over its budget, by hand; constant keeps lr; resume is exact;
 - the same for a GRU Q-network on sequence replay (SMALL_QMIX_GRU; its own tests: test_q_recurrent.py),
   whose greedy evaluation carries the state from zeros at each episode's start.
 """
@@ -78,6 +80,7 @@ def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transi
 
 @pytest.mark.parametrize("name,overrides,stop_at", [
     ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true", "algorithm.tau=0.5"], 40),
+    ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.lr_schedule=linear"], 40),  # the rate: a function of progress
     ("spread_qmix.yaml", SMALL_QMIX, 12),
     ("spread_qmix.yaml", SMALL_QMIX_GRU, 12)])  # the workers' GRU states and open sequences travel too
 def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted_one(name, overrides, stop_at,
@@ -92,6 +95,38 @@ def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted
     assert _files(tmp_path / "part") == _files(tmp_path / "full")
     for key in ("env_steps", "episodes", "updates", "transitions_inserted", "target_updates", "final_return"):
         assert resumed[key] == full[key], key
+
+
+@pytest.mark.parametrize("schedule", ["linear", "constant"])
+def test_every_adam_step_takes_the_scheduled_rate_of_the_runs_progress(schedule, tmp_path, monkeypatch):
+    """The rate each Adam step of the learner uses (``FlatAdam.step`` reads ``lr``), against lr (1 - e / T)
+    by hand: e the run's env steps when the server took the chunk (train.csv's column; one row per chunk
+    that brought updates, all of them at one rate), T = run.total_env_steps = 1500; constant: lr."""
+    from marl_q.optim import FlatAdam
+
+    used: list[float] = []
+    step = FlatAdam.step
+    monkeypatch.setattr(FlatAdam, "step", lambda self, grad: (used.append(self.lr), step(self, grad))[1])
+    cfg = load_config(SCEN / "cartpole_dqn.yaml", SMALL_DQN + [f"algorithm.lr_schedule={schedule}"])
+    lr, total = cfg.algorithm.params.lr, cfg.run.total_env_steps
+    assert (lr, total) == (0.0023, 1500)
+    out = run_experiment(cfg, tmp_path / "r")
+    assert len(used) == out["learning_updates"] > 20
+    with open(tmp_path / "r" / "train.csv") as fh:
+        env_steps = [int(r["env_steps"]) for r in csv.DictReader(fh)]
+    runs = [used[0]]  # the rates in order, one per train.csv row
+    for rate in used[1:]:
+        if rate != runs[-1]:
+            runs.append(rate)
+    if schedule == "constant":
+        assert runs == [lr]
+        return
+    assert len(runs) == len(env_steps) > 10
+    for e, rate in zip(env_steps, runs):
+        assert rate == pytest.approx(lr * (1 - e / total), rel=1e-12, abs=0), e
+    # the first chunk past learning_starts (300) ends at 305 steps: 0.0023 * 1195 / 1500 = 0.00183233...
+    assert env_steps[0] == 305 and runs[0] == pytest.approx(0.0023 * 1195 / 1500, rel=1e-12)
+    assert runs == sorted(runs, reverse=True) and 0 < runs[-1] < lr * 0.05  # the last chunk: within 75 steps of T
 
 
 def test_service_state_dict_round_trips_buffer_networks_and_optimizer(tmp_path):
@@ -225,6 +260,7 @@ def test_buffer_pickles_its_filled_rows_only():
     (["algorithm.replay.prioritized=true", "algorithm.replay.alpha=1.5"], "algorithm.replay.alpha must lie in [0, 1]"),
     (["algorithm.replay.prioritized=true", "algorithm.replay.alpha=-0.1"], "algorithm.replay.alpha must lie in [0, 1]"),
     (["server.aggregation=sync"], "server.aggregation: 'sync' is not supported by the replay service"),
+    (["algorithm.lr_schedule=cosine"], "algorithm.lr_schedule: unknown value 'cosine' (choices: constant, linear)"),
 ])
 def test_config_errors_exit_2_with_one_line(overrides, needle, tmp_path, capsys):
     args = ["run", str(SCEN / "cartpole_dqn.yaml"), "--out", str(tmp_path / "x")]

@@ -1,10 +1,10 @@
-"""The server's fused flat optimizers against torch.optim, step by step."""
+"""The server's fused flat optimizers against torch.optim, step by step; the learning-rate schedule's factor."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from marl_q.optim import FlatAdam, FlatRMSprop, FlatSGD
+from marl_q.optim import FlatAdam, FlatRMSprop, FlatSGD, lr_factor
 
 
 @pytest.mark.parametrize("flat_cls, torch_cls, kw", [
@@ -43,3 +43,11 @@ def test_state_round_trip_continues_identically():
     opt.step(g)
     opt_b.step(g)
     torch.testing.assert_close(a, b)
+
+
+def test_lr_factor_is_one_when_constant_and_one_minus_progress_when_linear():
+    assert [lr_factor("constant", p) for p in (0.0, 0.4, 1.0)] == [1.0, 1.0, 1.0]
+    assert [lr_factor("linear", p) for p in (0.0, 0.25, 0.5, 1.0)] == [1.0, 0.75, 0.5, 0.0]
+    assert lr_factor("linear", 1.2) == 0.0  # never negative past the budget
+    with pytest.raises(ValueError, match="lr_schedule: 'constant' or 'linear', got 'cosine'"):
+        lr_factor("cosine", 0.5)
