@@ -321,6 +321,8 @@ def plot_comparison(c: Comparison, path: Path, title: str = "") -> Path:
                     "dashed: Ŝ, the first step the fraction reaches δ", fontsize=9)
     for ax in (left, right):
         ax.grid(alpha=0.3)
+    plots.steps_axis(left.yaxis)
+    plots.steps_axis(right.xaxis)
     left.legend(fontsize=8, loc="lower right")
     right.legend(fontsize=8, loc="best")
     if title:

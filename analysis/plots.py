@@ -22,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from analysis.stats import clipped_band, mean_ci  # noqa: E402
 import yaml  # noqa: E402
@@ -81,6 +81,18 @@ def save_figure(fig: Any, ax: Any, path: Path, legend_title: Optional[str] = Non
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def steps_label(x: float, _pos: Any = None) -> str:
+    """An env-step tick as people read it: 0, 500, 250k, 1.5M (not 1e6 in the axis corner)."""
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:g}M"
+    return f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
+
+
+def steps_axis(axis: Any) -> None:
+    """Label an axis of env steps with ``steps_label``'s ticks (``ax.xaxis`` or ``ax.yaxis``)."""
+    axis.set_major_formatter(FuncFormatter(steps_label))
 
 
 def wrap(text: str, width: int = 90) -> str:

@@ -5,7 +5,8 @@
 Reads only run directories (config.yaml, metrics.csv). A run's variant comes from its resolved
 actor/critic heads. Each curve is the mean over seeds of the trailing ``window``-episode mean
 return against environment steps, with a 95% t-interval band over seeds. Prints, per variant, the
-seeds, the steps at which the trailing mean first reached ``solve`` and the final trailing mean.
+seeds, the steps at which the trailing mean first reached ``solve`` (for more than 10 seeds: how many
+did, the first and the median step) and the final trailing mean's mean (95% t), median and IQM.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter
 import numpy as np
-from analysis.stats import clipped_band, mean_ci
+from analysis.plots import steps_axis
+from analysis.stats import clipped_band, iqm, mean_ci
 import yaml
 
 QUANTUM_HEADS = {"vqc", "hybrid", "diffqas"}
@@ -63,6 +64,17 @@ def steps_to_solve(curve: Curve, solve: float, window: int) -> float | None:
     return float(curve.env_steps[window - 1 + hits[0]]) if len(hits) else None
 
 
+def solve_text(solved: list[float | None], listed: int = 10) -> str:
+    """Each seed's step to solve ('-': never) for up to ``listed`` seeds; for more, how many solved, the
+    first and the median of their steps."""
+    if len(solved) <= listed:
+        return ", ".join("-" if s is None else f"{s:.0f}" for s in solved)
+    hit = sorted(s for s in solved if s is not None)
+    if not hit:
+        return f"0 of {len(solved)} seeds"
+    return f"{len(hit)} of {len(solved)} seeds (first {hit[0]:.0f}, median {np.median(hit):.0f})"
+
+
 def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean over seeds (axis 0) and the half-width of its 95% t-interval (0 for a single seed)."""
     return mean_ci(values)
@@ -86,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     horizon = min(curve.env_steps[-1] for curves in groups.values() for curve in curves)
     grid = np.linspace(0, horizon, 200)
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    print(f"{'variant':<24}{'seeds':>6}  {'steps to ' + str(int(args.solve)) + ' (per seed)':<44}"
-          f"mean at {horizon:.0f} steps (95% t)")
+    print(f"{'variant':<24}{'seeds':>6}  {'steps to ' + str(int(args.solve)):<44}"
+          f"at {horizon:.0f} steps: mean (95% t), median, IQM")
     for name in [v for v in ORDER if v in groups]:
         curves = groups[name]
         values = np.stack([np.interp(grid, c.env_steps, c.trailing) for c in curves])
@@ -98,11 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         low, high = clipped_band(values, mean, half)
         ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
         solved = [steps_to_solve(c, args.solve, args.window) for c in curves]
-        solved_text = ", ".join("-" if s is None else f"{s:.0f}" for s in solved)
-        final, final_half = band(np.array([[float(np.interp(horizon, c.env_steps, c.trailing))] for c in curves]))
-        print(f"{name:<24}{len(curves):>6}  {solved_text:<44}{final[0]:.1f} +- {final_half[0]:.1f}")
+        finals = np.array([float(np.interp(horizon, c.env_steps, c.trailing)) for c in curves])
+        final, final_half = band(finals[:, None])
+        print(f"{name:<24}{len(curves):>6}  {solve_text(solved):<44}{final[0]:.1f} +- {final_half[0]:.1f}, "
+              f"{np.median(finals):.1f}, {iqm(finals):.1f}")
     ax.set_xlabel("environment steps")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}M" if x >= 1e6 else f"{x / 1e3:g}k" if x else "0"))
+    steps_axis(ax.xaxis)
     ax.set_ylabel(f"return (mean of last {args.window} episodes)")
     title = args.title or "CartPole-v1, one-step TD A2C (Koelle et al.): classical vs hybrid quantum heads"
     ax.set_title(textwrap.fill(title, 80), fontsize=10)
