@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     horizon = min(curve.env_steps[-1] for curves in groups.values() for curve in curves)
     grid = np.linspace(0, horizon, 200)
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    print(f"{'variant':<24}{'seeds':>6}  {'steps to ' + str(int(args.solve)):<44}"
+    print(f"{'variant':<24}{'seeds':>6}  {'steps to ' + str(int(args.solve)):<52}"
           f"at {horizon:.0f} steps: mean (95% t), median, IQM")
     for name in [v for v in ORDER if v in groups]:
         curves = groups[name]
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         solved = [steps_to_solve(c, args.solve, args.window) for c in curves]
         finals = np.array([float(np.interp(horizon, c.env_steps, c.trailing)) for c in curves])
         final, final_half = band(finals[:, None])
-        print(f"{name:<24}{len(curves):>6}  {solve_text(solved):<44}{final[0]:.1f} +- {final_half[0]:.1f}, "
+        print(f"{name:<24}{len(curves):>6}  {solve_text(solved):<52}{final[0]:.1f} +- {final_half[0]:.1f}, "
               f"{np.median(finals):.1f}, {iqm(finals):.1f}")
     ax.set_xlabel("environment steps")
     steps_axis(ax.xaxis)
