@@ -300,7 +300,9 @@ def plot_comparison(c: Comparison, path: Path, title: str = "") -> Path:
         if not np.isfinite(e.high):
             left.annotate("", xy=(i, end * 1.06), xytext=(i, end), arrowprops={"arrowstyle": "->", "color": color})
         if not e.reached:
-            left.annotate("not reached", (i, end), textcoords="offset points", xytext=(8, -4), fontsize=8, color=color)
+            last = i == len(c.groups) - 1  # the rightmost label goes left of its marker, inside the axes
+            left.annotate("not reached", (i, end), textcoords="offset points", xytext=(-8 if last else 8, -4),
+                          ha="right" if last else "left", va="top", fontsize=8, color=color)
         right.plot(c.steps, g.fraction, color=color, label=f"{g.label} ({g.runs} runs)", drawstyle="steps-post")
         right.fill_between(c.steps, g.band[0], g.band[1], color=color, alpha=0.2, linewidth=0, step="post")
         if e.reached:
