@@ -30,6 +30,7 @@ from agents.coma_estimators import epsilon_floored_policy
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.rollout import EpisodeBook, Step, evaluate, rollout
 from agents.numpy_heads import numpy_acting_head
+from agents.value_targets import linear_schedule
 from circuits.vqc import mark_acting_only
 from marl_q.aggregation import Aggregator, holds_rounds
 from marl_q.errors import ConfigError
@@ -108,11 +109,9 @@ class ComaConfig:
                 raise ValueError(f"{key}: must be positive, got {getattr(self, key)}")
 
     def epsilon(self, env_steps: int) -> float:
-        """Linear anneal of the exploration floor over ``epsilon_anneal_steps`` env steps."""
-        if self.epsilon_anneal_steps == 0:
-            return self.epsilon_end
-        frac = min(1.0, env_steps / self.epsilon_anneal_steps)
-        return self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
+        """Linear anneal of the exploration floor over ``epsilon_anneal_steps`` env steps (the Q-learners'
+        epsilon rule, ``agents.value_targets.linear_schedule``)."""
+        return linear_schedule(env_steps, self.epsilon_start, self.epsilon_end, self.epsilon_anneal_steps)
 
 
 # ----------------------------------------------------------------------------- environment
