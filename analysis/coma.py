@@ -135,9 +135,10 @@ def group_curves(runs: list[Run], window: int, points: int = 200) -> dict[str, C
     return out
 
 
-def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str,
+def plot_curves(curves: dict, out: Path, title: str, x_label: Optional[str], y_label: str,
                 references: Sequence[tuple[str, float]] = ()) -> Path:
-    """One line per group with its 95% band, and dashed horizontal reference levels; saved as PNG."""
+    """One line per group with its 95% band, and dashed horizontal reference levels; saved as PNG.
+    ``x_label`` None: the x axis is env steps (``analysis.plots.steps_xlabel``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -152,7 +153,12 @@ def plot_curves(curves: dict, out: Path, title: str, x_label: str, y_label: str,
     for i, (name, value) in enumerate(references):
         ax.axhline(value, color=("0.2", "0.45", "0.6", "0.75")[i % 4], linestyle=(0, (5, 1.5 + 1.5 * i)),
                    linewidth=1.1, label=f"{name} ({value:g})")
-    ax.set_xlabel(x_label)
+    if x_label is None:
+        from analysis.plots import steps_xlabel  # imports matplotlib: only when a figure is drawn
+
+        steps_xlabel(ax)
+    else:
+        ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(textwrap.fill(title, 70), fontsize=10)
     ax.grid(alpha=0.3)
@@ -226,7 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.window < 1:
         p.error(f"--window: must be at least 1, got {args.window}")
     curves = group_curves(runs, args.window)
-    x_label = "environment steps (all workers)" if args.x == "env_steps" else "time (s; virtual in sim)"
+    x_label = None if args.x == "env_steps" else "time (s; virtual in sim)"
     scenario = runs[0].summary.get("scenario", "?")
     title = args.title or f"{scenario}: return by {args.by}, mean of {args.window}-episode window"
     y_label = args.ylabel or f"episode return, {args.window}-episode trailing mean"

@@ -95,6 +95,15 @@ def steps_axis(axis: Any) -> None:
     axis.set_major_formatter(FuncFormatter(steps_label))
 
 
+STEPS_LABEL = "environment steps (all workers)"
+
+
+def steps_xlabel(ax: Any, label: str = STEPS_LABEL) -> None:
+    """An x axis of env steps: its label and ``steps_label``'s ticks (250k, 1M: no 1e6 in the corner)."""
+    ax.set_xlabel(label)
+    steps_axis(ax.xaxis)
+
+
 def wrap(text: str, width: int = 90) -> str:
     """Each line of a title wrapped at `width` characters."""
     return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.splitlines())
@@ -440,7 +449,10 @@ def plot_learning(groups: dict[str, list[Run]], xkey: str, xlabel: str, title: s
     if solve is not None:
         ax.axhline(solve, color="grey", linestyle=":", linewidth=1, label=f"solved ({solve:g})")
     windows = sorted({solve_window(r) for g in groups.values() for r in g})
-    ax.set_xlabel(xlabel)
+    if xkey == "env_steps":
+        steps_xlabel(ax, xlabel)
+    else:
+        ax.set_xlabel(xlabel)
     teams = sorted({str(report_team(r)) for g in groups.values() for r in g if len(team_names(r)) > 1})
     what = f"return of team {'/'.join(teams)}" if teams else "return"  # several teams: return is one team's
     ax.set_ylabel(f"{what}, mean of last {'/'.join(map(str, windows))} episodes\n(run.solve_window, as steps_to_solve)")
@@ -501,7 +513,7 @@ def plot_teams(groups: dict[str, list[Run]], title: str, path: Path, labels: Opt
                 line, = ax.plot(grid, mean, linestyle=style, label=_clip(text, 60))
                 if len(curves) > 1:
                     ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-        ax.set_xlabel("environment steps (all workers)")
+        steps_xlabel(ax)
         ax.grid(alpha=0.3)
     windows = sorted({solve_window(r) for r in runs})
     mean_of = f"mean of last {'/'.join(map(str, windows))} episodes"
@@ -774,7 +786,7 @@ def plot_quantum(groups: dict[str, list[Run]], title: str, path: Path,
         what = sorted(text for c, text in ylabels if c == col)
         # several kinds of count on one axis (exact heads' circuits beside shots) make a long label: wrapped
         axes[0, col].set_ylabel(names[col] if col else wrap("cumulative " + "; ".join(what), 45))
-        axes[0, col].set_xlabel("environment steps (all workers)")
+        steps_xlabel(axes[0, col])
         axes[0, col].grid(alpha=0.3)
     several = any(len(runs) > 1 for runs in shown.values())
     axes[0, 0].legend(fontsize=8, title="mean over seeds, shaded: min-max over seeds" if several else None,
@@ -809,7 +821,7 @@ def plot_paths(paths: list[Path], out: Optional[Path] = None, labels: Optional[l
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="No artists with labels found")
         made = [
-            plot_learning(groups, "env_steps", "environment steps (all workers)", title, out / "return_vs_steps.png",
+            plot_learning(groups, "env_steps", STEPS_LABEL, title, out / "return_vs_steps.png",
                           names, key),
             plot_learning(groups, "t", runs[0].clock, title, out / "return_vs_time.png", names, key),
             plot_traffic(groups, title, out / "traffic.png", names, key),

@@ -313,7 +313,7 @@ def draw_figures(groups: dict[str, list[plots.Run]], runs: list[plots.Run], titl
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="No artists with labels found")
         made = [
-            ("curves", plots.plot_learning(groups, "env_steps", "environment steps (all workers)", title,
+            ("curves", plots.plot_learning(groups, "env_steps", plots.STEPS_LABEL, title,
                                            folder / "return_vs_steps.png", None, key), "return vs environment steps"),
             ("curves", plots.plot_learning(groups, "t", runs[0].clock, title, folder / "return_vs_time.png", None, key),
              f"return vs {runs[0].clock}"),

@@ -13,7 +13,6 @@ a 16-row forward and backward through torch (a DQN learner's batch).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import time

@@ -131,6 +131,32 @@ def test_single_run_has_no_band_and_says_so(tmp_path, figures):
     assert "no band" in title and "95%" not in title and "95%" not in ax.get_ylabel()
 
 
+def test_env_step_axes_read_250k_and_1m_and_time_axes_stay_seconds(tmp_path, figures):
+    """The return-vs-steps figure ticks its env steps as 250k / 1M (no 1e6 in the corner); the
+    return-vs-time figure keeps plain seconds."""
+    write_run(tmp_path / "r", config(), np.arange(150.0))
+    plots.plot_paths([tmp_path / "r"], tmp_path / "out")
+    steps = by_name(figures, "return_vs_steps.png").axes[0]
+    assert steps.get_xlabel() == plots.STEPS_LABEL
+    fmt = steps.xaxis.get_major_formatter()
+    assert [fmt(x, 0) for x in (250_000, 1_000_000, 1_500)] == ["250k", "1M", "1.5k"]
+    time = by_name(figures, "return_vs_time.png").axes[0]
+    assert time.xaxis.get_major_formatter()(250_000, 0) != "250k"
+
+
+def test_marlq_coma_env_step_axis_reads_1m(tmp_path, monkeypatch):
+    from analysis import coma
+
+    grid = np.linspace(0, 2_000_000, 5)
+    curve = coma.Curve(grid=grid, mean=np.zeros(5), ci=np.zeros(5), seeds=1, low=np.zeros(5), high=np.zeros(5))
+    kept = []
+    monkeypatch.setattr(plots.plt, "close", lambda fig=None: kept.append(fig))
+    coma.plot_curves({"a": curve}, tmp_path / "c.png", "t", None, "y")
+    ax = kept[0].axes[0]
+    assert ax.get_xlabel() == plots.STEPS_LABEL and ax.xaxis.get_major_formatter()(1_000_000, 0) == "1M"
+    plots.plt.close(kept[0])
+
+
 # ----------------------------------------------------------------------------- smoothing
 def test_smoothing_window_is_the_runs_solve_window_and_stated_on_the_axis(tmp_path, figures):
     returns = np.r_[np.zeros(50), np.full(50, 10.0)]
