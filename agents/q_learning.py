@@ -46,10 +46,11 @@ from agents.replay import (EpisodeBuffer, Field, PrioritizedReplayBuffer, Replay
                            n_step_chunk, n_step_windows, sequence_windows, transition_fields)
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.turn_based import TurnCopies, TurnPlay
+from agents.value_norm import RunningMeanStd
 from agents.value_targets import (QMixer, VDNMixer, bootstrap_values, epsilon_greedy, exponential_schedule,
                                   linear_schedule, masked_argmax, q_taken, td_loss, td_loss_grad,
                                   td_target)
-from marl_q.errors import ConfigError
+from marl_q.errors import CheckpointError, ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.messages import SERVER, Message
 from marl_q.metrics import episode_summary
@@ -160,6 +161,9 @@ class QConfig:
     envs_per_worker: int = 1
     agent_id: bool = True  # multi-agent: append a one-hot agent index to each agent's observation
     team_reward: Literal["sum", "mean"] = "sum"  # multi-agent: how the agents' rewards make the team's
+    # EPyMARL's standardise_rewards: each replayed batch's rewards update a running mean and variance
+    # (agents.value_norm.RunningMeanStd, part of the checkpoint) and enter the TD target as (r - mean) / std
+    standardise_rewards: bool = False
     mixer_embed_dim: int = 32  # qmix
     hypernet_layers: int = 2  # qmix: 1 (the paper) or 2 (PyMARL/EPyMARL)
     hypernet_embed: int = 64
@@ -774,6 +778,8 @@ class TurnQWorker(TurnPlay, QWorker):
 class QLearner:
     """The online and target Q-networks (and mixers), Adam, and one TD update on a replayed batch."""
 
+    reward_stats: Optional[RunningMeanStd] = None  # a class default: snapshots from before the key need nothing
+
     def __init__(self, hp: QConfig, kind: str, net: nn.Module, dims: QDims) -> None:
         self.hp, self.kind, self.dims = hp, kind, dims
         self.online = net
@@ -793,6 +799,7 @@ class QLearner:
         self._init_update(None)
         self.updates = 0
         self.target_updates = 0
+        self.reward_stats = RunningMeanStd() if hp.standardise_rewards else None
 
     def _named(self) -> list[tuple[str, nn.Parameter]]:
         """The trainable parameters, named ``online.*`` / ``mixer.*``, in the flat buffer's order."""
@@ -936,13 +943,23 @@ class QLearner:
             with torch.no_grad():
                 v_next = self.target_mixer(v_next, t["state"][:, b + 1:] if "state" in t else None)
             pred = self.mixer(chosen, t["state"][:, steps] if "state" in t else None)
-        reward = t["reward"][:, steps]
+        reward = self.rewards(t["reward"][:, steps], live)
         target = td_target(reward, torch.full_like(reward, hp.gamma), term, v_next)
         mask = live.to(pred.dtype)
         if pred.ndim > mask.ndim:  # IQL: every agent's step
             mask = mask[..., None].expand_as(pred)
         loss, td = td_loss(pred, target, None, hp.loss, hp.huber_delta, mask=mask)
         return loss, td, mask
+
+    def rewards(self, reward: torch.Tensor, live: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The batch's rewards as the TD target takes them: as stored, or with ``standardise_rewards``
+        standardised by the running statistics after they took in this batch's rewards (those of
+        ``live`` steps only: a sequence's padding is not a reward)."""
+        if self.reward_stats is None:
+            return reward
+        seen = reward.numpy() if live is None else reward.numpy()[live.numpy()]
+        self.reward_stats.update(seen)
+        return torch.from_numpy(self.reward_stats.standardise(reward.numpy()))
 
     def _agent_id(self) -> bool:
         return self.hp.agent_id and self.dims.n_agents is not None
@@ -994,7 +1011,7 @@ class QLearner:
             pred, mixed = self.mixer.forward_cached(chosen, t.get("state"))
         else:
             pred = self.mixer(chosen, t.get("state"))
-        target = td_target(t["reward"], t["discount"], t["terminated"], v_next)
+        target = td_target(self.rewards(t["reward"]), t["discount"], t["terminated"], v_next)
         w = torch.from_numpy(weights) if weights is not None else None
         loss, td = td_loss(pred, target, w, self.hp.loss, self.hp.huber_delta)
         if not hand:
@@ -1170,6 +1187,9 @@ class ReplayService(Service):
             out[f"optim.{key}"] = value
         for key, value in self.buffer.state_dict().items():
             out[f"replay.{key}"] = np.array(value, copy=True)
+        if self.learner.reward_stats is not None:
+            for key, value in self.learner.reward_stats.state_dict().items():
+                out[f"reward_stats.{key}"] = value
         return out
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -1183,6 +1203,12 @@ class ReplayService(Service):
         self.learner.target_updates = int(state["target_updates"])
         self.env_steps = int(state["env_steps"])
         self.credit = float(state["credit"])
+        if self.learner.reward_stats is not None:
+            stats = {k[13:]: v for k, v in state.items() if k.startswith("reward_stats.")}
+            if not stats:
+                raise CheckpointError("this checkpoint's replay service has no reward statistics (reward_stats.*), "
+                                      "but the run sets algorithm.standardise_rewards: true; resume it without")
+            self.learner.reward_stats.load_state_dict(stats)
         self._snapshot = None
 
     def summary(self) -> dict[str, Any]:

@@ -82,6 +82,7 @@ def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transi
     ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true", "algorithm.tau=0.5"], 40),
     ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.lr_schedule=linear"], 40),  # the rate: a function of progress
     ("spread_qmix.yaml", SMALL_QMIX, 12),
+    ("spread_qmix.yaml", SMALL_QMIX + ["algorithm.standardise_rewards=true"], 12),  # the running reward statistics
     ("spread_qmix.yaml", SMALL_QMIX_GRU, 12)])  # the workers' GRU states and open sequences travel too
 def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted_one(name, overrides, stop_at,
                                                                                      tmp_path):
@@ -505,3 +506,61 @@ def test_a_recurrent_q_network_has_no_stateless_policy_to_load(tmp_path):
     run_experiment(load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX_GRU), tmp_path / "r")
     with pytest.raises(UserError, match=r"a recurrent Q-network \(critic.recurrent\) has no stateless acting policy"):
         load_trained(tmp_path / "r")
+
+
+@pytest.mark.parametrize("kind", ["iql", "qmix"])
+def test_standardised_rewards_are_the_pooled_statistics_of_every_replayed_batch(kind):
+    """``standardise_rewards``: a learner on raw rewards steps exactly as its twin without the key on the
+    rewards standardised by hand, (r - mean) / std with mean and variance pooled over every batch so far
+    and the prior pseudo-sample (count 1e-4, mean 0, variance 1), over three updates."""
+    dims = QDims(obs_dim=4, n_actions=3, n_agents=2, state_dim=5 if kind == "qmix" else None, agents=("a", "b"))
+    twins = []
+    for on in (True, False):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        twins.append(QLearner(QConfig(lr=1e-2, mixer_embed_dim=4, hypernet_embed=8, standardise_rewards=on),
+                              kind, net, dims))
+    on, off = twins
+    rng = np.random.default_rng(1)
+    seen = []
+    for B in (6, 4, 9):
+        batch = {"obs": rng.normal(size=(B, 2, 4)).astype(np.float32), "action": rng.integers(0, 3, (B, 2)),
+                 "reward": rng.normal(-3.0, 2.0, size=B).astype(np.float32),
+                 "next_obs": rng.normal(size=(B, 2, 4)).astype(np.float32), "terminated": np.zeros(B, bool),
+                 "discount": np.full(B, 0.99, np.float32), "avail": np.ones((B, 2, 3), bool),
+                 "next_avail": np.ones((B, 2, 3), bool)}
+        if kind == "qmix":
+            batch["state"] = rng.normal(size=(B, 5)).astype(np.float32)
+            batch["next_state"] = rng.normal(size=(B, 5)).astype(np.float32)
+        seen.append(batch["reward"].astype(np.float64))
+        x = np.concatenate(seen)
+        n = 1e-4 + x.size
+        mean = x.sum() / n
+        var = (1e-4 * (1.0 + mean ** 2) + ((x - mean) ** 2).sum()) / n
+        loss_on, td_on = on.update(batch)
+        loss_off, td_off = off.update({**batch, "reward": ((batch["reward"] - mean) / np.sqrt(var)).astype(np.float32)})
+        assert loss_on == pytest.approx(loss_off, rel=1e-5)
+        np.testing.assert_allclose(td_on, td_off, rtol=1e-5, atol=1e-6)
+        for p, q in zip(on.params, off.params):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert on.reward_stats.count == pytest.approx(1e-4 + 19) and off.reward_stats is None
+
+
+def test_reward_statistics_travel_in_the_service_state_and_their_absence_is_refused():
+    """The array path of resume (no sim snapshot): ``reward_stats.*`` come back as they were; a state
+    without them (written by a run without the key) is refused with a CheckpointError naming the key."""
+    from marl_q.errors import CheckpointError
+    from marl_q.runtime import build_algorithm
+
+    std = SMALL_QMIX + ["algorithm.standardise_rewards=true"]
+    service = build_algorithm(load_config(SCEN / "spread_qmix.yaml", std))[1]
+    service.learner.reward_stats.update(np.array([-3.0, -1.0, -2.5]))
+    state = service.state_dict()
+    assert {"reward_stats.mean", "reward_stats.var", "reward_stats.count"} <= set(state)
+    back = build_algorithm(load_config(SCEN / "spread_qmix.yaml", std))[1]
+    back.load_state_dict(state)
+    assert back.learner.reward_stats.state_dict() == pytest.approx(service.learner.reward_stats.state_dict())
+    plain = build_algorithm(load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX))[1].state_dict()
+    assert not any(k.startswith("reward_stats.") for k in plain)
+    with pytest.raises(CheckpointError, match="standardise_rewards"):
+        back.load_state_dict(plain)

@@ -113,11 +113,11 @@ def test_the_assembler_sends_each_episodes_windows_once_across_chunks():
 
 
 # ----------------------------------------------------------------------------- the burn-in loss
-def _learner(kind, burn_in, loss="huber", double=True, seed=0):
+def _learner(kind, burn_in, loss="huber", double=True, seed=0, standardise=False):
     torch.manual_seed(seed)
     dims = QDims(obs_dim=3, n_actions=4, n_agents=2, state_dim=5 if kind == "qmix" else None, agents=("a", "b"))
     hp = QConfig(lr=1e-2, grad_clip=None, double=double, loss=loss, mixer_embed_dim=4, hypernet_embed=8,
-                 gamma=0.9, replay=ReplayConfig(sequence=6, burn_in=burn_in))
+                 gamma=0.9, replay=ReplayConfig(sequence=6, burn_in=burn_in), standardise_rewards=standardise)
     net = build_mlp(MLPConfig(hidden=[7], recurrent="gru", out_gain=1.0), dims.in_dim, dims.n_actions)
     learner = QLearner(hp, kind, net, dims)
     with torch.no_grad():  # biases off zero and a target different from the online network
@@ -364,3 +364,20 @@ def test_a_recurrent_dqn_is_refused_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "critic.recurrent: algorithm 'dqn' has no recurrent Q-network (iql, vdn and qmix have" in err
     assert len(err.splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_standardised_rewards_of_sequences_pool_only_the_steps_in_the_loss():
+    """With ``standardise_rewards`` a batch of sequences adds the rewards of the steps in the loss (after
+    the burn-in, before the padding) to the running statistics, and nothing of the padding's garbage."""
+    learner = _learner("vdn", burn_in=2, standardise=True)
+    batch = _batch(learner, np.random.default_rng(4))
+    batch["reward"][~batch["mask"]] = 1e6  # padding: garbage the statistics must never see
+    learner.update(batch)
+    b = learner.hp.replay.burn_in
+    live = batch["mask"][:, b + 1:]
+    x = batch["reward"][:, b:-1][live].astype(np.float64)
+    n = 1e-4 + x.size
+    mean = x.sum() / n
+    assert learner.reward_stats.count == pytest.approx(n)
+    assert learner.reward_stats.mean == pytest.approx(mean, rel=1e-9)
+    assert learner.reward_stats.var == pytest.approx((1e-4 * (1 + mean ** 2) + ((x - mean) ** 2).sum()) / n, rel=1e-9)

@@ -56,3 +56,38 @@ def test_normalize_and_denormalize_are_inverse_and_variance_is_floored():
 def test_beta_outside_the_open_unit_interval_is_refused(beta):
     with pytest.raises(ValueError, match="value_norm_beta"):
         ValueNorm(beta=beta)
+
+
+# ----------------------------------------------------------------------------- RunningMeanStd
+def _pooled(batches, prior=1e-4):
+    """Brute force: the mean and population variance of the prior pseudo-sample (count ``prior``, mean 0,
+    variance 1) pooled with every value seen, from the raw values at once."""
+    x = np.concatenate(batches)
+    n = prior + x.size
+    mean = x.sum() / n
+    return mean, (prior * (1.0 + mean ** 2) + ((x - mean) ** 2).sum()) / n
+
+
+def test_running_mean_std_merges_batches_into_the_pooled_moments():
+    from agents.value_norm import RunningMeanStd
+
+    rng = np.random.default_rng(3)
+    batches = [rng.normal(-2.0, 3.0, size=k) for k in (1, 7, 32, 5, 100)]
+    rms = RunningMeanStd()
+    assert (rms.mean, rms.var) == (0.0, 1.0)
+    for i, b in enumerate(batches):
+        rms.update(b)
+        mean, var = _pooled(batches[: i + 1])
+        assert rms.mean == pytest.approx(mean, rel=1e-12) and rms.var == pytest.approx(var, rel=1e-12)
+        assert rms.count == pytest.approx(1e-4 + sum(len(x) for x in batches[: i + 1]))
+    rms.update(np.array([]))  # an empty batch changes nothing
+    assert rms.mean == pytest.approx(mean, rel=1e-12)
+    x = np.array([-5.0, 0.0, 4.5])
+    out = rms.standardise(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, (x - mean) / np.sqrt(var), rtol=1e-6)
+    back = RunningMeanStd()
+    back.load_state_dict(rms.state_dict())
+    assert (back.mean, back.var, back.count) == (rms.mean, rms.var, rms.count)
+    with pytest.raises(ValueError, match="count"):
+        back.load_state_dict({"mean": np.array(0.0), "var": np.array(1.0)})
