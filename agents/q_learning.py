@@ -164,6 +164,10 @@ class QConfig:
     # EPyMARL's standardise_rewards: each replayed batch's rewards update a running mean and variance
     # (agents.value_norm.RunningMeanStd, part of the checkpoint) and enter the TD target as (r - mean) / std
     standardise_rewards: bool = False
+    # true: a step that ends an episode at its time limit (truncated) is terminal for the TD target (no
+    # bootstrap), as EPyMARL's episode runner stores it for Gymnasium and PettingZoo tasks; false (the
+    # default): the target bootstraps from the last observation, the time limit not being part of the task
+    terminal_at_time_limit: bool = False
     mixer_embed_dim: int = 32  # qmix
     hypernet_layers: int = 2  # qmix: 1 (the paper) or 2 (PyMARL/EPyMARL)
     hypernet_embed: int = 64
@@ -508,7 +512,10 @@ def collect_chunk(worker: "QWorker", steps: int) -> tuple[dict[str, np.ndarray],
         return epsilon_greedy(worker.q_values(obs, worker.book.lengths == 0), avail, eps, worker.rng)
 
     def store(t: int, observed: Any, action: np.ndarray, step: Step) -> None:
-        for key, value in transition(vec, *seen(vec, observed), action, step).items():
+        row = transition(vec, *seen(vec, observed), action, step)
+        if hp.terminal_at_time_limit:  # a time limit ends the return there (the episode's end is kept)
+            row["terminated"] = np.asarray(row["terminated"], dtype=bool) | np.asarray(row["truncated"], dtype=bool)
+        for key, value in row.items():
             rows.setdefault(key, []).append(value)
         if worker.memory is not None:  # the state this step was acted from (after its reset)
             rows.setdefault("h0", []).append(worker.memory.before.reshape(vec.num_envs, worker.dims.n_agents, -1))

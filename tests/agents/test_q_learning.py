@@ -564,3 +564,22 @@ def test_reward_statistics_travel_in_the_service_state_and_their_absence_is_refu
     assert not any(k.startswith("reward_stats.") for k in plain)
     with pytest.raises(CheckpointError, match="standardise_rewards"):
         back.load_state_dict(plain)
+
+
+@pytest.mark.parametrize("sequences", [False, True])
+def test_terminal_at_time_limit_marks_exactly_each_episodes_last_step_terminal(sequences):
+    """``terminal_at_time_limit``: the rows a worker pushes are terminal exactly at the step that ends an
+    episode by its time limit (every 10th of spread's 10-cycle episodes), and never without the key; the
+    same for a GRU Q-network's worker (its chunks become sequences)."""
+    from agents.q_learning import QWorker, collect_chunk
+
+    base = SMALL_QMIX_GRU if sequences else SMALL_QMIX
+    for on in (True, False):
+        cfg = load_config(SCEN / "spread_qmix.yaml", base + [f"algorithm.terminal_at_time_limit={str(on).lower()}"])
+        worker = QWorker(cfg, 0)
+        chunk, episodes, taken = collect_chunk(worker, 30)
+        assert taken == 30 and len(episodes) == 3
+        ends = np.zeros(30, bool)
+        ends[[9, 19, 29]] = True
+        np.testing.assert_array_equal(chunk["truncated"][:, 0], ends)
+        np.testing.assert_array_equal(chunk["terminated"][:, 0], ends if on else np.zeros(30, bool))
