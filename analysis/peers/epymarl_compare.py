@@ -45,7 +45,9 @@ Subcommands:
     speed    ``--rounds`` interleaved rounds per pair of one run per side at ``--steps``, pinned to
              ``--cpu`` with one thread; env steps/s of the loop and of the whole process, medians, ratio
     returns  ``--seeds`` per pair and side at ``--steps`` (pinned, one thread, run one after the other);
-             mean and 95% t-interval over seeds
+             mean and 95% t-interval over seeds; EPyMARL's own TD loss and mean Q(s, a) taken, as it
+             logged them, come with its runs (``loss_curve``, ``q_taken_mean_curve``). ``--sides`` runs one
+             side only (speed and returns; default both)
     plot     ``--inputs`` (what speed/returns wrote, several files merged): the summary over all their
              runs, and the curves against env steps as ``--png``
 
@@ -291,10 +293,24 @@ def run_epymarl(python: str, epymarl_dir: Path, work: Path, pair: str, steps: in
         raise RuntimeError(f"EPyMARL run failed ({workdir}):\n{out[-2000:]}\n{err[-3000:]}")
     got = json.loads(lines[-1])
     shutil.rmtree(workdir / "src")
+    got.update(learner_curves(workdir))
     got.update(pair=pair, seed=seed, whole_s=whole, cpu_s=cpu, workdir=str(workdir))
     got["return_last"] = got["return"][-1] if got["return"] else None
     got["curve"] = list(zip(got.pop("return_T"), got.pop("return")))
     return got
+
+
+def learner_curves(workdir: Path) -> dict:
+    """EPyMARL's own logged learner statistics (its sacred ``info.json``): the TD loss and the mean of
+    Q(s, a) taken, each as [(env steps, value)], where it logged them."""
+    out: dict = {}
+    for info in workdir.glob("results/sacred/*/*/*/info.json"):
+        logged = json.loads(info.read_text())
+        for key in ("loss", "loss_td", "q_taken_mean"):
+            if key in logged and f"{key}_T" in logged:
+                vals = [v["value"] if isinstance(v, dict) else v for v in logged[key]]
+                out[f"{key}_curve"] = [[int(t), float(v)] for t, v in zip(logged[f"{key}_T"], vals)]
+    return out
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -308,7 +324,7 @@ def summarize(runs: list[dict]) -> dict:
         by = {p: [g for g in runs if g["pair"] == pair and g["peer"] == p] for p in ("epymarl", "marl-q")}
         s = summary[pair] = {}
         for key in ("loop_steps_per_s", "whole_steps_per_s", "cpu_steps_per_s"):
-            if not all(key in g for g in by["epymarl"] + by["marl-q"]):
+            if not by["epymarl"] or not by["marl-q"] or not all(key in g for g in by["epymarl"] + by["marl-q"]):
                 continue
             e = statistics.median(g[key] for g in by["epymarl"])
             m = statistics.median(g[key] for g in by["marl-q"])
@@ -381,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--cpu", default="1")
+    parser.add_argument("--sides", default="epymarl,marl-q",
+                        help="speed/returns: which sides to run (comma-separated: epymarl, marl-q)")
     parser.add_argument("--episodes", type=int, default=20, help="check: episodes replayed per task")
     parser.add_argument("--out", help="write every run's figures here (JSON)")
     parser.add_argument("--inputs", nargs="+", help="plot: the JSON files that returns wrote (--out)")
@@ -431,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"epymarl_compare: --seeds must be comma-separated integers, got {args.seeds!r}", file=sys.stderr)
         return 2
+    sides = [p for p in args.sides.split(",") if p]
+    if not sides or any(p not in ("epymarl", "marl-q") for p in sides):
+        print(f"epymarl_compare: --sides must name epymarl and/or marl-q, got {args.sides!r}", file=sys.stderr)
+        return 2
     tree = Path(args.tree).resolve()
     epymarl_dir = Path(args.epymarl_dir).resolve()
     work = Path(args.work)
@@ -466,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             plan = [(0, pair, s) for pair in pairs for s in seeds]
         for r, pair, seed in plan:
-            for peer in ("epymarl", "marl-q"):
+            for peer in sides:
                 got = (run_epymarl(args.epymarl_python, epymarl_dir, work, pair, args.steps, seed, args.cpu)
                        if peer == "epymarl" else run_marlq(tree, pair, args.steps, seed, args.cpu))
                 got["round"] = r

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.peers.epymarl_compare import PAIRS, ROOT, main, rows_curve
+import json
+
+from analysis.peers.epymarl_compare import PAIRS, ROOT, learner_curves, main, rows_curve
 from marl_q.config import load_config
 
 
@@ -21,13 +23,25 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys, monkeypatch)
     assert words in err and len(err.splitlines()) == 1
 
 
-def test_bad_seeds_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize("argv, words", [(["--seeds", "0,x"], "--seeds"), (["--sides", "epymarl,jax"], "--sides")])
+def test_bad_seeds_or_sides_exit_2(argv, words, tmp_path, capsys):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.py").write_text("")
     python = tmp_path / "python"
     python.write_text("")
-    assert main(["returns", "--epymarl-dir", str(tmp_path), "--epymarl-python", str(python), "--seeds", "0,x"]) == 2
-    assert "--seeds" in capsys.readouterr().err
+    assert main(["returns", "--epymarl-dir", str(tmp_path), "--epymarl-python", str(python), *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_learner_curves_read_epymarl_s_sacred_info_as_logged(tmp_path):
+    """EPyMARL logs scalars as [value or {"value": ...}] beside their env steps (key + "_T")."""
+    run = tmp_path / "results" / "sacred" / "qmix" / "pz-mpe-simple-spread-v3" / "1"
+    run.mkdir(parents=True)
+    run.joinpath("info.json").write_text(json.dumps({
+        "loss": [1.5, {"value": 2.25, "dtype": "float64"}], "loss_T": [800, 10800],
+        "q_taken_mean": [0.25], "q_taken_mean_T": [800], "return_mean": [-60.0], "return_mean_T": [25]}))
+    assert learner_curves(tmp_path) == {"loss_curve": [[800, 1.5], [10800, 2.25]], "q_taken_mean_curve": [[800, 0.25]]}
+    assert learner_curves(tmp_path / "nothing") == {}
 
 
 @pytest.mark.parametrize("pair", sorted(PAIRS))
