@@ -82,7 +82,8 @@ def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transi
     ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true", "algorithm.tau=0.5"], 40),
     ("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.lr_schedule=linear"], 40),  # the rate: a function of progress
     ("spread_qmix.yaml", SMALL_QMIX, 12),
-    ("spread_qmix.yaml", SMALL_QMIX + ["algorithm.standardise_rewards=true"], 12),  # the running reward statistics
+    ("spread_qmix.yaml", SMALL_QMIX + ["algorithm.standardise_rewards=false", "algorithm.loss=huber",
+                                     "algorithm.terminal_at_time_limit=false"], 12),  # the file's settings until 2026-12-04
     ("spread_qmix.yaml", SMALL_QMIX_GRU, 12)])  # the workers' GRU states and open sequences travel too
 def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted_one(name, overrides, stop_at,
                                                                                      tmp_path):
@@ -560,7 +561,8 @@ def test_reward_statistics_travel_in_the_service_state_and_their_absence_is_refu
     back = build_algorithm(load_config(SCEN / "spread_qmix.yaml", std))[1]
     back.load_state_dict(state)
     assert back.learner.reward_stats.state_dict() == pytest.approx(service.learner.reward_stats.state_dict())
-    plain = build_algorithm(load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX))[1].state_dict()
+    plain = build_algorithm(load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX + ["algorithm.standardise_rewards=false"])
+                            )[1].state_dict()
     assert not any(k.startswith("reward_stats.") for k in plain)
     with pytest.raises(CheckpointError, match="standardise_rewards"):
         back.load_state_dict(plain)
