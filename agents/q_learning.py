@@ -964,9 +964,9 @@ class QLearner:
         ``live`` steps only: a sequence's padding is not a reward)."""
         if self.reward_stats is None:
             return reward
-        seen = reward.numpy() if live is None else reward.numpy()[live.numpy()]
-        self.reward_stats.update(seen)
-        return torch.from_numpy(self.reward_stats.standardise(reward.numpy()))
+        raw = reward.numpy()
+        self.reward_stats.update(raw if live is None else raw[live.numpy()])
+        return torch.from_numpy(self.reward_stats.standardise(raw))
 
     def _agent_id(self) -> bool:
         return self.hp.agent_id and self.dims.n_agents is not None
@@ -1211,7 +1211,7 @@ class ReplayService(Service):
         self.env_steps = int(state["env_steps"])
         self.credit = float(state["credit"])
         if self.learner.reward_stats is not None:
-            stats = {k[13:]: v for k, v in state.items() if k.startswith("reward_stats.")}
+            stats = {k.removeprefix("reward_stats."): v for k, v in state.items() if k.startswith("reward_stats.")}
             if not stats:
                 raise CheckpointError("this checkpoint's replay service has no reward statistics (reward_stats.*), "
                                       "but the run sets algorithm.standardise_rewards: true; resume it without")
