@@ -164,6 +164,7 @@ class CompiledCircuit(nn.Module):
         state.pop("_program", None)  # compiled again from the buffers on first use
         state.pop("_adjoint_structure", None)  # (what earlier versions kept instead)
         state.pop("_kernel_program", None)
+        state.pop("_pauli", None)  # (circuits.pauli's structure: compiled again on first use)
         return state
 
     def entangle(self, psi: torch.Tensor, layer: int) -> torch.Tensor:

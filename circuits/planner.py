@@ -6,6 +6,7 @@ The executors (docs/circuits.md, "Executors and the planner"), each with its own
 |---|---|---|
 | ``dense`` | r(x) @ the cached [Re D, Im D], squared, @ readout | ``analytic`` (``engine.DenseGradient``) or ``autograd`` |
 | ``statevector`` | ``blocks``: numpy Kronecker-block GEMMs (``circuits.statevector``; re-uploading included); ``kernels``: numba loops per row, ``columns``: numba loops over a batch-last state (``circuits.kernels``; neither takes re-uploading) | the adjoint method of the same family |
+| ``pauli`` | the readouts pushed back through the circuit as Pauli strings (``circuits.pauli``): torch ops on the wires' Bloch vectors | autograd |
 | ``torch_autograd`` | torch ops gate by gate (``CompiledCircuit.forward_gates``): CUDA, re-uploading there included | autograd |
 | ``density`` | Pauli-transfer density matrix (``circuits.density``) | autograd or the hardware rule |
 | ``pennylane`` | a QNode (``circuits.reference``) | PennyLane's diff method |
@@ -43,13 +44,21 @@ COLUMNS_QUBITS = (5, 8)  # a twin's call past the kernels' rows at these qubit c
 # blocks / columns past the kernels' rows, 24-1,024 rows: rzryrz_ring 1.44-1.71 (5 qubits), 1.29-1.84 (6),
 # 1.59-1.89 (7), 1.22-2.08 (8); strongly_entangling 1.10-1.36, 1.05-1.60, 1.05-1.43, 1.15-1.23; the dense
 # matrix, cached, 3.2-16x the blocks there (docs/circuits.md, "Acting through the columns kernels")
+PAULI_COST_RATIO = 6  # the pauli executor trains where its products per row (``PauliProgram.cost``) are at most this
+# times L 2^n (the state vector's amplitudes per layer), from PAULI_MIN_ROWS rows. Training calls (fwd + bwd, one
+# thread, CPU time, 1,200 rows, strongly_entangling, interleaved medians of 20), pauli / statevector ms at
+# (qubits, layers, cost, L 2^n): (5, 2, 978, 64) 1.55 / 0.95, (6, 2, 712, 128) 1.57 / 1.56, (8, 1, 92, 256)
+# 1.19 / 1.51, (8, 2, 2745, 512) 3.26 / 5.78, (10, 2, 9983, 2048) 6.5 / 26.6, (12, 2, 35123, 8192) 15.2 / 127
+# (docs/circuits.md, "The pauli executor")
+PAULI_MIN_ROWS = 256  # ... below it the state vector's blocks (its fixed cost per call is the lower: 48 rows, 8 qubits,
+# 2 layers, 1.08 / 0.70 ms)
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
 # the spec's ``engine`` key that selects it -> the module whose forward(program, angles, weights) runs
 ADDED = {"einsum": "circuits.einsum_executor"}
-EXECUTORS = ("dense", "statevector", "torch_autograd", "density", "pennylane", *ADDED)
-ENGINES = ("auto", "dense", "statevector", "gates", *ADDED)  # the spec's engine choices (gates: statevector's old name)
+EXECUTORS = ("dense", "statevector", "pauli", "torch_autograd", "density", "pennylane", *ADDED)
+ENGINES = ("auto", "dense", "statevector", "gates", "pauli", *ADDED)  # the spec's engine choices (gates: statevector's old name)
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,8 @@ class Facts:
     analytic: bool = True  # dense_grad: analytic, and no shots, noise or gradient rule
     hardware: bool = False  # shots, noise or a gradient rule (circuits.gradients.Hardware)
     noise: bool = False  # gate channels: only the density executor represents them
+    layers: int = 0  # (the pauli executor's cost rule reads it)
+    pauli_cost: int = 0  # the pauli executor's products per row (``circuits.pauli``); 0: it does not apply
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,16 @@ def analytic_fits(facts: Facts) -> bool:
     """Whether the dense executor's weight gradient may be the analytic contraction (CPU, numpy builds it)."""
     return (facts.analytic and not facts.hardware and facts.device == "cpu" and facts.backend == "torch"
             and facts.n_qubits <= ANALYTIC_MAX_QUBITS and dense_applies(facts))
+
+
+def pauli_pays(facts: Facts, rows: int) -> bool:
+    """Whether the pauli executor runs this call (engine auto; see ``PAULI_COST_RATIO``): from 5 qubits (up to
+    4 the plan is what every shipped head ran), on the CPU, a call on enough rows, where its strings are few
+    against the state vector. Without a gradient too (no-grad calls, 256 rows, one thread: 8 qubits 2 layers
+    0.18 / 0.36 ms, 10 qubits 0.35 / 1.35 ms; at 48 rows 0.12 / 0.11 and 0.16 / 0.31)."""
+    return (facts.engine == "auto" and facts.device == "cpu" and facts.backend == "torch" and not facts.reupload
+            and facts.n_qubits >= STATEVECTOR_MIN_QUBITS and rows >= PAULI_MIN_ROWS
+            and facts.pauli_cost <= PAULI_COST_RATIO * max(facts.layers, 1) * 2**facts.n_qubits)
 
 
 def reuse_matters(facts: Facts, grad: bool) -> bool:
@@ -108,6 +129,8 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
     dense = dense_applies(facts)
     if facts.hardware:  # shots or a gradient rule, exact: the torch executors under the rule
         return Plan("dense" if dense else "torch_autograd", "rule" if grad else "none")
+    if entry == "torch" and facts.pauli_cost and (facts.engine == "pauli" or pauli_pays(facts, rows)):
+        return Plan("pauli", "autograd")
     if entry == "numpy":
         if rows <= kernel_rows and not facts.reupload and "kernels" not in pinned:
             return Plan("statevector", "adjoint" if grad else "none", "kernels")

@@ -15,11 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from circuits import statevector
+from circuits import pauli, statevector
 from circuits.blocks import ANSATZE
 from circuits.engine import COMPLEX_TO_REAL, CompiledCircuit, DenseGradient
 from circuits.gradients import Hardware, count, needs_hardware, new_counts
 from circuits.planner import ADDED, ANALYTIC_MAX_BATCH, STATEVECTOR_MIN_QUBITS, Facts, Plan, Planner, analytic_fits, dense_applies
+from circuits.program import kept_on_circuit
 from circuits.policies import born_log_probs, born_partition, observable_grouping
 from circuits.reference import build_qnode, check_device, qnode_function, qnode_diff_method, readouts_from_qnode
 from circuits.shots import child_seed
@@ -110,6 +111,20 @@ class VQC(nn.Module):
             self.hardware = Hardware(cfg, complex_dtype, self._sampling_seed)
             self.analytic_grad = False
         self.to(device=device)
+        if cfg.engine == "pauli":
+            self._check_pauli(cfg)
+
+    def _check_pauli(self, cfg: VQCConfig) -> None:
+        """``engine: pauli`` asked for by name: a clear error where it cannot run this circuit."""
+        why = ("reupload: true (the data enters mid-circuit)" if cfg.reupload
+               else "backend: pennylane" if cfg.backend != "torch"
+               else "shots, noise or a gradient rule (it computes exact expectations)" if self.hardware is not None
+               else None)
+        if why is None and self.pauli_program() is None:
+            why = (f"its readouts pushed back through {cfg.layers} layers of {cfg.ansatz!r} on {cfg.n_qubits} qubits fan out "
+                   f"past {pauli.MAX_STRINGS} Pauli strings or {pauli.MAX_TRANSITIONS} transitions")
+        if why is not None:
+            raise CircuitConfigError(f"engine: 'pauli' cannot run this circuit: {why}; use engine auto")
 
     def _bound_factors(self, cfg: VQCConfig) -> torch.Tensor:
         """pi / bound per feature for scaling: bound (NaN marks an unbounded feature: 2 atan(x))."""
@@ -201,6 +216,8 @@ class VQC(nn.Module):
             return self.circuit.forward_dense(angles, self.dense_matrix())
         if plan.executor in ADDED:
             return self._run_added(plan.executor, angles)
+        if plan.executor == "pauli":
+            return pauli.forward(self.pauli_program(), angles, self.weights, self.circuit.complex_dtype)
         if plan.executor == "statevector":
             if not torch.is_grad_enabled():
                 return self._act_statevector(angles)
@@ -255,9 +272,21 @@ class VQC(nn.Module):
     def facts(self) -> Facts:
         """What the planner knows of this head (``circuits.planner.Facts``)."""
         cfg, hardware = self.cfg, self._modules.get("hardware")
+        program = self.pauli_program()
         return Facts(cfg.n_qubits, cfg.backend, self._parameters["weights"].device.type, cfg.engine, cfg.reupload,
                      cfg.dense_max_qubits, self.analytic_grad, hardware is not None,
-                     getattr(hardware, "density", None) is not None)
+                     getattr(hardware, "density", None) is not None, cfg.layers,
+                     0 if program is None else program.cost)
+
+    def pauli_program(self) -> pauli.PauliProgram | None:
+        """The pauli executor's structure (``circuits.pauli.compile_pauli``), compiled on first use and kept on
+        the circuit; None where it does not apply (re-uploading, shots, noise or a gradient rule, PennyLane's
+        backend, a circuit of up to 4 qubits under engine auto, or strings past its limits)."""
+        cfg = self.cfg
+        if (cfg.reupload or cfg.backend != "torch" or self._modules.get("hardware") is not None
+                or cfg.engine not in ("auto", "pauli") or (cfg.engine == "auto" and cfg.n_qubits < STATEVECTOR_MIN_QUBITS)):
+            return None
+        return kept_on_circuit(self.circuit, "_pauli", pauli.compile_circuit)
 
     def plan(self, rows: int, grad: bool) -> Plan:
         """The executor a call on ``rows`` rows runs, with (``grad``) or without a weight gradient: the

@@ -249,12 +249,18 @@ def test_path_choice():
     assert module(4).path(1, True) == "dense_analytic"
     assert module(4).path(65, True) == "dense"
     assert module(4).path(1, False) == "dense"
-    # from 5 qubits on, training takes the adjoint state vector, except large batches at n <= 8
+    # from 5 qubits on, training takes the adjoint state vector, except large batches at n <= 8, and from
+    # PAULI_MIN_ROWS rows the pauli executor where its strings are few (one layer: n strings)
     assert module(8).path(64, True) == "adjoint"
-    assert module(8).path(600, True) == "adjoint"
-    assert module(8).path(4096, True) == "dense"
+    assert module(8).path(600, True) == "pauli"
+    assert module(8).path(4096, True) == "pauli"
     assert module(12).path(1, False) == "adjoint"
-    assert module(12).path(4096, True) == "adjoint"
+    assert module(12).path(4096, True) == "pauli"
+    deep = dict(layers=2, ansatz="rzryrz_ring")  # 8 qubits: 12,105 strings, past 6 x 2 x 2^8
+    assert VQC(8, 2, n_qubits=8, **deep).path(600, True) == "adjoint"
+    assert VQC(8, 2, n_qubits=8, **deep).path(4096, True) == "dense"
+    assert module(4).path(4096, True) == "dense"  # up to 4 qubits: never pauli under engine auto
+    assert module(8, engine="pauli").path(1, False) == "pauli"
     assert module(8, engine="dense").path(600, True) == "dense"
     assert module(6, engine="gates").path(1, True) == "adjoint"
     # re-uploading: the state vector's blocks on the CPU at every row count (the compiled kernels take

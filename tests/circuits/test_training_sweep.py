@@ -88,7 +88,7 @@ def test_a_training_call_on_the_block_executor_loads_no_numba():
 
     code = ("import sys, torch\n"
             "from circuits import VQC\n"
-            "m = VQC(21, 5, n_qubits=8, layers=2, preprocess='linear', output='linear', scaling='atan')\n"
+            "m = VQC(21, 5, n_qubits=8, layers=2, preprocess='linear', output='linear', scaling='atan', engine='statevector')\n"
             "assert m.plan(1200, True).variant == 'blocks'\n"
             "m(torch.randn(1200, 21)).square().sum().backward()\n"
             "with torch.no_grad():\n"
@@ -111,7 +111,7 @@ def _outputs_and_grads(module: VQC, x: torch.Tensor, coefficients: torch.Tensor)
 def test_training_sweep_equals_the_unapplying_sweep(ansatz, layers, encoding, monkeypatch):
     torch.manual_seed(layers)
     module = VQC(10, 3, n_qubits=7, layers=layers, ansatz=ansatz, encoding=encoding, preprocess="linear",
-                 output="linear", scaling="atan")
+                 output="linear", scaling="atan", engine="statevector")  # (engine auto may take the pauli executor)
     assert module.plan(300, True).executor == "statevector"
     assert statevector.trains_on_product(program_of(module.circuit))
     x, coefficients = torch.randn(300, 10), torch.randn(300, 3)
@@ -126,7 +126,7 @@ def test_training_sweep_equals_the_unapplying_sweep(ansatz, layers, encoding, mo
 def test_the_mappo_actor_at_learner_rows_matches_pennylane():
     # the 8-qubit actor (spread's 18 observations + 3 agent ids -> 5 actions) on 400 rows
     torch.manual_seed(0)
-    module = VQC(21, 5, n_qubits=8, layers=2, preprocess="linear", output="linear", scaling="atan")
+    module = VQC(21, 5, n_qubits=8, layers=2, preprocess="linear", output="linear", scaling="atan", engine="statevector")
     assert module.plan(400, True) == statevector_plan()
     x = torch.randn(400, 21) * 2
     reference = module.to_qnode("default.qubit", diff_method="backprop")

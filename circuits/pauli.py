@@ -1,0 +1,296 @@
+"""The ``pauli`` executor: a shallow circuit's readouts in the Heisenberg picture, as torch ops.
+
+Every shipped ansatz is single-qubit rotations and CNOT/CZ gates, and every readout is diagonal: a
+sum of Z strings. Without re-uploading the data enters only in the encoding, whose state is a
+product of one-qubit states; so is the state after a first layer of rotations (an ansatz whose
+rotations come first). Pushed back through the rest of the circuit, a readout O becomes an operator
+that depends on the weights alone:
+
+    <psi(x)| U^dagger O U |psi(x)> = sum_t c_t(weights) prod_k b_k(x)[P_tk],
+
+a sum over Pauli strings P_t, each string's expectation on the product state the product over wires
+of the wire's Bloch vector component (b_k = (1, <X>, <Y>, <Z>) of wire k's state). The CNOT/CZ gates
+map a Pauli string to one Pauli string with a sign (they are Clifford gates); a layer of one-qubit
+rotations maps each wire's Pauli a to sum_b R[a, b] P_b, R the rotation's 3 x 3 adjoint matrix
+(``heisenberg_matrices``), so a string with s non-identity wires becomes at most 3^s strings. The
+strings and which coefficient feeds which are found once per circuit structure (``compile_pauli``,
+from the ansatz's gate list and the readout matrix's Walsh-Hadamard transform); a call then costs:
+
+- the weights' side (no batch axis): per layer each wire's 3 x 3 matrix, and per layer one product of
+  gathered entries per string transition, summed into the next layer's coefficients;
+- the data's side: the wires' Bloch vectors (the encoding's, turned by the first layer when it is
+  absorbed), and each needed string's product over wires, built as a tree of pairwise products over
+  halves of the register (each node the sub-strings it needs, once), then (B, T) @ (T, m).
+
+Outputs and every gradient (weights, angles, hence input scales and a pre-layer) come from torch's
+autograd on these few ops. It is exact: the same numbers as the state vector to float rounding, at
+O(T) per row rather than O(L 2^n): the planner takes it where the strings are few (``Facts.pauli_cost``;
+e.g. 8 qubits, 2 layers of ``strongly_entangling``, <Z_i> readouts: 288 strings against 256 amplitudes
+per layer, each touched by a 16 x 16 block per layer). Deep circuits fan out (3^s per wire set per
+layer): past ``MAX_TRANSITIONS`` it does not apply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from circuits.blocks import ANSATZE, LayerOptions
+
+MAX_TRANSITIONS = 200_000  # string-to-string transitions over all layers past which the structure is not compiled
+MAX_STRINGS = 20_000  # the most final strings (columns of the (B, T) product)
+
+_PAULIS = np.array([np.eye(2), [[0, 1], [1, 0]], [[0, -1j], [1j, 0]], [[1, 0], [0, -1]]], dtype=np.complex128)
+_GATES = {
+    "cnot": np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0]], dtype=np.complex128),
+    "cz": np.diag([1.0, 1.0, 1.0, -1.0]).astype(np.complex128),
+}
+
+
+def _conjugation_table(gate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """G^dagger (P_c (x) P_t) G = s (Q_c (x) Q_t) for the 16 two-wire Pauli pairs: (images (16, 2), signs (16,))."""
+    images, signs = np.zeros((16, 2), np.int64), np.zeros(16)
+    pairs = [(a, b) for a in range(4) for b in range(4)]
+    for code, (a, b) in enumerate(pairs):
+        conj = gate.conj().T @ np.kron(_PAULIS[a], _PAULIS[b]) @ gate
+        for qa, qb in pairs:
+            overlap = np.trace(np.kron(_PAULIS[qa], _PAULIS[qb]) @ conj) / 4.0
+            if abs(overlap) > 0.5:
+                assert abs(overlap.imag) < 1e-12 and abs(abs(overlap.real) - 1.0) < 1e-12
+                images[code], signs[code] = (qa, qb), overlap.real
+    return images, signs
+
+
+_TABLES = {name: _conjugation_table(g) for name, g in _GATES.items()}
+
+
+def walsh_z_strings(readout: np.ndarray, n_qubits: int, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """A diagonal readout matrix (2^n, m) (wire 0 the most significant bit) as Z strings: (codes (S, n),
+    coefficients (S, m)) with readout column j = sum_s coefficients[s, j] prod_{i: codes[s, i] = 3} Z_i."""
+    m = readout.shape[1]
+    table = np.asarray(readout, dtype=np.float64).reshape((2,) * n_qubits + (m,))
+    for axis in range(n_qubits):  # (v0, v1) -> ((v0 + v1) / 2, (v0 - v1) / 2): the coefficient of I, of Z
+        a, b = np.take(table, 0, axis=axis), np.take(table, 1, axis=axis)
+        table = np.stack([(a + b) / 2.0, (a - b) / 2.0], axis=axis)
+    flat = table.reshape(-1, m)
+    keep = np.nonzero(np.any(np.abs(flat) > tol, axis=1))[0]
+    bits = (keep[:, None] >> (n_qubits - 1 - np.arange(n_qubits))[None, :]) & 1
+    return (3 * bits).astype(np.int8), flat[keep]
+
+
+@dataclass(frozen=True, eq=False)
+class RotationStep:
+    """One layer of rotations pushed back: new coefficients[dst] += old[src] * prod(table[factors])."""
+
+    layer: int
+    src: np.ndarray  # (E,) int64: the transition's input string
+    dst: np.ndarray  # (E,) int64: its output string (of this step's ``size``)
+    factors: np.ndarray  # (E, n) int64: per wire an entry of the layer's flat (n, 3, 3) table, or n * 9 (a 1)
+    size: int
+
+
+@dataclass(frozen=True, eq=False)
+class CliffordStep:
+    """A layer's CNOT/CZ gates pushed back: new coefficients = old[order] * sign (a signed permutation)."""
+
+    order: np.ndarray  # (S,) int64
+    sign: np.ndarray  # (S,) float64
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """A tree node over wires [lo, hi): the values of its ``size`` sub-strings are left[:, li] * right[:, ri]
+    (a leaf: columns ``li`` of the flat (B, 4n) Bloch table)."""
+
+    size: int
+    li: np.ndarray
+    ri: Optional[np.ndarray] = None
+    left: Optional["Node"] = None
+    right: Optional["Node"] = None
+
+
+@dataclass(frozen=True, eq=False)
+class PauliProgram:
+    """What a call of the ``pauli`` executor reads (``compile_pauli``)."""
+
+    n_qubits: int
+    layers: int
+    ansatz: str
+    options: LayerOptions
+    absorbed: bool  # the first layer's rotations are folded into the Bloch vectors (rotations-first ansatz)
+    start: np.ndarray  # (S0, m): the readouts' Z-string coefficients
+    steps: tuple  # RotationStep | CliffordStep, in the order they are applied to the coefficients
+    strings: np.ndarray  # (T, n) int8: the final strings (0 I, 1 X, 2 Y, 3 Z)
+    tree: Node  # the product tree whose root's columns are ``strings``
+    bloch: np.ndarray  # (3, 3): e_a(t) = bloch[a, 0] + bloch[a, 1] cos t + bloch[a, 2] sin t (the encoded qubit)
+    transitions: int  # the rotation steps' transitions (the weights' side of a call)
+
+    @property
+    def cost(self) -> int:
+        """What a row costs, in products: the tree's nodes' sub-strings (``Facts.pauli_cost``)."""
+        total, stack = 0, [self.tree]
+        while stack:
+            node = stack.pop()
+            if node.left is not None:
+                total += node.size
+                stack += [node.left, node.right]
+        return total + self.strings.shape[0] * self.start.shape[1]
+
+
+def _clifford_step(strings: np.ndarray, pairs: list[tuple[str, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Push strings (S, n) back through gates ``pairs`` (applied in order): G^dagger P G for the last first."""
+    out, sign = strings.astype(np.int64).copy(), np.ones(strings.shape[0])
+    for gate, control, target in reversed(pairs):
+        images, signs = _TABLES[gate]
+        code = out[:, control] * 4 + out[:, target]
+        out[:, control], out[:, target] = images[code, 0], images[code, 1]
+        sign *= signs[code]
+    return out.astype(np.int8), sign
+
+
+def _unique(strings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique rows (U, n) and each row's index into them."""
+    unique, inverse = np.unique(strings, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _rotation_step(strings: np.ndarray, layer: int, n: int) -> tuple[np.ndarray, RotationStep]:
+    """Push strings back through a layer of one-qubit rotations: each non-identity wire's a -> b in X, Y, Z."""
+    src, out, factors = [], [], []
+    for index, row in enumerate(strings):
+        wires = np.nonzero(row)[0]
+        count = 3 ** len(wires)
+        choices = np.array(np.meshgrid(*[[1, 2, 3]] * len(wires), indexing="ij")).reshape(len(wires), -1).T if len(wires) else np.zeros((1, 0), np.int64)
+        images = np.repeat(row[None, :].astype(np.int64), count, axis=0)
+        images[:, wires] = choices
+        factor = np.full((count, n), n * 9, np.int64)
+        factor[:, wires] = wires[None, :] * 9 + (row[wires][None, :] - 1) * 3 + (choices - 1)
+        src.append(np.full(count, index))
+        out.append(images)
+        factors.append(factor)
+    images = np.concatenate(out)
+    unique, dst = _unique(images)
+    return unique.astype(np.int8), RotationStep(layer, np.concatenate(src), dst, np.concatenate(factors), unique.shape[0])
+
+
+def _tree(strings: np.ndarray, lo: int, hi: int) -> tuple[Node, np.ndarray]:
+    """The product tree over wires [lo, hi) of the sub-strings ``strings[:, lo:hi]`` (each string's id)."""
+    if hi - lo == 1:
+        codes, ids = np.unique(strings[:, lo], return_inverse=True)
+        return Node(len(codes), (4 * lo + codes).astype(np.int64)), ids.reshape(-1)
+    mid = (lo + hi) // 2
+    left, lid = _tree(strings, lo, mid)
+    right, rid = _tree(strings, mid, hi)
+    pairs, ids = _unique(np.stack([lid, rid], axis=1))
+    return Node(pairs.shape[0], pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64), left, right), ids
+
+
+def compile_pauli(n_qubits: int, layers: int, ansatz_name: str, options: LayerOptions, readout: np.ndarray,
+                  state_map: np.ndarray) -> Optional[PauliProgram]:
+    """The ``pauli`` executor's structure for a circuit without re-uploading, or None where it fans out
+    past ``MAX_TRANSITIONS`` / ``MAX_STRINGS`` (the planner then takes another executor)."""
+    ansatz = ANSATZE[ansatz_name]
+    codes, start = walsh_z_strings(readout, n_qubits)
+    if codes.shape[0] > MAX_STRINGS:
+        return None
+    absorbed = not ansatz.entangle_first
+    steps: list = []
+    strings, transitions = codes, 0
+    for layer in reversed(range(layers)):
+        pairs = ansatz.pairs(n_qubits, layer, options)
+        parts = ["rotate", "entangle"] if ansatz.entangle_first else ["entangle", "rotate"]
+        for part in parts:  # the layer's operations, last applied first
+            if part == "entangle" and pairs:
+                strings, sign = _clifford_step(strings, pairs)
+                unique, order = _unique(strings)  # a bijection: only the order changes
+                inverse = np.empty_like(order)
+                inverse[order] = np.arange(order.size)
+                steps.append(CliffordStep(inverse, sign[inverse]))
+                strings = unique
+            elif part == "rotate" and not (absorbed and layer == 0):
+                fan_out = int(np.sum(3 ** np.count_nonzero(strings, axis=1)))
+                transitions += fan_out
+                if transitions > MAX_TRANSITIONS:
+                    return None
+                strings, step = _rotation_step(strings, layer, n_qubits)
+                steps.append(step)
+                if strings.shape[0] > MAX_STRINGS:
+                    return None
+    tree, ids = _tree(strings, 0, n_qubits)
+    assert np.array_equal(ids, np.arange(strings.shape[0]))  # the root's sub-strings are the sorted strings
+    return PauliProgram(n_qubits, layers, ansatz_name, options, absorbed, start, tuple(steps), strings, tree,
+                        encoded_bloch(state_map), transitions)
+
+
+def compile_circuit(circuit) -> Optional[PauliProgram]:
+    """``compile_pauli`` of a ``circuits.engine.CompiledCircuit`` (its buffers hold the readout and the encoding)."""
+    return compile_pauli(circuit.n_qubits, circuit.layers, circuit.ansatz, circuit.options,
+                         circuit._buffers["readout"].cpu().numpy(), circuit._buffers["state_map"].cpu().numpy().astype(np.complex128))
+
+
+def encoded_bloch(state_map: np.ndarray) -> np.ndarray:
+    """(3, 3) constants of the encoded qubit's Bloch vector: the state F (cos(t/2), sin(t/2)) has
+    <P_a> = c^T Re(F^dagger P_a F) c = alpha + beta cos t + gamma sin t."""
+    out = np.zeros((3, 3))
+    for a in range(3):
+        g = (state_map.conj().T @ _PAULIS[a + 1] @ state_map).real
+        out[a] = ((g[0, 0] + g[1, 1]) / 2.0, (g[0, 0] - g[1, 1]) / 2.0, (g[0, 1] + g[1, 0]) / 2.0)
+    return out
+
+
+def heisenberg_matrices(matrices: torch.Tensor) -> torch.Tensor:
+    """(..., 2, 2) unitaries V -> (..., 3, 3) real R with V^dagger P_a V = sum_b R[a, b] P_b (a, b: X, Y, Z)."""
+    paulis = torch.as_tensor(_PAULIS[1:], dtype=matrices.dtype, device=matrices.device)
+    conj = matrices.conj().transpose(-1, -2).unsqueeze(-3) @ paulis @ matrices.unsqueeze(-3)  # (..., 3, 2, 2)
+    a01 = conj[..., 0, 1]
+    return torch.stack([a01.real, -a01.imag, (conj[..., 0, 0].real - conj[..., 1, 1].real) / 2.0], dim=-1)
+
+
+def _values(node: Node, table: torch.Tensor) -> torch.Tensor:
+    """The node's sub-string values (size, B) from the flat Bloch table (4n, B), batch last: every gather
+    is of whole rows (and its backward an add of whole rows)."""
+    if node.left is None:
+        return table.index_select(0, torch.as_tensor(node.li))
+    left = (table.index_select(0, torch.as_tensor(node.left.li[node.li])) if node.left.left is None
+            else _values(node.left, table).index_select(0, torch.as_tensor(node.li)))
+    right = (table.index_select(0, torch.as_tensor(node.right.li[node.ri])) if node.right.left is None
+             else _values(node.right, table).index_select(0, torch.as_tensor(node.ri)))
+    return left * right
+
+
+def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: torch.dtype,
+                 real: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a call computes from the weights alone: the final strings' coefficients (T, m) and the first
+    layer's 3 x 3 matrices (n, 3, 3), which turn the encoded Bloch vectors when ``absorbed``."""
+    rotations = heisenberg_matrices(ANSATZE[program.ansatz].matrices(weights, program.options, complex_dtype)).to(real)  # (L, n, 3, 3)
+    coefficients = torch.as_tensor(program.start, dtype=real)  # (S0, m)
+    one = torch.ones(1, dtype=real)
+    for step in program.steps:
+        if isinstance(step, CliffordStep):
+            coefficients = coefficients[step.order] * torch.as_tensor(step.sign, dtype=real)[:, None]
+            continue
+        table = torch.cat([rotations[step.layer].reshape(-1), one])
+        scale = table[step.factors].prod(dim=1)  # (E,)
+        coefficients = torch.zeros(step.size, coefficients.shape[1], dtype=real).index_add(
+            0, torch.as_tensor(step.dst), coefficients[step.src] * scale[:, None])
+    return coefficients, rotations[0]
+
+
+def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """Readouts (B, m) of angles (B, n) from ``weights_side``'s coefficients and first-layer matrices."""
+    n = program.n_qubits
+    constants = torch.as_tensor(program.bloch, dtype=angles.dtype)
+    turns = angles.T  # (n, B)
+    bloch = (constants[:, 0, None, None] + constants[:, 1, None, None] * torch.cos(turns)
+             + constants[:, 2, None, None] * torch.sin(turns)).transpose(0, 1)  # (n, 3, B)
+    if program.absorbed:
+        bloch = first @ bloch  # wire k: R_k (3 x 3) @ its Bloch vectors (3, B)
+    table = torch.cat([torch.ones_like(bloch[:, :1]), bloch], dim=1).reshape(4 * n, angles.shape[0])
+    return (coefficients.T @ _values(program.tree, table)).T
+
+
+def forward(program: PauliProgram, angles: torch.Tensor, weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
+    """Readouts (B, m) of encoding angles (B, n) at weights (L, n, k), differentiable in both."""
+    return data_side(program, angles, *weights_side(program, weights, complex_dtype, angles.dtype))

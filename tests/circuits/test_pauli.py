@@ -1,0 +1,177 @@
+"""The ``pauli`` executor (circuits/pauli.py): its pieces against brute force, its readouts and gradients
+against PennyLane, and where the planner takes it."""
+from __future__ import annotations
+
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from circuits import VQC, gates, pauli
+from circuits.blocks import CircuitConfigError, LayerOptions
+from circuits.planner import Plan
+from tests.circuits.test_parity import assert_parity
+
+torch.set_num_threads(1)
+PAULIS = pauli._PAULIS
+
+
+def dense_string(codes) -> np.ndarray:
+    out = np.ones((1, 1), dtype=np.complex128)
+    for code in codes:
+        out = np.kron(out, PAULIS[code])
+    return out
+
+
+def gate_matrix(pairs, n: int) -> np.ndarray:
+    """The product of CNOT/CZ gates applied in order, as a dense 2^n x 2^n matrix (from the engine's own
+    signed permutation: psi' = psi[inverse] * sign)."""
+    inverse, sign = gates.signed_permutation(pairs, n)
+    out = np.zeros((2**n, 2**n), dtype=np.complex128)
+    out[np.arange(2**n), inverse] = sign
+    return out
+
+
+def test_clifford_steps_equal_conjugation_by_the_dense_gates():
+    rng = np.random.default_rng(0)
+    n = 4
+    for trial in range(40):
+        pairs = [(str(rng.choice(["cnot", "cz"])), *map(int, rng.choice(n, 2, replace=False))) for _ in range(5)]
+        strings = rng.integers(0, 4, size=(6, n)).astype(np.int8)
+        images, signs = pauli._clifford_step(strings, pairs)
+        u = gate_matrix(pairs, n)
+        for string, image, sign in zip(strings, images, signs):
+            np.testing.assert_allclose(u.conj().T @ dense_string(string) @ u, sign * dense_string(image), atol=1e-12)
+
+
+@pytest.mark.parametrize("observable", ["z", "zz", "p0"])
+def test_walsh_z_strings_rebuild_the_readout_matrix(observable):
+    n = 3
+    readout = gates.readout_matrix(observable, n)
+    codes, coefficients = pauli.walsh_z_strings(readout, n)
+    rebuilt = sum(np.real(np.diag(dense_string(c)))[:, None] * coefficients[s] for s, c in enumerate(codes))
+    np.testing.assert_allclose(rebuilt, readout, atol=1e-12)
+    assert set(np.unique(codes)) <= {0, 3}
+
+
+def test_walsh_z_strings_of_a_born_partition():
+    from circuits.policies import born_partition
+
+    readout = born_partition(4, 3)
+    codes, coefficients = pauli.walsh_z_strings(readout, 4)
+    rebuilt = sum(np.real(np.diag(dense_string(c)))[:, None] * coefficients[s] for s, c in enumerate(codes))
+    np.testing.assert_allclose(rebuilt, readout, atol=1e-12)
+
+
+def test_heisenberg_matrices_rotate_the_paulis():
+    torch.manual_seed(0)
+    from circuits.blocks import ANSATZE
+
+    matrices = ANSATZE["strongly_entangling"].matrices(torch.randn(5, 3, dtype=torch.float64), LayerOptions("rx", "cnot"),
+                                                       torch.complex128)
+    rotations = pauli.heisenberg_matrices(matrices).numpy()
+    for v, r in zip(matrices.numpy(), rotations):
+        for a in range(3):
+            want = v.conj().T @ PAULIS[a + 1] @ v
+            np.testing.assert_allclose(sum(r[a, b] * PAULIS[b + 1] for b in range(3)), want, atol=1e-12)
+
+
+@pytest.mark.parametrize("encoding, hadamard", [("angle_x", False), ("angle_y", True), ("angle_z", True), ("angle_z", False)])
+def test_encoded_bloch_vectors(encoding, hadamard):
+    state_map = gates.encoding_state_map(encoding, hadamard)
+    constants = pauli.encoded_bloch(state_map)
+    for t in np.linspace(-3.0, 3.0, 7):
+        state = state_map @ np.array([np.cos(t / 2), np.sin(t / 2)])
+        want = [np.vdot(state, PAULIS[a + 1] @ state).real for a in range(3)]
+        np.testing.assert_allclose(constants[:, 0] + constants[:, 1] * np.cos(t) + constants[:, 2] * np.sin(t), want, atol=1e-12)
+
+
+# every ansatz (rotations first, and rzryrz_ring's entanglers first), the encodings, Hadamards and the
+# readout families, at sizes where the executor applies
+CASES = [
+    dict(n_qubits=5, layers=2, ansatz="strongly_entangling", encoding="angle_x", observable="z"),
+    dict(n_qubits=5, layers=3, ansatz="strongly_entangling", encoding="angle_y", hadamard=True, observable="zz"),
+    dict(n_qubits=4, layers=2, ansatz="rzryrz_ring", encoding="angle_z", hadamard=True, observable="p0"),
+    dict(n_qubits=5, layers=2, ansatz="ry_cz", encoding="angle_y", observable="z"),
+    dict(n_qubits=5, layers=2, ansatz="ry_cz", entangler="cz", rotation="ry", encoding="angle_x", observable="z"),
+    dict(n_qubits=4, layers=3, ansatz="basic_entangler", rotation="ry", encoding="angle_x", observable="zz"),
+    dict(n_qubits=6, layers=1, ansatz="basic_entangler", entangler="cz", encoding="angle_y", observable="z"),
+    dict(n_qubits=2, layers=2, ansatz="strongly_entangling", encoding="angle_x", observable="zz"),
+]
+
+
+@pytest.mark.parametrize("spec", CASES, ids=lambda s: f"{s['ansatz']}-{s['n_qubits']}q{s['layers']}L-{s['observable']}")
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_parity_with_pennylane(spec, dtype):
+    torch.manual_seed(1)
+    module = VQC(spec["n_qubits"], 3, engine="pauli", output="linear", dtype=dtype, **spec)
+    assert module.plan(7, True) == Plan("pauli", "autograd")
+    x = torch.randn(7, spec["n_qubits"], dtype=torch.float64 if dtype == "complex128" else torch.float32)
+    assert_parity(module, x)
+
+
+def test_parity_with_trainable_scaling_and_a_pre_layer():
+    torch.manual_seed(2)
+    module = VQC(9, 4, n_qubits=5, layers=2, engine="pauli", preprocess="linear", scaling="trainable",
+                 output="scaled", observable="z", dtype="complex128")
+    assert_parity(module, torch.randn(6, 9, dtype=torch.float64))
+
+
+def test_the_mappo_actor_at_learner_rows_takes_it_and_matches_pennylane():
+    # the issue's 8-qubit actor (spread's 18 observations + 3 agent ids -> 5 actions) at a learner's rows,
+    # under engine auto; PennyLane's reference on a few of them, the state vector's blocks on all
+    torch.manual_seed(0)
+    spec = dict(n_qubits=8, layers=2, preprocess="linear", output="linear", scaling="atan")
+    module = VQC(21, 5, **spec)
+    assert module.plan(1200, True) == Plan("pauli", "autograd")
+    assert module.plan(48, True).executor == "statevector"  # few rows: the blocks' fixed cost is the lower
+    x = torch.randn(1200, 21) * 2
+    forced = VQC(21, 5, engine="pauli", **spec)
+    forced.load_state_dict(module.state_dict())
+    assert_parity(forced, x[:5].clone())
+    blocks = VQC(21, 5, engine="statevector", **spec)
+    blocks.load_state_dict(module.state_dict())
+    coefficients = torch.randn(1200, 5)
+    got = module(x)
+    got_grads = torch.autograd.grad((got * coefficients).sum(), list(module.parameters()))
+    want = blocks(x)
+    want_grads = torch.autograd.grad((want * coefficients).sum(), list(blocks.parameters()))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    for (name, _), a, b in zip(module.named_parameters(), got_grads, want_grads):
+        scale = float(b.abs().max())
+        torch.testing.assert_close(a, b, atol=4e-5 * max(scale, 1.0), rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def test_the_string_count_of_two_strongly_entangling_layers():
+    # <Z_i> pushed back through the last layer's CNOTs (reach 2 on 8 wires) is a Z string on 2-4 wires
+    # (wires 2..7: 2, 2, 3, 3, 4, 4; wires 0, 1: 3, 3); each wire then fans out to X, Y, Z: 3^s strings, all distinct
+    program = VQC(8, 5, n_qubits=8, layers=2, output="linear").pauli_program()
+    assert program.strings.shape[0] == sum(3**s for s in (3, 3, 2, 2, 3, 3, 4, 4)) == 288
+    assert program.transitions == 288
+
+
+def test_engine_pauli_refuses_what_it_cannot_run():
+    for spec, words in [(dict(reupload=True), "reupload"), (dict(shots=100), "shots"), (dict(layers=4), "fan out"),
+                        (dict(backend="pennylane"), "pennylane"), (dict(noise={"depolarizing": 0.01}), "noise")]:
+        with pytest.raises(CircuitConfigError, match=words):
+            VQC(8, 3, **{"n_qubits": 8, "layers": 2, "engine": "pauli", **spec})
+
+
+def test_a_head_pickles_without_its_structure_and_computes_the_same_after():
+    torch.manual_seed(3)
+    module = VQC(8, 3, n_qubits=8, layers=2, engine="pauli", output="linear")
+    x = torch.randn(5, 8)
+    before = module(x)
+    assert "_pauli" in module.circuit.__dict__
+    copy = pickle.loads(pickle.dumps(module))
+    assert "_pauli" not in copy.circuit.__dict__
+    torch.testing.assert_close(copy(x), before, atol=0, rtol=0)
+
+
+def test_up_to_four_qubits_engine_auto_never_compiles_it():
+    for n, layers in itertools.product([1, 2, 3, 4], [1, 2]):
+        module = VQC(n, 2, n_qubits=n, layers=layers, output="linear")
+        assert module.pauli_program() is None
+        assert module.facts().pauli_cost == 0
