@@ -101,14 +101,22 @@ class CliffordStep:
 
 @dataclass(frozen=True, eq=False)
 class Node:
-    """A tree node over wires [lo, hi): the values of its ``size`` sub-strings are left[:, li] * right[:, ri]
-    (a leaf: columns ``li`` of the flat (B, 4n) Bloch table)."""
+    """A tree node over wires [lo, hi): the values of its ``size`` sub-strings are left[li] * right[ri]
+    (a leaf: rows ``li`` of the flat (4n, B) Bloch table). ``left_rows`` / ``right_rows``: where a child
+    is a leaf, the table's rows its side reads directly (torch int64, built once)."""
 
     size: int
     li: np.ndarray
     ri: Optional[np.ndarray] = None
     left: Optional["Node"] = None
     right: Optional["Node"] = None
+
+    def __post_init__(self) -> None:
+        take = lambda child, index: torch.as_tensor(child.li[index] if child.left is None else index)  # noqa: E731
+        object.__setattr__(self, "rows", torch.as_tensor(self.li))
+        if self.left is not None:
+            object.__setattr__(self, "left_rows", take(self.left, self.li))
+            object.__setattr__(self, "right_rows", take(self.right, self.ri))
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,6 +134,7 @@ class PauliProgram:
     tree: Node  # the product tree whose root's columns are ``strings``
     bloch: np.ndarray  # (3, 3): e_a(t) = bloch[a, 0] + bloch[a, 1] cos t + bloch[a, 2] sin t (the encoded qubit)
     transitions: int  # the rotation steps' transitions (the weights' side of a call)
+    pairs: np.ndarray  # (2, P) int64: the (string, readout) entries of the coefficients that can be nonzero
 
     @property
     def cost(self) -> int:
@@ -136,7 +145,7 @@ class PauliProgram:
             if node.left is not None:
                 total += node.size
                 stack += [node.left, node.right]
-        return total + self.strings.shape[0] * self.start.shape[1]
+        return total + self.pairs.shape[1]
 
 
 def _clifford_step(strings: np.ndarray, pairs: list[tuple[str, int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -221,7 +230,20 @@ def compile_pauli(n_qubits: int, layers: int, ansatz_name: str, options: LayerOp
     tree, ids = _tree(strings, 0, n_qubits)
     assert np.array_equal(ids, np.arange(strings.shape[0]))  # the root's sub-strings are the sorted strings
     return PauliProgram(n_qubits, layers, ansatz_name, options, absorbed, start, tuple(steps), strings, tree,
-                        encoded_bloch(state_map), transitions)
+                        encoded_bloch(state_map), transitions, np.stack(np.nonzero(_pattern(start, steps))))
+
+
+def _pattern(start: np.ndarray, steps: list) -> np.ndarray:
+    """Which final coefficients (T, m) can be nonzero: the readouts' strings carried through the steps."""
+    pattern = start != 0
+    for step in steps:
+        if isinstance(step, CliffordStep):
+            pattern = pattern[step.order]
+        else:
+            out = np.zeros((step.size, pattern.shape[1]), dtype=bool)
+            np.logical_or.at(out, step.dst, pattern[step.src])
+            pattern = out
+    return pattern
 
 
 def compile_circuit(circuit) -> Optional[PauliProgram]:
@@ -252,12 +274,10 @@ def _values(node: Node, table: torch.Tensor) -> torch.Tensor:
     """The node's sub-string values (size, B) from the flat Bloch table (4n, B), batch last: every gather
     is of whole rows (and its backward an add of whole rows)."""
     if node.left is None:
-        return table.index_select(0, torch.as_tensor(node.li))
-    left = (table.index_select(0, torch.as_tensor(node.left.li[node.li])) if node.left.left is None
-            else _values(node.left, table).index_select(0, torch.as_tensor(node.li)))
-    right = (table.index_select(0, torch.as_tensor(node.right.li[node.ri])) if node.right.left is None
-             else _values(node.right, table).index_select(0, torch.as_tensor(node.ri)))
-    return left * right
+        return table.index_select(0, node.rows)
+    left = table if node.left.left is None else _values(node.left, table)
+    right = table if node.right.left is None else _values(node.right, table)
+    return left.index_select(0, node.left_rows) * right.index_select(0, node.right_rows)
 
 
 def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: torch.dtype,
@@ -288,7 +308,14 @@ def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.T
     if program.absorbed:
         bloch = first @ bloch  # wire k: R_k (3 x 3) @ its Bloch vectors (3, B)
     table = torch.cat([torch.ones_like(bloch[:, :1]), bloch], dim=1).reshape(4 * n, angles.shape[0])
-    return (coefficients.T @ _values(program.tree, table)).T
+    values = _values(program.tree, table)  # (T, B)
+    strings, readouts = torch.as_tensor(program.pairs[0]), torch.as_tensor(program.pairs[1])
+    if program.pairs.shape[1] != values.shape[0] or not np.array_equal(program.pairs[0], np.arange(values.shape[0])):
+        values = values.index_select(0, strings)
+    # each string's sum into its readout(s): the coefficients are sparse (most strings feed one readout)
+    weighted = values * coefficients[strings, readouts][:, None]
+    out = torch.zeros(coefficients.shape[1], angles.shape[0], dtype=values.dtype).index_add(0, readouts, weighted)
+    return out.T
 
 
 def forward(program: PauliProgram, angles: torch.Tensor, weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:

@@ -44,14 +44,16 @@ COLUMNS_QUBITS = (5, 8)  # a twin's call past the kernels' rows at these qubit c
 # blocks / columns past the kernels' rows, 24-1,024 rows: rzryrz_ring 1.44-1.71 (5 qubits), 1.29-1.84 (6),
 # 1.59-1.89 (7), 1.22-2.08 (8); strongly_entangling 1.10-1.36, 1.05-1.60, 1.05-1.43, 1.15-1.23; the dense
 # matrix, cached, 3.2-16x the blocks there (docs/circuits.md, "Acting through the columns kernels")
-PAULI_COST_RATIO = 6  # the pauli executor trains where its products per row (``PauliProgram.cost``) are at most this
-# times L 2^n (the state vector's amplitudes per layer), from PAULI_MIN_ROWS rows. Training calls (fwd + bwd, one
-# thread, CPU time, 1,200 rows, strongly_entangling, interleaved medians of 20), pauli / statevector ms at
-# (qubits, layers, cost, L 2^n): (5, 2, 978, 64) 1.55 / 0.95, (6, 2, 712, 128) 1.57 / 1.56, (8, 1, 92, 256)
-# 1.19 / 1.51, (8, 2, 2745, 512) 3.26 / 5.78, (10, 2, 9983, 2048) 6.5 / 26.6, (12, 2, 35123, 8192) 15.2 / 127
-# (docs/circuits.md, "The pauli executor")
-PAULI_MIN_ROWS = 256  # ... below it the state vector's blocks (its fixed cost per call is the lower: 48 rows, 8 qubits,
-# 2 layers, 1.08 / 0.70 ms)
+# the pauli executor against the state vector's blocks (engine auto, from 5 qubits, CPU, exact): a call of B rows
+# costs it about PAULI_CALL_NS + B * PAULI_PRODUCT_NS * cost (cost: its products per row, ``PauliProgram.cost``)
+# and the blocks about B * BLOCKS_AMPLITUDE_NS * L * 2^n. Fitted on training calls (fwd + bwd, one thread, CPU
+# time, strongly_entangling, interleaved medians of 20, Zen 5), pauli / blocks ms at (qubits, layers, cost):
+# 256 rows: (5, 2, 366) 1.06 / 0.59, (6, 2, 262) 1.01 / 0.65, (8, 1, 36) 0.95 / 0.67, (8, 2, 729) 1.25 / 1.48,
+# (10, 2, 2045) 2.41 / 5.21, (12, 2, 5819) 4.23 / 24.5, (6, 3, 6811) 4.84 / 1.40; 1,200 rows: 1.46 / 1.00,
+# 1.35 / 1.38, 1.33 / 1.63, 3.02 / 5.65, 5.56 / 25.3, 13.8 / 126, 16.6 / 3.06 (docs/circuits.md, "The pauli executor")
+PAULI_CALL_NS = 900_000
+PAULI_PRODUCT_NS = 2.4
+BLOCKS_AMPLITUDE_NS = 10.0
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
@@ -99,13 +101,15 @@ def analytic_fits(facts: Facts) -> bool:
 
 
 def pauli_pays(facts: Facts, rows: int) -> bool:
-    """Whether the pauli executor runs this call (engine auto; see ``PAULI_COST_RATIO``): from 5 qubits (up to
-    4 the plan is what every shipped head ran), on the CPU, a call on enough rows, where its strings are few
-    against the state vector. Without a gradient too (no-grad calls, 256 rows, one thread: 8 qubits 2 layers
-    0.18 / 0.36 ms, 10 qubits 0.35 / 1.35 ms; at 48 rows 0.12 / 0.11 and 0.16 / 0.31)."""
-    return (facts.engine == "auto" and facts.device == "cpu" and facts.backend == "torch" and not facts.reupload
-            and facts.n_qubits >= STATEVECTOR_MIN_QUBITS and rows >= PAULI_MIN_ROWS
-            and facts.pauli_cost <= PAULI_COST_RATIO * max(facts.layers, 1) * 2**facts.n_qubits)
+    """Whether the pauli executor runs this call under engine auto: from 5 qubits (up to 4 the plan is what
+    every shipped head ran), on the CPU, where its cost model beats the state vector's blocks (``PAULI_CALL_NS``).
+    The model is fitted on training calls and used for calls without a gradient too (256 rows, one thread:
+    8 qubits, 2 layers 0.18 / 0.36 ms, 10 qubits 0.35 / 1.35; 48 rows 0.12 / 0.11 and 0.16 / 0.31)."""
+    if not (facts.engine == "auto" and facts.device == "cpu" and facts.backend == "torch" and not facts.reupload
+            and facts.n_qubits >= STATEVECTOR_MIN_QUBITS):
+        return False
+    pauli = PAULI_CALL_NS + rows * PAULI_PRODUCT_NS * facts.pauli_cost
+    return pauli < rows * BLOCKS_AMPLITUDE_NS * max(facts.layers, 1) * 2**facts.n_qubits
 
 
 def reuse_matters(facts: Facts, grad: bool) -> bool:

@@ -175,3 +175,20 @@ def test_up_to_four_qubits_engine_auto_never_compiles_it():
         module = VQC(n, 2, n_qubits=n, layers=layers, output="linear")
         assert module.pauli_program() is None
         assert module.facts().pauli_cost == 0
+
+
+def test_the_planners_cost_model():
+    from circuits.planner import Facts, plan
+
+    mappo_actor = Facts(8, layers=2, pauli_cost=729)  # 8 qubits, 2 strongly_entangling layers, 8 <Z_i>
+    assert plan(mappo_actor, 48, True).executor == "statevector"  # its fixed cost per call dominates
+    assert plan(mappo_actor, 1200, True) == Plan("pauli", "autograd")
+    assert plan(mappo_actor, 1200, False) == Plan("pauli", "autograd")
+    assert plan(Facts(6, layers=3, pauli_cost=6811), 5000, True).executor != "pauli"  # too many strings
+    assert plan(Facts(5, layers=2, pauli_cost=366), 5000, True).executor != "pauli"
+    for facts in [Facts(8, layers=2, pauli_cost=729, engine="statevector"), Facts(8, layers=2, pauli_cost=729, device="cuda"),
+                  Facts(4, layers=2, pauli_cost=50), Facts(8, layers=2, pauli_cost=0),
+                  Facts(8, layers=2, pauli_cost=729, hardware=True, analytic=False)]:
+        assert plan(facts, 5000, True).executor != "pauli", facts
+    assert plan(Facts(8, layers=2, pauli_cost=729), 1200, True, entry="numpy").executor != "pauli"  # the twins: no pauli
+    assert plan(Facts(5, layers=9, pauli_cost=1, engine="pauli"), 1, False) == Plan("pauli", "autograd")

@@ -249,8 +249,8 @@ def test_path_choice():
     assert module(4).path(1, True) == "dense_analytic"
     assert module(4).path(65, True) == "dense"
     assert module(4).path(1, False) == "dense"
-    # from 5 qubits on, training takes the adjoint state vector, except large batches at n <= 8, and from
-    # PAULI_MIN_ROWS rows the pauli executor where its strings are few (one layer: n strings)
+    # from 5 qubits on, training takes the adjoint state vector, except large batches at n <= 8, and the
+    # pauli executor where its cost model says it is the cheaper (one layer: few strings; from 365 rows at n = 8)
     assert module(8).path(64, True) == "adjoint"
     assert module(8).path(600, True) == "pauli"
     assert module(8).path(4096, True) == "pauli"
