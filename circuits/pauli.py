@@ -113,10 +113,13 @@ class Node:
 
     def __post_init__(self) -> None:
         take = lambda child, index: torch.as_tensor(child.li[index] if child.left is None else index)  # noqa: E731
-        object.__setattr__(self, "rows", torch.as_tensor(self.li))
-        if self.left is not None:
-            object.__setattr__(self, "left_rows", take(self.left, self.li))
-            object.__setattr__(self, "right_rows", take(self.right, self.ri))
+        # (normal tensors even where the structure is compiled under torch.inference_mode, e.g. by a first call
+        # while acting: an inference tensor cannot be saved for a later training call's backward)
+        with torch.inference_mode(False):
+            object.__setattr__(self, "rows", torch.as_tensor(self.li))
+            if self.left is not None:
+                object.__setattr__(self, "left_rows", take(self.left, self.li))
+                object.__setattr__(self, "right_rows", take(self.right, self.ri))
 
 
 @dataclass(frozen=True, eq=False)

@@ -192,3 +192,17 @@ def test_the_planners_cost_model():
         assert plan(facts, 5000, True).executor != "pauli", facts
     assert plan(Facts(8, layers=2, pauli_cost=729), 1200, True, entry="numpy").executor != "pauli"  # the twins: no pauli
     assert plan(Facts(5, layers=9, pauli_cost=1, engine="pauli"), 1, False) == Plan("pauli", "autograd")
+
+
+def test_a_structure_compiled_under_inference_mode_trains():
+    # a head's first call may be an act under torch.inference_mode, which compiles the structure
+    torch.manual_seed(4)
+    module = VQC(8, 3, n_qubits=8, layers=2, output="linear")  # engine auto: compiled on the first call
+    x = torch.randn(1200, 8)
+    with torch.inference_mode():
+        acted = module(x)
+    assert module.plan(1200, True) == Plan("pauli", "autograd")
+    out = module(x)
+    out.sum().backward()
+    torch.testing.assert_close(out.detach(), acted, atol=0, rtol=0)
+    assert float(module.weights.grad.abs().max()) > 0
