@@ -273,6 +273,32 @@ def heisenberg_matrices(matrices: torch.Tensor) -> torch.Tensor:
     return torch.stack([a01.real, -a01.imag, (conj[..., 0, 0].real - conj[..., 1, 1].real) / 2.0], dim=-1)
 
 
+_GENERATORS = {  # K_P with the adjoint of R_P(w) = exp(-i w P / 2) equal to I + sin(w) K_P + (1 - cos(w)) K_P^2
+    "rx": np.array([[0, 0, 0], [0, 0, -1], [0, 1, 0]], dtype=np.float64),
+    "ry": np.array([[0, 0, 1], [0, 0, 0], [-1, 0, 0]], dtype=np.float64),
+    "rz": np.array([[0, -1, 0], [1, 0, 0], [0, 0, 0]], dtype=np.float64),
+}
+
+
+def layer_adjoints(program: PauliProgram, weights: torch.Tensor, complex_dtype: torch.dtype) -> torch.Tensor:
+    """Each layer's and wire's 3 x 3 adjoint matrix (L, n, 3, 3) (``heisenberg_matrices`` of its 2 x 2). For an
+    ansatz whose wires' matrices are Pauli rotations (``Ansatz.pauli_axes``: every shipped one) in real
+    arithmetic, Rodrigues' formula per rotation and their product (the adjoint of A B is adj(A) adj(B)): a
+    fraction of the complex route's small torch ops, which is a call's fixed cost."""
+    ansatz = ANSATZE[program.ansatz]
+    if ansatz.pauli_axes is None:
+        return heisenberg_matrices(ansatz.matrices(weights, program.options, complex_dtype))
+    axes = ansatz.pauli_axes(program.options)
+    generators = torch.as_tensor(np.stack([_GENERATORS[a] for a in axes]), dtype=weights.dtype)  # (k, 3, 3)
+    eye = torch.eye(3, dtype=weights.dtype)
+    each = (eye + torch.sin(weights)[..., None, None] * generators
+            + (1.0 - torch.cos(weights))[..., None, None] * (generators @ generators))  # (L, n, k, 3, 3)
+    out = each[..., -1, :, :]
+    for i in range(len(axes) - 2, -1, -1):  # adj(A_(k-1)) ... adj(A_0)
+        out = out @ each[..., i, :, :]
+    return out
+
+
 def _values(node: Node, table: torch.Tensor) -> torch.Tensor:
     """The node's sub-string values (size, B) from the flat Bloch table (4n, B), batch last: every gather
     is of whole rows (and its backward an add of whole rows)."""
@@ -287,7 +313,7 @@ def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: to
                  real: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """What a call computes from the weights alone: the final strings' coefficients (T, m) and the first
     layer's 3 x 3 matrices (n, 3, 3), which turn the encoded Bloch vectors when ``absorbed``."""
-    rotations = heisenberg_matrices(ANSATZE[program.ansatz].matrices(weights, program.options, complex_dtype)).to(real)  # (L, n, 3, 3)
+    rotations = layer_adjoints(program, weights, complex_dtype).to(real)  # (L, n, 3, 3)
     coefficients = torch.as_tensor(program.start, dtype=real)  # (S0, m)
     one = torch.ones(1, dtype=real)
     for step in program.steps:

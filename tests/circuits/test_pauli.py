@@ -78,6 +78,19 @@ def test_heisenberg_matrices_rotate_the_paulis():
             np.testing.assert_allclose(sum(r[a, b] * PAULIS[b + 1] for b in range(3)), want, atol=1e-12)
 
 
+@pytest.mark.parametrize("ansatz", ["strongly_entangling", "rzryrz_ring", "basic_entangler", "ry_cz"])
+@pytest.mark.parametrize("rotation", ["rx", "ry", "rz"])
+def test_real_layer_adjoints_equal_the_complex_route(ansatz, rotation):
+    torch.manual_seed(5)
+    from circuits.blocks import ANSATZE
+
+    module = VQC(5, 3, n_qubits=5, layers=3, ansatz=ansatz, rotation=rotation, engine="pauli", output="linear", dtype="complex128")
+    weights = torch.randn(module.weights.shape, dtype=torch.float64)
+    program = module.pauli_program()
+    want = pauli.heisenberg_matrices(ANSATZE[ansatz].matrices(weights, program.options, torch.complex128))
+    torch.testing.assert_close(pauli.layer_adjoints(program, weights, torch.complex128), want, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("encoding, hadamard", [("angle_x", False), ("angle_y", True), ("angle_z", True), ("angle_z", False)])
 def test_encoded_bloch_vectors(encoding, hadamard):
     state_map = gates.encoding_state_map(encoding, hadamard)
