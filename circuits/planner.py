@@ -25,7 +25,7 @@ their runs keep every bit (the goldens).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 STATEVECTOR_MIN_QUBITS = 5  # from here (CPU, exact, engine auto) training takes the statevector executor
@@ -112,6 +112,12 @@ def pauli_pays(facts: Facts, rows: int) -> bool:
     return pauli < rows * BLOCKS_AMPLITUDE_NS * max(facts.layers, 1) * 2**facts.n_qubits
 
 
+def without_pauli(facts: Facts) -> Facts:
+    """The same facts with the pauli executor out of the question: what the numpy twins (which do not run it)
+    plan by, and how they ask whether the state vector's executor serves a head."""
+    return replace(facts, pauli_cost=0) if facts.pauli_cost else facts
+
+
 def reuse_matters(facts: Facts, grad: bool) -> bool:
     """Whether ``plan`` reads ``dense_ready`` for this call (callers compute it only then)."""
     return (not grad and dense_applies(facts) and facts.engine != "dense" and facts.device == "cpu"
@@ -146,7 +152,7 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
             blocks = facts.n_qubits >= STATEVECTOR_MIN_QUBITS or not dense
             return (Plan("statevector", "none", "blocks") if blocks and "blocks" not in pinned
                     else Plan("dense", "none", "cached"))
-        torch_plan = plan(facts, ANALYTIC_MAX_BATCH, True)
+        torch_plan = plan(without_pauli(facts), ANALYTIC_MAX_BATCH, True)
         if torch_plan.executor == "statevector" and columns:
             return Plan("statevector", "adjoint", "columns")
         if torch_plan.executor == "statevector" and "blocks" not in pinned:

@@ -32,7 +32,8 @@ from torch import nn
 
 from circuits import gates, kernels, statevector
 from circuits.gradients import count
-from circuits.planner import ANALYTIC_MAX_BATCH, Plan, Planner
+from circuits.planner import ANALYTIC_MAX_BATCH, Plan, Planner, without_pauli
+from circuits.planner import plan as planned
 from circuits.program import program_of
 from circuits.resources import counter_of
 
@@ -131,7 +132,7 @@ class NumpyVQC:
         cfg = module.cfg
         # (a head with shots, noise or a hardware gradient rule has analytic_grad off and is not on the
         # statevector executor: the torch path)
-        return ((module.analytic_grad or module.plan(ANALYTIC_MAX_BATCH, True).executor == "statevector")
+        return ((module.analytic_grad or planned(without_pauli(module.facts()), ANALYTIC_MAX_BATCH, True).executor == "statevector")
                 and module.pre is None and module.input_scale is None and cfg.scaling in ("none", "atan", "bound")
                 and cfg.output in NumpyVQC.OUTPUTS)
 
@@ -281,7 +282,7 @@ class NumpyVQCActing(NumpyVQC):
         cfg = module.cfg
         # (a head with shots, noise or a hardware gradient rule runs through its Hardware, which this
         # exact twin would skip: the torch path)
-        return ((module.use_dense or module.plan(ANALYTIC_MAX_BATCH, True).executor == "statevector")
+        return ((module.use_dense or planned(without_pauli(module.facts()), ANALYTIC_MAX_BATCH, True).executor == "statevector")
                 and cfg.backend == "torch" and module.weights.device.type == "cpu"
                 and module.hardware is None and cfg.output in NumpyVQCActing.OUTPUTS)
 

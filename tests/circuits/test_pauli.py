@@ -204,6 +204,8 @@ def test_the_planners_cost_model():
                   Facts(8, layers=2, pauli_cost=729, hardware=True, analytic=False)]:
         assert plan(facts, 5000, True).executor != "pauli", facts
     assert plan(Facts(8, layers=2, pauli_cost=729), 1200, True, entry="numpy").executor != "pauli"  # the twins: no pauli
+    # ... and a twin plans as if it were not there: 12 qubits (no dense matrix) keeps the state vector's blocks
+    assert plan(Facts(12, layers=1, pauli_cost=50), 5000, True, entry="numpy") == Plan("statevector", "adjoint", "blocks")
     assert plan(Facts(5, layers=9, pauli_cost=1, engine="pauli"), 1, False) == Plan("pauli", "autograd")
 
 
