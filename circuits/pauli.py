@@ -14,7 +14,7 @@ map a Pauli string to one Pauli string with a sign (they are Clifford gates); a 
 rotations maps each wire's Pauli a to sum_b R[a, b] P_b, R the rotation's 3 x 3 adjoint matrix
 (``heisenberg_matrices``), so a string with s non-identity wires becomes at most 3^s strings. The
 strings and which coefficient feeds which are found once per circuit structure (``compile_pauli``,
-from the ansatz's gate list and the readout matrix's Walsh-Hadamard transform); a call then costs:
+from the ansatz's gate list and the readouts' Z strings: ``observable_z_strings``); a call then costs:
 
 - the weights' side (no batch axis): per layer each wire's 3 x 3 matrix, and per layer one product of
   gathered entries per string transition, summed into the next layer's coefficients;
@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from circuits.blocks import ANSATZE, LayerOptions
+from circuits.blocks import ANSATZE, OBSERVABLES, LayerOptions
 
 MAX_TRANSITIONS = 200_000  # string-to-string transitions over all layers past which the structure is not compiled
 MAX_STRINGS = 20_000  # the most final strings (columns of the (B, T) product)
@@ -64,20 +64,6 @@ def _conjugation_table(gate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 _TABLES = {name: _conjugation_table(g) for name, g in _GATES.items()}
-
-
-def walsh_z_strings(readout: np.ndarray, n_qubits: int, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
-    """A diagonal readout matrix (2^n, m) (wire 0 the most significant bit) as Z strings: (codes (S, n),
-    coefficients (S, m)) with readout column j = sum_s coefficients[s, j] prod_{i: codes[s, i] = 3} Z_i."""
-    m = readout.shape[1]
-    table = np.asarray(readout, dtype=np.float64).reshape((2,) * n_qubits + (m,))
-    for axis in range(n_qubits):  # (v0, v1) -> ((v0 + v1) / 2, (v0 - v1) / 2): the coefficient of I, of Z
-        a, b = np.take(table, 0, axis=axis), np.take(table, 1, axis=axis)
-        table = np.stack([(a + b) / 2.0, (a - b) / 2.0], axis=axis)
-    flat = table.reshape(-1, m)
-    keep = np.nonzero(np.any(np.abs(flat) > tol, axis=1))[0]
-    bits = (keep[:, None] >> (n_qubits - 1 - np.arange(n_qubits))[None, :]) & 1
-    return (3 * bits).astype(np.int8), flat[keep]
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,12 +185,35 @@ def _tree(strings: np.ndarray, lo: int, hi: int) -> tuple[Node, np.ndarray]:
     return Node(pairs.shape[0], pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64), left, right), ids
 
 
-def compile_pauli(n_qubits: int, layers: int, ansatz_name: str, options: LayerOptions, readout: np.ndarray,
-                  state_map: np.ndarray) -> Optional[PauliProgram]:
-    """The ``pauli`` executor's structure for a circuit without re-uploading, or None where it fans out
-    past ``MAX_TRANSITIONS`` / ``MAX_STRINGS`` (the planner then takes another executor)."""
+def observable_z_strings(observable: str, n_qubits: int) -> tuple[np.ndarray, np.ndarray]:
+    """A registered observable family's readouts as Z strings (the Walsh-Hadamard transform of its readout
+    matrix, in O(m): no 2^n table): readout j is value(prod_{i in wires_j} Z_i), and any function
+    of a +-1 eigenvalue is affine in it, value(z) = (v(1) + v(-1)) / 2 + (v(1) - v(-1)) / 2 z."""
+    family = OBSERVABLES[observable]
+    wires = family.wires(n_qubits)
+    high, low = (float(v) for v in family.value(np.array([1.0, -1.0])))
+    strings = [np.zeros(n_qubits, np.int8)]
+    for readout in wires:
+        string = np.zeros(n_qubits, np.int8)
+        string[list(readout)] = 3
+        strings.append(string)
+    start = np.zeros((len(strings), len(wires)))
+    start[0] = (high + low) / 2.0
+    start[1 + np.arange(len(wires)), np.arange(len(wires))] = (high - low) / 2.0
+    codes, index = _unique(np.stack(strings))
+    merged = np.zeros((codes.shape[0], len(wires)))
+    np.add.at(merged, index, start)
+    keep = np.any(merged != 0.0, axis=1)
+    return codes[keep], merged[keep]
+
+
+def compile_pauli(n_qubits: int, layers: int, ansatz_name: str, options: LayerOptions,
+                  z_strings: tuple[np.ndarray, np.ndarray], state_map: np.ndarray) -> Optional[PauliProgram]:
+    """The ``pauli`` executor's structure for a circuit without re-uploading whose readouts are the Z strings
+    ``z_strings`` (codes (S, n), coefficients (S, m): ``observable_z_strings``), or
+    None where it fans out past ``MAX_TRANSITIONS`` / ``MAX_STRINGS`` (the planner then takes another executor)."""
     ansatz = ANSATZE[ansatz_name]
-    codes, start = walsh_z_strings(readout, n_qubits)
+    codes, start = z_strings
     if codes.shape[0] > MAX_STRINGS:
         return None
     absorbed = not ansatz.entangle_first
@@ -249,10 +258,12 @@ def _pattern(start: np.ndarray, steps: list) -> np.ndarray:
     return pattern
 
 
-def compile_circuit(circuit) -> Optional[PauliProgram]:
-    """``compile_pauli`` of a ``circuits.engine.CompiledCircuit`` (its buffers hold the readout and the encoding)."""
+def compile_circuit(circuit, observable: str) -> Optional[PauliProgram]:
+    """``compile_pauli`` of a ``circuits.engine.CompiledCircuit`` whose readouts are the registered family
+    ``observable`` (its buffers hold the encoding)."""
     return compile_pauli(circuit.n_qubits, circuit.layers, circuit.ansatz, circuit.options,
-                         circuit._buffers["readout"].cpu().numpy(), circuit._buffers["state_map"].cpu().numpy().astype(np.complex128))
+                         observable_z_strings(observable, circuit.n_qubits),
+                         circuit._buffers["state_map"].cpu().numpy().astype(np.complex128))
 
 
 def encoded_bloch(state_map: np.ndarray) -> np.ndarray:

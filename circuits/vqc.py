@@ -118,6 +118,7 @@ class VQC(nn.Module):
         """``engine: pauli`` asked for by name: a clear error where it cannot run this circuit."""
         why = ("reupload: true (the data enters mid-circuit)" if cfg.reupload
                else "backend: pennylane" if cfg.backend != "torch"
+               else "output: born (its readout is a partition of the 2^n bitstrings)" if cfg.output == "born"
                else "shots, noise or a gradient rule (it computes exact expectations)" if self.hardware is not None
                else None)
         if why is None and self.pauli_program() is None:
@@ -281,12 +282,13 @@ class VQC(nn.Module):
     def pauli_program(self) -> pauli.PauliProgram | None:
         """The pauli executor's structure (``circuits.pauli.compile_pauli``), compiled on first use and kept on
         the circuit; None where it does not apply (re-uploading, shots, noise or a gradient rule, PennyLane's
-        backend, a circuit of up to 4 qubits under engine auto, or strings past its limits)."""
+        backend, a Born readout (a partition of the 2^n bitstrings), a circuit of up to 4 qubits under engine
+        auto, or strings past its limits)."""
         cfg = self.cfg
-        if (cfg.reupload or cfg.backend != "torch" or self._modules.get("hardware") is not None
+        if (cfg.reupload or cfg.backend != "torch" or self._modules.get("hardware") is not None or cfg.output == "born"
                 or cfg.engine not in ("auto", "pauli") or (cfg.engine == "auto" and cfg.n_qubits < STATEVECTOR_MIN_QUBITS)):
             return None
-        return kept_on_circuit(self.circuit, "_pauli", pauli.compile_circuit)
+        return kept_on_circuit(self.circuit, "_pauli", lambda circuit: pauli.compile_circuit(circuit, cfg.observable))
 
     def plan(self, rows: int, grad: bool) -> Plan:
         """The executor a call on ``rows`` rows runs, with (``grad``) or without a weight gradient: the

@@ -46,23 +46,34 @@ def test_clifford_steps_equal_conjugation_by_the_dense_gates():
             np.testing.assert_allclose(u.conj().T @ dense_string(string) @ u, sign * dense_string(image), atol=1e-12)
 
 
-@pytest.mark.parametrize("observable", ["z", "zz", "p0"])
-def test_walsh_z_strings_rebuild_the_readout_matrix(observable):
-    n = 3
+def walsh_z_strings(readout: np.ndarray, n_qubits: int, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """The brute-force reference: a diagonal readout matrix (2^n, m) (wire 0 the most significant bit) as Z
+    strings by its Walsh-Hadamard transform: (codes (S, n), coefficients (S, m))."""
+    m = readout.shape[1]
+    table = np.asarray(readout, dtype=np.float64).reshape((2,) * n_qubits + (m,))
+    for axis in range(n_qubits):  # (v0, v1) -> ((v0 + v1) / 2, (v0 - v1) / 2): the coefficient of I, of Z
+        a, b = np.take(table, 0, axis=axis), np.take(table, 1, axis=axis)
+        table = np.stack([(a + b) / 2.0, (a - b) / 2.0], axis=axis)
+    flat = table.reshape(-1, m)
+    keep = np.nonzero(np.any(np.abs(flat) > tol, axis=1))[0]
+    bits = (keep[:, None] >> (n_qubits - 1 - np.arange(n_qubits))[None, :]) & 1
+    return (3 * bits).astype(np.int8), flat[keep]
+
+
+def rebuilt(codes, coefficients) -> np.ndarray:
+    return sum(np.real(np.diag(dense_string(c)))[:, None] * coefficients[s] for s, c in enumerate(codes))
+
+
+@pytest.mark.parametrize("observable, n", [(o, n) for o in ("z", "zz", "p0") for n in (1, 2, 3, 5)
+                                           if not (o == "zz" and n == 1)])  # (zz needs two qubits)
+def test_observable_z_strings_are_the_readout_matrix(observable, n):
     readout = gates.readout_matrix(observable, n)
-    codes, coefficients = pauli.walsh_z_strings(readout, n)
-    rebuilt = sum(np.real(np.diag(dense_string(c)))[:, None] * coefficients[s] for s, c in enumerate(codes))
-    np.testing.assert_allclose(rebuilt, readout, atol=1e-12)
-    assert set(np.unique(codes)) <= {0, 3}
-
-
-def test_walsh_z_strings_of_a_born_partition():
-    from circuits.policies import born_partition
-
-    readout = born_partition(4, 3)
-    codes, coefficients = pauli.walsh_z_strings(readout, 4)
-    rebuilt = sum(np.real(np.diag(dense_string(c)))[:, None] * coefficients[s] for s, c in enumerate(codes))
-    np.testing.assert_allclose(rebuilt, readout, atol=1e-12)
+    codes, coefficients = pauli.observable_z_strings(observable, n)
+    np.testing.assert_allclose(rebuilt(codes, coefficients), readout, atol=1e-12)
+    want_codes, want = walsh_z_strings(readout, n)
+    order = np.lexsort(want_codes.T[::-1])
+    np.testing.assert_array_equal(codes, want_codes[order])
+    np.testing.assert_allclose(coefficients, want[order], atol=1e-12)
 
 
 def test_heisenberg_matrices_rotate_the_paulis():
@@ -167,6 +178,7 @@ def test_the_string_count_of_two_strongly_entangling_layers():
 
 def test_engine_pauli_refuses_what_it_cannot_run():
     for spec, words in [(dict(reupload=True), "reupload"), (dict(shots=100), "shots"), (dict(layers=4), "fan out"),
+                        (dict(output="born"), "born"),
                         (dict(backend="pennylane"), "pennylane"), (dict(noise={"depolarizing": 0.01}), "noise")]:
         with pytest.raises(CircuitConfigError, match=words):
             VQC(8, 3, **{"n_qubits": 8, "layers": 2, "engine": "pauli", **spec})
