@@ -12,7 +12,7 @@ a sum over Pauli strings P_t, each string's expectation on the product state the
 of the wire's Bloch vector component (b_k = (1, <X>, <Y>, <Z>) of wire k's state). The CNOT/CZ gates
 map a Pauli string to one Pauli string with a sign (they are Clifford gates); a layer of one-qubit
 rotations maps each wire's Pauli a to sum_b R[a, b] P_b, R the rotation's 3 x 3 adjoint matrix
-(``heisenberg_matrices``), so a string with s non-identity wires becomes at most 3^s strings. The
+(``layer_adjoints``), so a string with s non-identity wires becomes at most 3^s strings. The
 strings and which coefficient feeds which are found once per circuit structure (``compile_pauli``,
 from the ansatz's gate list and the readouts' Z strings: ``observable_z_strings``); a call then costs:
 
@@ -20,7 +20,8 @@ from the ansatz's gate list and the readouts' Z strings: ``observable_z_strings`
   gathered entries per string transition, summed into the next layer's coefficients;
 - the data's side: the wires' Bloch vectors (the encoding's, turned by the first layer when it is
   absorbed), and each needed string's product over wires, built as a tree of pairwise products over
-  halves of the register (each node the sub-strings it needs, once), then (B, T) @ (T, m).
+  halves of the register (each node the sub-strings it needs, once), then each string's row, times its
+  coefficient, added into its readout (most strings feed one readout: ``PauliProgram.pairs``).
 
 Outputs and every gradient (weights, angles, hence input scales and a pre-layer) come from torch's
 autograd on these few ops. It is exact: the same numbers as the state vector to float rounding, at
