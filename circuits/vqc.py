@@ -119,6 +119,7 @@ class VQC(nn.Module):
         why = ("reupload: true (the data enters mid-circuit)" if cfg.reupload
                else "backend: pennylane" if cfg.backend != "torch"
                else "output: born (its readout is a partition of the 2^n bitstrings)" if cfg.output == "born"
+               else "device: cuda (it runs on the CPU; on CUDA engine auto takes torch_autograd)" if cfg.device != "cpu"
                else "shots, noise or a gradient rule (it computes exact expectations)" if self.hardware is not None
                else None)
         if why is None and self.pauli_program() is None:

@@ -176,6 +176,16 @@ def test_the_string_count_of_two_strongly_entangling_layers():
     assert program.transitions == 288
 
 
+def test_engine_pauli_refuses_cuda():
+    # checked before the device is built, so it holds on a machine without CUDA too
+    from circuits.spec import make_config
+
+    module = VQC(8, 3, n_qubits=8, layers=2, output="linear")
+    module.cfg = make_config(n_qubits=8, layers=2, output="linear", engine="pauli", device="cuda")
+    with pytest.raises(CircuitConfigError, match="device: cuda"):
+        module._check_pauli(module.cfg)
+
+
 def test_engine_pauli_refuses_what_it_cannot_run():
     for spec, words in [(dict(reupload=True), "reupload"), (dict(shots=100), "shots"), (dict(layers=4), "fan out"),
                         (dict(output="born"), "born"),
