@@ -126,6 +126,16 @@ class PauliProgram:
     transitions: int  # the rotation steps' transitions (the weights' side of a call)
     pairs: np.ndarray  # (2, P) int64: the (string, readout) entries of the coefficients that can be nonzero
 
+    def __post_init__(self) -> None:
+        # what every call reads, built once (normal tensors even under torch.inference_mode: see Node)
+        with torch.inference_mode(False):
+            object.__setattr__(self, "pair_strings", torch.as_tensor(self.pairs[0]))
+            object.__setattr__(self, "pair_readouts", torch.as_tensor(self.pairs[1]))
+            object.__setattr__(self, "pairs_are_rows", bool(np.array_equal(self.pairs[0], np.arange(self.strings.shape[0]))))
+            for step in self.steps:
+                index = (step.order,) if isinstance(step, CliffordStep) else (step.src, step.dst, step.factors)
+                object.__setattr__(step, "tensors", tuple(torch.as_tensor(a) for a in index))
+
     @property
     def cost(self) -> int:
         """What a row costs, in products: the tree's nodes' sub-strings (``Facts.pauli_cost``)."""
@@ -330,12 +340,13 @@ def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: to
     one = torch.ones(1, dtype=real)
     for step in program.steps:
         if isinstance(step, CliffordStep):
-            coefficients = coefficients[step.order] * torch.as_tensor(step.sign, dtype=real)[:, None]
+            coefficients = coefficients[step.tensors[0]] * torch.as_tensor(step.sign, dtype=real)[:, None]
             continue
+        src, dst, factors = step.tensors
         table = torch.cat([rotations[step.layer].reshape(-1), one])
-        scale = table[step.factors].prod(dim=1)  # (E,)
+        scale = table[factors].prod(dim=1)  # (E,)
         coefficients = torch.zeros(step.size, coefficients.shape[1], dtype=real).index_add(
-            0, torch.as_tensor(step.dst), coefficients[step.src] * scale[:, None])
+            0, dst, coefficients[src] * scale[:, None])
     return coefficients, rotations[0]
 
 
@@ -350,8 +361,8 @@ def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.T
         bloch = first @ bloch  # wire k: R_k (3 x 3) @ its Bloch vectors (3, B)
     table = torch.cat([torch.ones_like(bloch[:, :1]), bloch], dim=1).reshape(4 * n, angles.shape[0])
     values = _values(program.tree, table)  # (T, B)
-    strings, readouts = torch.as_tensor(program.pairs[0]), torch.as_tensor(program.pairs[1])
-    if program.pairs.shape[1] != values.shape[0] or not np.array_equal(program.pairs[0], np.arange(values.shape[0])):
+    strings, readouts = program.pair_strings, program.pair_readouts
+    if not program.pairs_are_rows:
         values = values.index_select(0, strings)
     # each string's sum into its readout(s): the coefficients are sparse (most strings feed one readout)
     weighted = values * coefficients[strings, readouts][:, None]
