@@ -509,6 +509,9 @@ class StatevectorNode(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, angles: torch.Tensor, weights: torch.Tensor, program: Program) -> torch.Tensor:
+        if angles.device.type != "cpu" or weights.device.type != "cpu":
+            raise ValueError(f"the statevector executor runs numpy on the CPU; got angles on {angles.device} and weights on "
+                             f"{weights.device} (on a GPU the planner takes torch_autograd or dense)")
         single_thread_blas()
         keep_heap()
         blocks = BlockMatrices(program, weights.detach().numpy().astype(np.float64), ctx.needs_input_grad[1])

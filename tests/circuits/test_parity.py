@@ -140,6 +140,10 @@ def assert_matches_torch_autograd(module: VQC, x: torch.Tensor, tolerance: float
     for got, want in zip(torch.autograd.grad((native * coefficients).sum(), params),
                          torch.autograd.grad((by_gates * coefficients).sum(), params)):
         torch.testing.assert_close(got, want, atol=tolerance, rtol=0)
+    if x.device.type != "cpu":  # the numpy blocks are a CPU executor: a GPU run checks the planned forward above
+        with pytest.raises(ValueError, match="numpy on the CPU"):
+            module.circuit.forward_statevector(angles, module.weights)
+        return
     native_angles = module.head_output(module.circuit.forward_statevector(angles, module.weights))
     gates_angles = module.head_output(module.circuit.forward_gates(angles, module.weights))
     got, = torch.autograd.grad((native_angles * coefficients).sum(), angles)
@@ -206,3 +210,26 @@ def test_expectation_gradients_of_a_reuploading_circuit_equal_torch_autograd():
         grad, = torch.autograd.grad(f, w)
         assert abs(float(f) - values[b]) < 1e-12
         np.testing.assert_allclose(grads[b], grad.numpy(), atol=1e-12)
+
+
+def test_the_mappo_actor_on_the_test_device_matches_pennylane():
+    """The 8-qubit MAPPO actor (spread's 21 inputs -> 5 actions) at a learner's 1,200 rows on the test
+    device, under engine auto (the pauli executor on the CPU, the dense matrix on CUDA, where pauli is
+    refused): outputs and gradients against engine gates (torch_autograd) at every row, and against
+    PennyLane on 4 rows."""
+    torch.manual_seed(3)
+    spec = dict(n_qubits=8, layers=2, preprocess="linear", output="linear", scaling="atan", device=DEVICE)
+    module = VQC(21, 5, **spec)
+    assert module.plan(1200, True).executor == ("pauli" if DEVICE == "cpu" else "dense")  # pauli is CPU-only
+    by_gates = VQC(21, 5, engine="gates", **spec)
+    by_gates.load_state_dict(module.state_dict())
+    x = torch.randn(1200, 21, device=DEVICE) * 2
+    coefficients = torch.randn(1200, 5, device=DEVICE)
+    got, want = module(x), by_gates(x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    got_grads = torch.autograd.grad((got * coefficients).sum(), list(module.parameters()))
+    want_grads = torch.autograd.grad((want * coefficients).sum(), list(by_gates.parameters()))
+    for (name, _), a, b in zip(module.named_parameters(), got_grads, want_grads):
+        assert float(b.abs().max()) > 1e-3
+        torch.testing.assert_close(a, b, atol=4e-5 * max(float(b.abs().max()), 1.0), rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    assert_parity(module, x[:4].clone())
