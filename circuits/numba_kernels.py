@@ -448,3 +448,75 @@ def columns_backward(states, weights_rows, rot, rot_exact, gen, fwd, sign, entan
                 _columns_permute(both, tmp, fwd[l], sign[l], False, 4, lanes)
                 both, tmp = tmp, both
     _weights_from_sums(acc, rot_exact, gen, grad_weights)
+
+
+# -- the pauli executor's data side (``circuits.pauli``): a tree of row products and the readouts' sums,
+# fused over blocks of ``block`` rows so the tree's intermediate values stay in the core's cache. The
+# values V hold the Bloch table's rows (nt of them) then the tree's internal entries in post-order: entry e
+# is V[left[e]] * V[right[e]]. These take float32 or float64 arrays (one compiled version each).
+
+
+@njit(cache=True, fastmath=FAST)
+def _pauli_values(table, left, right, values, b0, w):
+    nt = table.shape[0]
+    for r in range(nt):
+        src, dst = table[r], values[r]
+        for c in range(w):
+            dst[c] = src[b0 + c]
+    for e in range(left.shape[0]):
+        a, b, dst = values[left[e]], values[right[e]], values[nt + e]
+        for c in range(w):
+            dst[c] = a[c] * b[c]
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_readouts(table, left, right, pair_src, pair_read, pair_coef, m, block):
+    """Readouts (m, B): out[pair_read[p]] += pair_coef[p] * V[pair_src[p]], table (nt, B) batch-last."""
+    nt, B = table.shape
+    out = np.zeros((m, B), table.dtype)
+    values = np.empty((nt + left.shape[0], block), table.dtype)
+    for b0 in range(0, B, block):
+        w = min(block, B - b0)
+        _pauli_values(table, left, right, values, b0, w)
+        for p in range(pair_src.shape[0]):
+            src, dst, coef = values[pair_src[p]], out[pair_read[p]], pair_coef[p]
+            for c in range(w):
+                dst[b0 + c] += coef * src[c]
+    return out
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_readouts_backward(table, left, right, pair_src, pair_read, pair_coef, grad, block):
+    """The gradients of ``pauli_readouts`` in the table (nt, B) and the pairs' coefficients (P,), given the
+    readouts' gradient (m, B): the block's values recomputed, then the tree's products run backwards."""
+    nt, B = table.shape
+    R = left.shape[0]
+    grad_table = np.empty_like(table)
+    grad_coef = np.zeros(pair_src.shape[0], np.float64)
+    values = np.empty((nt + R, block), table.dtype)
+    grads = np.empty((nt + R, block), table.dtype)
+    for b0 in range(0, B, block):
+        w = min(block, B - b0)
+        _pauli_values(table, left, right, values, b0, w)
+        for r in range(nt + R):
+            row = grads[r]
+            for c in range(w):
+                row[c] = 0.0
+        for p in range(pair_src.shape[0]):
+            v, g, dst, coef = values[pair_src[p]], grad[pair_read[p]], grads[pair_src[p]], pair_coef[p]
+            total = 0.0
+            for c in range(w):
+                total += g[b0 + c] * v[c]
+                dst[c] += coef * g[b0 + c]
+            grad_coef[p] += total
+        for e in range(R - 1, -1, -1):
+            g, a, b = grads[nt + e], values[left[e]], values[right[e]]
+            ga, gb = grads[left[e]], grads[right[e]]
+            for c in range(w):
+                ga[c] += g[c] * b[c]
+                gb[c] += g[c] * a[c]
+        for r in range(nt):
+            src, dst = grads[r], grad_table[r]
+            for c in range(w):
+                dst[b0 + c] = src[c]
+    return grad_table, grad_coef.astype(table.dtype)

@@ -38,6 +38,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from circuits import kernels
 from circuits.blocks import ANSATZE, OBSERVABLES, LayerOptions
 
 MAX_TRANSITIONS = 200_000  # string-to-string transitions over all layers past which the structure is not compiled
@@ -135,6 +136,7 @@ class PauliProgram:
             for step in self.steps:
                 index = (step.order,) if isinstance(step, CliffordStep) else (step.src, step.dst, step.factors)
                 object.__setattr__(step, "tensors", tuple(torch.as_tensor(a) for a in index))
+        object.__setattr__(self, "flat", _flatten(self.tree, 4 * self.n_qubits, self.pairs))
 
     @property
     def cost(self) -> int:
@@ -146,6 +148,38 @@ class PauliProgram:
                 total += node.size
                 stack += [node.left, node.right]
         return total + self.pairs.shape[1]
+
+
+@dataclass(frozen=True, eq=False)
+class FlatTree:
+    """The tree as the compiled kernels read it (``circuits.numba_kernels.pauli_readouts``): values V are
+    the Bloch table's ``nt`` rows, then the internal nodes' entries in post-order, entry e being
+    V[left[e]] * V[right[e]]; ``pair_src`` is the V row of each (string, readout) pair's string, ``pair_read``
+    its readout."""
+
+    left: np.ndarray
+    right: np.ndarray
+    pair_src: np.ndarray
+    pair_read: np.ndarray
+
+
+def _flatten(tree: Node, nt: int, pairs: np.ndarray) -> FlatTree:
+    left: list[np.ndarray] = []
+    right: list[np.ndarray] = []
+
+    def rows(node: Node) -> np.ndarray:  # the V rows of the node's entries
+        if node.left is None:
+            return node.li
+        lrows, rrows = rows(node.left), rows(node.right)
+        start = nt + sum(len(a) for a in left)
+        left.append(lrows[node.li])
+        right.append(rrows[node.ri])
+        return start + np.arange(node.size)
+
+    root = rows(tree)
+    empty = np.zeros(0, np.int64)
+    as_index = lambda parts: np.ascontiguousarray(np.concatenate(parts) if parts else empty, dtype=np.int64)  # noqa: E731
+    return FlatTree(as_index(left), as_index(right), as_index([root[pairs[0]]]), as_index([pairs[1]]))
 
 
 def _clifford_step(strings: np.ndarray, pairs: list[tuple[str, int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -350,8 +384,39 @@ def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: to
     return coefficients, rotations[0]
 
 
-def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-    """Readouts (B, m) of angles (B, n) from ``weights_side``'s coefficients and first-layer matrices."""
+BLOCK = 128  # rows per block of the compiled data side: the tree's values of a block stay in the core's cache
+
+
+class TreeReadouts(torch.autograd.Function):
+    """The data side's products and sums as two compiled loops (``numba_kernels.pauli_readouts`` and its
+    backward): readouts (m, B) from the Bloch table (4n, B) and each (string, readout) pair's coefficient
+    (P,). The same arithmetic as ``data_side``'s torch route, in blocks of ``BLOCK`` rows, with no (T, B)
+    intermediate in memory; the backward recomputes a block's values rather than keeping them."""
+
+    @staticmethod
+    def forward(ctx, table: torch.Tensor, pair_coef: torch.Tensor, program: PauliProgram) -> torch.Tensor:
+        flat, compiled = program.flat, kernels._compiled()
+        ctx.program = program
+        ctx.save_for_backward(table, pair_coef)
+        out = compiled.pauli_readouts(table.detach().numpy(), flat.left, flat.right, flat.pair_src, flat.pair_read,
+                                      pair_coef.detach().numpy(), program.start.shape[1], BLOCK)
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        table, pair_coef = ctx.saved_tensors
+        flat = ctx.program.flat
+        grad_table, grad_coef = kernels._compiled().pauli_readouts_backward(
+            table.detach().numpy(), flat.left, flat.right, flat.pair_src, flat.pair_read, pair_coef.detach().numpy(),
+            np.ascontiguousarray(grad.detach().numpy()), BLOCK)
+        return torch.from_numpy(grad_table), torch.from_numpy(grad_coef), None
+
+
+def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.Tensor, first: torch.Tensor,
+              compiled: Optional[bool] = None) -> torch.Tensor:
+    """Readouts (B, m) of angles (B, n) from ``weights_side``'s coefficients and first-layer matrices.
+    ``compiled``: the tree and sums as ``TreeReadouts``' compiled loops (None: where numba runs, on CPU
+    tensors), or as torch ops (False), the route every gradient is also tested by."""
     n = program.n_qubits
     constants = torch.as_tensor(program.bloch, dtype=angles.dtype)
     turns = angles.T  # (n, B)
@@ -360,6 +425,11 @@ def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.T
     if program.absorbed:
         bloch = first @ bloch  # wire k: R_k (3 x 3) @ its Bloch vectors (3, B)
     table = torch.cat([torch.ones_like(bloch[:, :1]), bloch], dim=1).reshape(4 * n, angles.shape[0])
+    if compiled is None:
+        compiled = angles.device.type == "cpu" and kernels.available()
+    if compiled:
+        pair_coef = coefficients[program.pair_strings, program.pair_readouts]
+        return TreeReadouts.apply(table.contiguous(), pair_coef.contiguous(), program).T
     values = _values(program.tree, table)  # (T, B)
     strings, readouts = program.pair_strings, program.pair_readouts
     if not program.pairs_are_rows:

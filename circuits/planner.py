@@ -45,14 +45,19 @@ COLUMNS_QUBITS = (5, 8)  # a twin's call past the kernels' rows at these qubit c
 # 1.59-1.89 (7), 1.22-2.08 (8); strongly_entangling 1.10-1.36, 1.05-1.60, 1.05-1.43, 1.15-1.23; the dense
 # matrix, cached, 3.2-16x the blocks there (docs/circuits.md, "Acting through the columns kernels")
 # the pauli executor against the state vector's blocks (engine auto, from 5 qubits, CPU, exact): a call of B rows
-# costs it about PAULI_CALL_NS + B * PAULI_PRODUCT_NS * cost (cost: its products per row, ``PauliProgram.cost``)
-# and the blocks about B * BLOCKS_AMPLITUDE_NS * L * 2^n. Fitted on training calls (fwd + bwd, one thread, CPU
-# time, strongly_entangling, interleaved medians of 20, Zen 5), pauli / blocks ms at (qubits, layers, cost):
-# 256 rows: (5, 2, 366) 1.06 / 0.59, (6, 2, 262) 1.01 / 0.65, (8, 1, 36) 0.95 / 0.67, (8, 2, 729) 1.25 / 1.48,
-# (10, 2, 2045) 2.41 / 5.21, (12, 2, 5819) 4.23 / 24.5, (6, 3, 6811) 4.84 / 1.40; 1,200 rows: 1.46 / 1.00,
-# 1.35 / 1.38, 1.33 / 1.63, 3.02 / 5.65, 5.56 / 25.3, 13.8 / 126, 16.6 / 3.06 (docs/circuits.md, "The pauli executor")
-PAULI_CALL_NS = 900_000
-PAULI_PRODUCT_NS = 2.4
+# costs it about PAULI_CALL_NS + B * (PAULI_ROW_NS * n + PAULI_PRODUCT_NS * cost) (cost: its products per row,
+# ``PauliProgram.cost``; its tree and sums are compiled loops, ``pauli.TreeReadouts``) and the blocks about
+# B * BLOCKS_AMPLITUDE_NS * L * 2^n. Fitted on training calls (fwd + bwd, one thread, CPU time,
+# strongly_entangling, interleaved medians of 20, Zen 5, load 2), pauli / blocks ms at (qubits, layers, cost):
+# 48 rows: (5, 2, 366) 0.72 / 0.51, (8, 2, 729) 0.79 / 0.69, (9, 2, 3208) 1.00 / 0.87, (10, 2, 2045) 0.94 / 1.34;
+# 256 rows: (5, 2, 366) 0.80 / 0.60, (6, 2, 262) 0.77 / 0.70, (8, 1, 36) 0.62 / 0.69, (8, 2, 729) 0.94 / 1.50,
+# (10, 2, 2045) 1.71 / 5.36, (12, 2, 5819) 2.99 / 25.8, (6, 3, 6811) 2.84 / 0.99; 1,200 rows: 1.16 / 1.04,
+# 1.13 / 1.52, 1.01 / 1.67, (7, 2, 1105) 1.94 / 2.85, 2.02 / 5.47, (9, 2, 3208) 3.96 / 11.0, 3.28 / 26.4,
+# 6.67 / 118, 7.59 / 2.55 (docs/circuits.md, "The pauli executor"). Without numba (MARLQ_KERNELS=0) the tree
+# runs as torch ops, about twice the cost at 1,200 rows, and the model is not refitted for it.
+PAULI_CALL_NS = 650_000
+PAULI_ROW_NS = 50.0
+PAULI_PRODUCT_NS = 0.75
 BLOCKS_AMPLITUDE_NS = 10.0
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
@@ -103,12 +108,13 @@ def analytic_fits(facts: Facts) -> bool:
 def pauli_pays(facts: Facts, rows: int) -> bool:
     """Whether the pauli executor runs this call under engine auto: from 5 qubits (up to 4 the plan is what
     every shipped head ran), on the CPU, where its cost model beats the state vector's blocks (``PAULI_CALL_NS``).
-    The model is fitted on training calls and used for calls without a gradient too (256 rows, one thread:
-    8 qubits, 2 layers 0.18 / 0.36 ms, 10 qubits 0.35 / 1.35; 48 rows 0.12 / 0.11 and 0.16 / 0.31)."""
+    The model is fitted on training calls and used for calls without a gradient too, where it chooses as the
+    timings would (pauli / blocks, one thread, strongly_entangling, 2 layers; 48 rows: 5 qubits 0.22 / 0.10 ms,
+    8 qubits 0.24 / 0.15, 10 qubits 0.30 / 0.35; 256 rows: 0.24 / 0.13, 0.29 / 0.39, 0.49 / 1.43)."""
     if not (facts.engine == "auto" and facts.device == "cpu" and facts.backend == "torch" and not facts.reupload
             and facts.n_qubits >= STATEVECTOR_MIN_QUBITS):
         return False
-    pauli = PAULI_CALL_NS + rows * PAULI_PRODUCT_NS * facts.pauli_cost
+    pauli = PAULI_CALL_NS + rows * (PAULI_ROW_NS * facts.n_qubits + PAULI_PRODUCT_NS * facts.pauli_cost)
     return pauli < rows * BLOCKS_AMPLITUDE_NS * max(facts.layers, 1) * 2**facts.n_qubits
 
 

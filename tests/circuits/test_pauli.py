@@ -212,6 +212,35 @@ def test_up_to_four_qubits_engine_auto_never_compiles_it():
         assert module.facts().pauli_cost == 0
 
 
+@pytest.mark.parametrize("spec", CASES + [dict(n_qubits=1, layers=2, ansatz="rzryrz_ring", encoding="angle_x", observable="z")],
+                         ids=lambda s: f"{s['ansatz']}-{s['n_qubits']}q{s['layers']}L-{s['observable']}")
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_the_compiled_tree_equals_the_torch_route(spec, dtype):
+    # the data side's compiled loops (TreeReadouts) against the same tree as torch ops with autograd: outputs and
+    # the gradients in the angles and the weights, at row counts on and off the loops' block of rows
+    if not pauli.kernels.available():
+        pytest.skip("numba is off here (MARLQ_KERNELS=0): the compiled loops do not run")
+    torch.manual_seed(2)
+    module = VQC(spec["n_qubits"], 3, engine="pauli", output="linear", dtype=dtype, **spec)
+    program = module.pauli_program()
+    flat, nt = program.flat, 4 * spec["n_qubits"]
+    entries = np.arange(flat.left.size)
+    assert np.all(flat.left < nt + entries) and np.all(flat.right < nt + entries)  # each entry's factors come first
+    real = torch.float64 if dtype == "complex128" else torch.float32
+    tolerance = 1e-12 if dtype == "complex128" else 2e-5
+    for rows in (1, pauli.BLOCK, 2 * pauli.BLOCK + 45):
+        angles = (torch.rand(rows, spec["n_qubits"], dtype=real) * 6.0).requires_grad_()
+        results = []
+        for compiled in (True, False):
+            out = pauli.data_side(program, angles, *pauli.weights_side(program, module.weights, module.circuit.complex_dtype, real),
+                                  compiled=compiled)
+            coefficients = torch.randn(out.shape, dtype=real, generator=torch.Generator().manual_seed(rows))
+            results.append((out, *torch.autograd.grad((out * coefficients).sum(), [angles, module.weights])))
+        for got, want in zip(*results):
+            assert float(want.abs().max()) > 1e-3
+            torch.testing.assert_close(got, want, atol=tolerance * max(1.0, float(want.abs().max())), rtol=0)
+
+
 def test_the_planners_cost_model():
     from circuits.planner import Facts, plan
 
