@@ -37,6 +37,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
 from circuits import kernels
 from circuits.blocks import ANSATZE, OBSERVABLES, LayerOptions
@@ -403,6 +404,7 @@ class TreeReadouts(torch.autograd.Function):
         return torch.from_numpy(out)
 
     @staticmethod
+    @once_differentiable  # (a second derivative through the loops is refused, not silently zero)
     def backward(ctx, grad: torch.Tensor):
         table, pair_coef = ctx.saved_tensors
         flat = ctx.program.flat

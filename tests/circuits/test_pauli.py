@@ -241,6 +241,16 @@ def test_the_compiled_tree_equals_the_torch_route(spec, dtype):
             torch.testing.assert_close(got, want, atol=tolerance * max(1.0, float(want.abs().max())), rtol=0)
 
 
+def test_a_second_derivative_through_the_compiled_tree_is_refused():
+    if not pauli.kernels.available():
+        pytest.skip("numba is off here (MARLQ_KERNELS=0): the compiled loops do not run")
+    module = VQC(8, 3, n_qubits=8, layers=2, output="linear", engine="pauli")
+    x = torch.randn(5, 8, requires_grad=True)
+    grad, = torch.autograd.grad(module(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        grad.sum().backward()
+
+
 def test_the_planners_cost_model():
     from circuits.planner import Facts, plan
 
