@@ -167,15 +167,16 @@ class FlatTree:
 def _flatten(tree: Node, nt: int, pairs: np.ndarray) -> FlatTree:
     left: list[np.ndarray] = []
     right: list[np.ndarray] = []
+    end = [nt]  # the next free V row
 
     def rows(node: Node) -> np.ndarray:  # the V rows of the node's entries
         if node.left is None:
             return node.li
         lrows, rrows = rows(node.left), rows(node.right)
-        start = nt + sum(len(a) for a in left)
         left.append(lrows[node.li])
         right.append(rrows[node.ri])
-        return start + np.arange(node.size)
+        end[0] += node.size
+        return np.arange(end[0] - node.size, end[0])
 
     root = rows(tree)
     empty = np.zeros(0, np.int64)

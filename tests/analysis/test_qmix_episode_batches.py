@@ -27,3 +27,15 @@ def test_a_batch_that_is_not_whole_episodes_is_refused():
     buffer.add({"t": np.arange(50)})
     with pytest.raises(SystemExit, match="multiples of EPISODE_STEPS=25"):
         exp.episode_rows(buffer, 30, np.random.default_rng(0))
+
+
+def test_settings_that_cannot_give_whole_episodes_exit_2_before_the_run(tmp_path, capsys):
+    out = tmp_path / "never"
+    code = exp.main(["run", "scenarios/spread_qmix.yaml", "--set", "algorithm.replay.batch_size=810",
+                     "--set", "algorithm.chunk_steps=10", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "algorithm.chunk_steps=10" in err and "algorithm.replay.batch_size=810" in err
+    assert not out.exists()  # nothing was started
+    assert exp.main(["run", "scenarios/spread_qmix_gru.yaml", "--out", str(out)]) == 2
+    assert "no feed-forward replay" in capsys.readouterr().err and not out.exists()
+
