@@ -603,6 +603,7 @@ def save_snapshot(path: Path, state: dict[str, Any]) -> str:
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    out: Optional[_HashingWriter] = None
     try:
         with open(tmp, "wb") as fh:
             out = _HashingWriter(fh)
@@ -611,31 +612,48 @@ def save_snapshot(path: Path, state: dict[str, Any]) -> str:
             except (TypeError, pickle.PicklingError, AttributeError) as exc:  # e.g. an env holding a Box2D world
                 raise SnapshotUnavailable(f"{type(exc).__name__}: {exc}") from None
             except Exception:
-                if out.error is not None:  # the file's write failed inside torch (which may wrap the error)
+                # a write that failed or was interrupted (Ctrl-C) inside torch, which wraps it in its own
+                # RuntimeError ("unexpected pos"): the cause is what the caller handles (exit 2 / 130)
+                if out.error is not None:
                     raise out.error from None
                 raise
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        _discard(tmp)
+        _abandon(out, tmp)
         raise RunWriteError(path, exc) from None
     except BaseException:
-        _discard(tmp)
+        _abandon(out, tmp)
         raise
     return out.sha256.hexdigest()
+
+
+def _abandon(out: Optional["_HashingWriter"], tmp: Path) -> None:
+    """A save that did not finish: its file is discarded, and its writer takes no more bytes. torch's zip
+    writer finishes its file from its destructor when an exception (Ctrl-C in torch.save's own code) left
+    it unfinished; that destructor runs when the exception is freed, long after the file closed, and a
+    write that raised there ended the process (std::terminate, exit -6, after the run had saved and
+    printed how to resume)."""
+    if out is not None:
+        out.abandoned = True
+    _discard(tmp)
 
 
 class _HashingWriter:
     """A binary file that hashes what is written to it (SHA-256), for writers that stream their bytes."""
 
     def __init__(self, fh: IO[bytes]) -> None:
-        self.fh, self.sha256, self.error = fh, hashlib.sha256(), None
+        self.fh, self.sha256 = fh, hashlib.sha256()
+        self.error: Optional[BaseException] = None
+        self.abandoned = False  # see _abandon: bytes written after that go nowhere
 
     def write(self, data: Any) -> int:
+        if self.abandoned:
+            return len(data)
         try:
             written = self.fh.write(data)
-        except OSError as exc:
+        except BaseException as exc:  # OSError, or KeyboardInterrupt arriving during the write
             self.error = exc
             raise
         self.sha256.update(data)
