@@ -16,7 +16,53 @@ from marl_q.errors import ConfigError
 from marl_q.registry import HEADS
 from marl_q.seeding import derive
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class _NumpyTanh(torch.autograd.Function):
+    """tanh through numpy's SIMD kernel; the backward is autograd's own for tanh (``tanh_backward`` of the
+    output), so only the forward's last bits differ from ``torch.tanh``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = torch.from_numpy(np.tanh(x.detach().numpy()))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+def _numpy_tanh_applies(x: torch.Tensor) -> bool:
+    """A plain dense CPU float tensor outside torch.func's transforms (vmap, grad: batched seeds)."""
+    return (type(x) is torch.Tensor and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+            and x.layout == torch.strided and not torch._C._are_functorch_transforms_active())
+
+
+def tanh(x: torch.Tensor) -> torch.Tensor:
+    """``torch.tanh``, 9x faster on the CPU: this torch's float tanh kernel is scalar (2.1 ns an element on
+    an AVX-512 Zen 5, on every ATen capability), numpy's is vectorised (0.23 ns). A (1200, 64) float32 block,
+    a MAPPO epoch's hidden layer on spread, takes 17.7 against 161 us, and tanh was a quarter of the
+    epoch (docs/performance.md). The values agree with torch's to one float32 ulp; gradients are autograd's
+    tanh backward. Other tensors (CUDA, under ``torch.func`` transforms) take ``torch.tanh``."""
+    if not _numpy_tanh_applies(x):
+        return torch.tanh(x)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _NumpyTanh.apply(x)
+    return torch.from_numpy(np.tanh(x.numpy()))
+
+
+class Tanh(nn.Tanh):
+    """The ``mlp`` heads' tanh layer: ``tanh`` above. A subclass of ``nn.Tanh`` so that what recognises
+    the layer (the numpy twins, batched seeds) still does; snapshots of runs made before it keep
+    ``nn.Tanh`` and resume on torch's kernel, bit for bit."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return tanh(x)
+
+
+ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
 
 @dataclass

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agents.heads import Tanh, tanh
 from agents.losses import a2c_loss_grad, diagnostics, explained_variance
 from agents.returns import rollout_targets
 from circuits.twins import NumpyVQC, NumpyVQCActing, acting_twin, training_twin  # noqa: F401 (the twins' classes: sim snapshots pickled them by this module's name)
@@ -36,7 +37,7 @@ class NumpyMLP:
             if isinstance(module, nn.Linear):
                 self.layers.append(("linear", module))
             elif isinstance(module, nn.Tanh):
-                self.layers.append(("tanh", None))
+                self.layers.append(("tanh", module))
             elif isinstance(module, nn.ReLU):
                 self.layers.append(("relu", None))
             else:  # pragma: no cover - numpy_head checks first
@@ -103,7 +104,9 @@ class TorchMLP(NumpyMLP):
     def _layer(kind: str, module: Any, h: torch.Tensor, weights: None) -> torch.Tensor:
         if kind == "linear":
             return F.linear(h, module.weight, module.bias)
-        return torch.tanh(h) if kind == "tanh" else torch.relu(h)
+        if kind == "tanh":  # the module's own kernel (heads.Tanh's numpy one; nn.Tanh's in older snapshots)
+            return tanh(h) if isinstance(module, Tanh) else torch.tanh(h)
+        return torch.relu(h)
 
     @torch.no_grad()
     def backward(self, cache: Cache, grad: torch.Tensor) -> None:

@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch import nn
 
+from agents.heads import Tanh
 from agents.numpy_heads import NumpyMLP
 from agents.q_learning import QConfig, QDims, QLearner, QWorker, build_q_network
 from agents.value_targets import QMixer
@@ -132,7 +133,7 @@ def _assert_same_run(fast: QLearner, ref: QLearner, opt: torch.optim.Optimizer, 
 
 
 @pytest.mark.parametrize("loss, act, double, weighted", [("huber", nn.ReLU, False, False),
-                                                         ("mse", nn.Tanh, True, True)])
+                                                         ("mse", nn.Tanh, True, True), ("mse", Tanh, True, False)])
 def test_dqn_update_matches_autograd_torch_adam_and_clip_grad_norm_bit_for_bit(loss, act, double, weighted):
     """A 4-64-64-2 MLP (SB3's CartPole net, narrower), the gradient norm clipped in most updates."""
     dims = QDims(obs_dim=4, n_actions=2)
@@ -299,7 +300,7 @@ def test_q_worker_acting_weights_check_the_flat_buffers_write_count():
 
 
 @pytest.mark.parametrize("offset", [0, 1, 2, 3, 5])  # floats before the net's gradient in the flat buffer
-@pytest.mark.parametrize("act", [nn.ReLU, nn.Tanh])
+@pytest.mark.parametrize("act", [nn.ReLU, nn.Tanh, Tanh])  # Tanh: heads' numpy-kernel layer
 def test_torch_mlp_backward_is_autograds_at_every_alignment_of_the_gradient_views(offset, act):
     """``TorchMLP.backward`` writes each layer's gradient into views of one flat buffer, which start at
     any float's alignment. Its GEMMs are formed in fresh memory and copied there, as autograd's are:
