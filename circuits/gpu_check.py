@@ -1,4 +1,4 @@
-"""The one prepared GPU check: CUDA parity tests and the GPU benchmark, results written as files.
+"""The one prepared GPU check: CUDA parity tests (and the heads' tanh on CUDA) and the GPU benchmark, results written as files.
 
     python -m circuits.gpu_check OUT_DIR [--device cuda] [--quick]
 
@@ -61,10 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     python = sys.executable
     if args.quick:
         n_qubits, batches, plain_batches, pl_max, min_time = "2,4", "1,64", "1,64", "64", "0.02"
-        parity = [python, "-m", "pytest", "tests/circuits/test_parity.py", "-q", "-x", "-p", "no:cacheprovider", "-k", "batch_of_one or engine_paths"]
+        parity = [python, "-m", "pytest", "tests/circuits/test_parity.py", "tests/agents/test_activations.py", "-q", "-x",
+                  "-p", "no:cacheprovider", "-k", "batch_of_one or engine_paths or cuda"]
     else:
         n_qubits, batches, plain_batches, pl_max, min_time = "4,8,12", "1,64,1024,8192,65536", "1,1024,65536", "8192", "0.25"
-        parity = [python, "-m", "pytest", "tests/circuits/test_parity.py", "-q", "-p", "no:cacheprovider"]
+        parity = [python, "-m", "pytest", "tests/circuits/test_parity.py", "tests/agents/test_activations.py", "-q",
+                  "-p", "no:cacheprovider"]
     bench = [python, "-m", "circuits.bench", "--device", args.device, "--json", "--modes", "act,fwd_bwd",
              "--pennylane-max-batch", pl_max, "--min-time", min_time]
     steps = [

@@ -85,3 +85,16 @@ def test_a_module_from_an_older_snapshot_keeps_torchs_kernel():
     legacy.layers = [(kind, None if kind == "tanh" else module) for kind, module in legacy.layers]  # as pickled before
     with torch.no_grad():
         assert torch.equal(legacy.forward(x)[0], net(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (GPU paths are optional; "
+                    "circuits/gpu_check.py runs this on a GPU machine)")
+def test_an_mlp_head_on_cuda_takes_torchs_tanh_and_its_gradients():
+    net = build_mlp(MLPConfig(hidden=[32, 32]), 6, 4).cuda()
+    ref = nn.Sequential(*[nn.Tanh() if isinstance(m, Tanh) else m for m in net])  # the same Linear modules
+    x = torch.randn(100, 6, device="cuda")
+    out = net(x)
+    assert out.is_cuda and torch.equal(out, ref(x))
+    (g,) = torch.autograd.grad(out.square().sum(), net[0].weight)
+    (g_ref,) = torch.autograd.grad(ref(x).square().sum(), net[0].weight)
+    assert torch.equal(g, g_ref)
