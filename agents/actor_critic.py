@@ -109,17 +109,13 @@ class PPOConfig(ActorCriticConfig):
     update: Literal["grad", "delta"] = "delta"
 
 
-def make_optimizer(kind: str, params: list[torch.Tensor], cfg: ActorCriticConfig) -> torch.optim.Optimizer:
-    """The optimizer the config names (RMSprop with SB3's alpha/eps, Adam, SGD)."""
-    if kind == "rmsprop":
-        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.eps)
-    return torch.optim.SGD(params, lr=cfg.lr)
-
-
-def make_server_optimizer(kind: str, param: torch.Tensor, cfg: ActorCriticConfig) -> FlatOptimizer:
-    """The same optimizer for the server's flat parameter vector (marl_q.optim: a fused hot path)."""
+def make_optimizer(kind: str, param: torch.Tensor, cfg: ActorCriticConfig) -> FlatOptimizer:
+    """The optimizer the config names (RMSprop with SB3's alpha/eps, Adam, SGD) on one flat parameter
+    tensor: the server's, a worker's own (``update: delta``) and batched seeds' (S, P) rows alike.
+    marl_q.optim's flat optimizers do torch.optim's arithmetic op for op (the same bits, tested) in a
+    few in-place ops: a step of spread_mappo's 11k parameters takes 45 us against torch.optim.Adam's 107,
+    and a process that steps none of torch.optim's never imports torch._dynamo (its first optimizer
+    did, about a second of start-up; docs/performance.md)."""
     if kind == "rmsprop":
         return FlatRMSprop(param, cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
     if kind == "adam":
@@ -143,7 +139,7 @@ def sample_actions_with_logits(actor: nn.Module, obs: np.ndarray, rng: np.random
 
 
 def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
-                        optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
+                        optimizer: Optional[FlatOptimizer], rng: np.random.Generator,
                         batch: dict[str, np.ndarray], logits: Optional[torch.Tensor] = None,
                         dist: Optional[Distribution] = None, value_norm: Optional[ValueNorm] = None
                         ) -> dict[str, Optional[float]]:
@@ -285,7 +281,7 @@ def minibatches_of(n: int, k: int, rng: np.random.Generator) -> list[Optional[to
     return [torch.from_numpy(mb) for mb in np.array_split(rng.permutation(n), k) if len(mb)]
 
 
-def descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.optim.Optimizer],
+def descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[FlatOptimizer],
              max_grad_norm: Optional[float]) -> None:
     """Gradient into flat.grad, clipped by global norm, then an optimizer step if there is one."""
     flat.zero_grad()
@@ -293,7 +289,7 @@ def descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[torch.
     if max_grad_norm is not None:
         nn.utils.clip_grad_norm_([flat.flat], max_grad_norm)
     if optimizer is not None:
-        optimizer.step()
+        optimizer.step(flat.flat.grad)
 
 
 # ----------------------------------------------------------------------------- worker
@@ -403,7 +399,7 @@ class ActorCriticWorker(PullingWorker):
         if shared is not None:
             shared.models = shared.models or (self.actor, self.critic, self.dist, flat)
             self.flat, self.shares_models = SharedFlat(flat), True
-        self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac) if self.ac.update == "delta" else None
+        self.optimizer = make_optimizer(self.ac.optimizer, self.flat.flat, self.ac) if self.ac.update == "delta" else None
         self.version = -1
         self.waiting = True
         self.seq = 0
@@ -603,7 +599,7 @@ class ActorCritic(Algorithm):
         aggregator: Aggregator = AGGREGATIONS.get(cfg.server.aggregation).obj(workers, cfg.server.buffer_k)
         ac = cfg.algorithm.params
         self.service = ParameterService(flat.numpy(), ac.update, aggregator,
-                                        make_optimizer=lambda p: make_server_optimizer(ac.optimizer, p, ac),
+                                        make_optimizer=lambda p: make_optimizer(ac.optimizer, p, ac),
                                         server_lr=cfg.server.server_lr, lr_schedule=ac.lr_schedule)
         return self.service
 

@@ -8,7 +8,7 @@ written by the run's own writers (``marl_q.runtime.Runtime``: metrics.csv, train
 quantum.csv, checkpoints, summary.json). What is shared is the arithmetic:
 
 - the parameters of every seed are rows of one (S, P) float32 tensor, and the server's optimizer
-  (``make_server_optimizer``: FlatAdam / FlatRMSprop / FlatSGD, element-wise) steps all rows at once;
+  (``make_optimizer``: FlatAdam / FlatRMSprop / FlatSGD, element-wise) steps all rows at once;
 - CartPole's dynamics run on a (4, S) state (Gymnasium's CartPoleVectorEnv formulas, op for op); each
   seed's resets draw from that seed's own env generator, in the same order as alone;
 - the loop is every family's rollout core (``agents.rollout.rollout``): the seeds' CartPoles are one
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.actor_critic import ActorCriticConfig, build_models, make_server_optimizer
+from agents.actor_critic import ActorCriticConfig, build_models, make_optimizer
 from agents.heads import FlatParameters, head_report, worker_heads
 from agents.numpy_heads import NumpyMLP, numpy_head
 from agents.rollout import EpisodeBook, GymVector, Step, rollout
@@ -395,7 +395,7 @@ class BatchedA2C:
         self.resources = [worker_heads({"actor": a, "critic": c}, cf.run.seed, 0) for (a, c), cf in zip(models, cfgs)]
         self.param = torch.from_numpy(np.stack([f.numpy() for f in self.flats]))  # (S, P) float32, the servers'
         self.grad = np.zeros(self.param.shape, dtype=np.float32)
-        self.optimizer = make_server_optimizer(self.ac.optimizer, self.param, self.ac)
+        self.optimizer = make_optimizer(self.ac.optimizer, self.param, self.ac)
         n_actor = sum(p.numel() for p in models[0][0].parameters())
         self.actor = self._head([m[0] for m in models], 0, n_actor)
         self.critic = self._head([m[1] for m in models], n_actor, self.param.shape[1] - n_actor)

@@ -58,6 +58,7 @@ from agents.actor_critic import (SEED_BATCH, UpdateSamples, minibatches_of, log_
 from agents.heads import FlatParameters
 from agents.losses import LossTerms, actor_critic_loss, ratio_stats
 from marl_q.errors import ConfigError
+from marl_q.optim import FlatOptimizer
 from marl_q.progress import Progress, tap_runs
 
 TEAM_ALGORITHMS = ("mappo", "ippo", "ia2c", "maa2c")
@@ -112,7 +113,7 @@ class UpdateJob:
     actor: nn.Module
     critic: nn.Module
     flat: FlatParameters
-    optimizer: Optional[torch.optim.Optimizer]
+    optimizer: Optional[FlatOptimizer]
     rng: np.random.Generator
     prep: UpdateSamples
     dist: Any
@@ -120,7 +121,7 @@ class UpdateJob:
 
     def key(self) -> tuple:
         """Seeds whose updates can share one call: as many samples, the same layout and learning rate."""
-        lr = None if self.optimizer is None else self.optimizer.param_groups[0]["lr"]
+        lr = None if self.optimizer is None else self.optimizer.lr
         return (len(self.prep.samples["act"]), self.flat.size, lr)
 
 
@@ -160,13 +161,12 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
     X = {k: torch.stack([j.prep.samples[k] for j in jobs]) for k in keys}
     W = nn.Parameter(torch.stack([j.flat.flat.detach() for j in jobs]))  # (S, P): row s is seed s's parameters
     opt = None
-    if j0.optimizer is not None:
-        opt = make_optimizer(ac.optimizer, [W], ac)
-        opt.param_groups[0]["lr"] = j0.optimizer.param_groups[0]["lr"]
-        states = [j.optimizer.state.get(j.flat.flat) for j in jobs]
-        if states[0]:  # rows from each seed's optimizer; scalars (Adam's step) are every seed's alike
-            opt.state[W] = {k: torch.stack([st[k] for st in states]) if v.shape == W.shape[1:] else v.clone()
-                            for k, v in states[0].items()}
+    if j0.optimizer is not None:  # the same flat optimizer on the (S, P) rows (element-wise)
+        opt = make_optimizer(ac.optimizer, W.data, ac)
+        opt.lr = j0.optimizer.lr
+        states = [j.optimizer.state_dict() for j in jobs]
+        # rows from each seed's optimizer; scalars (the step count) are every seed's alike
+        opt.load_state_dict({k: torch.stack([st[k] for st in states]) if v.dim() else v for k, v in states[0].items()})
     entropy_wanted = ac.ent_coef != 0.0
 
     def seed_loss(pa: dict[str, torch.Tensor], pc: dict[str, torch.Tensor], x: dict[str, torch.Tensor]
@@ -222,8 +222,7 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
             if ac.max_grad_norm is not None:
                 grads = clip_rows(grads, ac.max_grad_norm)
             if opt is not None:
-                W.grad = grads
-                opt.step()
+                opt.step(grads)
             last = (policy, value, ent, kls, logits, x)
     with torch.no_grad():
         for s, job in enumerate(jobs):
@@ -231,8 +230,7 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
             if grads is not None:
                 job.flat.flat.grad.copy_(grads[s])
             if opt is not None:
-                job.optimizer.state[job.flat.flat] = {
-                    k: v[s].clone() if v.shape == W.shape else v.clone() for k, v in opt.state[W].items()}
+                job.optimizer.load_state_dict({k: v[s] if v.dim() else v for k, v in opt.state_dict().items()})
             seed_last = None
             if last is not None:
                 policy, value, ent, kls, logits, x = last
@@ -266,7 +264,7 @@ class SeedBatch:
         self.tick = tick
 
     def _park(self, seat: _Seat, ac: Any, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
-              optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator, batch: dict[str, np.ndarray],
+              optimizer: Optional[FlatOptimizer], rng: np.random.Generator, batch: dict[str, np.ndarray],
               logits: Optional[torch.Tensor], dist: Any, value_norm: Any) -> dict[str, Optional[float]]:
         """``SEED_BATCH.update`` in seed ``seat``'s thread: the samples as alone, then wait for the batch."""
         prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm, reuse_forward=False)

@@ -24,6 +24,7 @@ from agents.losses import actor_critic_loss, categorical, diagnostics, explained
 from agents.recurrent import from_sequences, is_recurrent, sequence_forward, to_sequences
 from agents.returns import rollout_targets
 from agents.value_norm import ValueNorm
+from marl_q.optim import FlatOptimizer
 
 ROLES = ("actor", "critic")
 
@@ -93,7 +94,7 @@ def team_memory(actor: nn.Module, critic: nn.Module, copies: int, agents: int) -
 
 
 def recurrent_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, flat: FlatParameters,
-                     optimizer: Optional[torch.optim.Optimizer], rng: np.random.Generator,
+                     optimizer: Optional[FlatOptimizer], rng: np.random.Generator,
                      batch: dict[str, np.ndarray], chunk: int, dist: Optional[Distribution] = None,
                      value_norm: Optional[ValueNorm] = None) -> dict[str, Optional[float]]:
     """``actor_critic_update`` with recurrent heads, by chunked backpropagation through time.

@@ -466,7 +466,7 @@ class RoutingPPOWorker(PullingWorker):
         # circuit heads: their own shot/SPSA streams, and their executions counted for the ledger
         self.resources = worker_heads({"actor": self.actor, "critic": self.critic}, cfg.run.seed, index)
         self.flat = FlatParameters(self.actor, self.critic)
-        self.optimizer = make_optimizer(self.ac.optimizer, [self.flat.flat], self.ac)
+        self.optimizer = make_optimizer(self.ac.optimizer, self.flat.flat, self.ac)
         self.snapshot: Optional[Snapshot] = None
         self.waiting = True
         self.pending: Optional[Plan] = None

@@ -47,7 +47,7 @@ import numpy as np
 from marl_q.errors import CheckpointError
 
 FORMAT = "marl-q sim snapshot"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 
 def pack(state: dict[str, Any]) -> dict[str, Any]:
@@ -379,6 +379,51 @@ def _v4_to_v5(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# -- version 5 -> 6 ------------------------------------------------------------------------------
+# Version 5's actor-critic workers that run their own epochs (PPO's deltas, the team learners, routing
+# PPO) stepped a torch.optim optimizer (Adam, RMSprop or SGD) on their one flat parameter tensor, held as
+# ``optimizer``. They now step marl_q.optim's flat optimizer of the same kind (agents.actor_critic.
+# make_optimizer), which does the same arithmetic op for op; it takes over the torch optimizer's
+# parameter, hyperparameters, moments and step count, so the resumed run goes on bit for bit.
+
+def _flat_optimizer(optimizer: Any) -> Any:
+    """marl_q.optim's optimizer that continues a torch.optim Adam / RMSprop / SGD of one parameter."""
+    from marl_q.optim import FlatAdam, FlatRMSprop, FlatSGD
+
+    [group] = optimizer.param_groups
+    [param] = group["params"]
+    state = optimizer.state.get(param, {})
+    kind = type(optimizer).__name__
+    if kind == "Adam":
+        flat = FlatAdam(param, group["lr"], betas=tuple(group["betas"]), eps=group["eps"])
+        if state:
+            flat.exp_avg.copy_(state["exp_avg"])
+            flat.exp_avg_sq.copy_(state["exp_avg_sq"])
+    elif kind == "RMSprop":
+        flat = FlatRMSprop(param, group["lr"], alpha=group["alpha"], eps=group["eps"])
+        if state:
+            flat.square_avg.copy_(state["square_avg"])
+    elif kind == "SGD":
+        flat = FlatSGD(param, group["lr"])
+    else:
+        raise CheckpointError(f"sim snapshot: a worker's optimizer is torch.optim.{kind}, which no marl-q learner "
+                              "made (Adam, RMSprop or SGD)")
+    if state and "step" in state:
+        flat.steps = int(state["step"])
+    return flat
+
+
+def _v5_to_v6(state: dict[str, Any]) -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    if torch is None:  # nothing in the file was a tensor, so no optimizer either
+        return state
+    for obj in list(_reachable(state)):
+        inner = getattr(obj, "__dict__", None)
+        if isinstance(inner, dict) and isinstance(inner.get("optimizer"), torch.optim.Optimizer):
+            inner["optimizer"] = _flat_optimizer(inner["optimizer"])
+    return state
+
+
 # version v -> the function that takes a state of version v to version v + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _v0_to_v1,
@@ -386,4 +431,5 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }

@@ -66,9 +66,9 @@ def check_overload(cfg: ExperimentConfig) -> None:
 # thread of the main process (JAX's, a tracker's) is ever forked. Besides: the plugin index (_fork_preload),
 # every scenario module (``import scenarios`` imports them all, and every config's checks do) and the
 # actor-critic learners of most runs: a CartPole A3C worker then builds in 0.1 CPU-s instead of 0.8 (the
-# server pays 0.7 once). Not torch._dynamo, which the first torch.optim optimizer of a process imports (2 CPU-s):
-# only the workers of learners that step their own optimizer (PPO's deltas, say) build one, and the A3C workers
-# of most runs and tests would then pay it in every fork server (docs/performance.md).
+# server pays 0.7 once). Not torch._dynamo, which a torch.optim optimizer imports when it is built or steps (1-2
+# CPU-s): the workers step marl_q.optim's flat optimizers, which do not, and only COMA's learner (on the server)
+# builds torch.optim ones (docs/performance.md).
 PRELOAD = ["torch", "numpy", "marl_q.config", "marl_q.registry", "marl_q.backends.local", "marl_q.backends._fork_preload",
            "scenarios", "agents.actor_critic"]
 

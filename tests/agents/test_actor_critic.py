@@ -114,7 +114,7 @@ def _ppo_update(ac, batch):
     torch.manual_seed(6)
     actor, critic = build_mlp(MLPConfig(hidden=[8]), 4, 2), build_mlp(MLPConfig(hidden=[8]), 4, 1)
     flat = FlatParameters(actor, critic)
-    diag = actor_critic_update(ac, actor, critic, flat, make_optimizer("adam", [flat.flat], ac),
+    diag = actor_critic_update(ac, actor, critic, flat, make_optimizer("adam", flat.flat, ac),
                                np.random.default_rng(7), batch)
     return diag, flat.numpy()
 

@@ -19,6 +19,7 @@ from agents.recurrent_ac import recurrent_update
 from agents.returns import gae
 from marl_q.config import build_config
 from marl_q.experiment import run_experiment
+from marl_q.optim import FlatAdam
 
 GRU = {"head": "mlp", "hidden": [16], "recurrent": "gru"}
 
@@ -219,7 +220,7 @@ def test_ppo_minibatches_are_whole_sequences_each_unrolled_from_its_own_recorded
     monkeypatch.setattr(rac, "sequence_forward", spy)
     from agents.actor_critic import PPOConfig
     ac = PPOConfig(n_steps=T, epochs=1, minibatches=2)
-    recurrent_update(ac, actor, critic, flat, torch.optim.Adam([flat.flat], lr=1e-3), rng, batch, L)
+    recurrent_update(ac, actor, critic, flat, FlatAdam(flat.flat, lr=1e-3), rng, batch, L)
     training = [c for c in calls if c[0]][1:]  # the actor's forwards after the no-grad pass over all sequences
     assert [x.shape[:2] for _, x, _ in training] == [(L, C * R // 2)] * 2
     obs_seq = to_sequences(torch.from_numpy(batch["obs"][:T]), L)

@@ -54,7 +54,7 @@ def test_first_update_of_batched_seeds_equals_each_single_run(extra):
         np.testing.assert_allclose(b.flat.numpy(), a.flat.numpy(), rtol=1e-5, atol=2e-6)
         np.testing.assert_allclose(b.flat.grad_numpy(), a.flat.grad_numpy(), rtol=1e-3, atol=1e-5)
         if a.optimizer is not None:
-            sa, sb = a.optimizer.state[a.flat.flat], b.optimizer.state[b.flat.flat]
+            sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
             assert sorted(sa) == sorted(sb)
             for key in sa:
                 np.testing.assert_allclose(sb[key].numpy(), sa[key].numpy(), rtol=1e-4, atol=1e-9)

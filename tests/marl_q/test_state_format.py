@@ -19,6 +19,7 @@ from marl_q.errors import CheckpointError
 from marl_q.experiment import resume_experiment
 from marl_q.rundir import _FullStatePickle, _FullStatePickler, checkpoints, load_checkpoint, load_snapshot, save_checkpoint, save_snapshot
 from marl_q.state_format import FORMAT, FORMAT_VERSION, MIGRATIONS, pack, rng_from_state, rng_state, upgrade, version_of
+from marl_q.state_format import _reachable as _reachable_objects
 from tests.golden.old_checkpoints import fixture_dir
 from tests.marl_q.test_resume import _stopped_run
 
@@ -445,6 +446,52 @@ def test_a_version_3_file_resumes_exactly_like_the_current_one(small_raw, tmp_pa
         meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
 
     _resumes_as_today(small_raw, tmp_path, as_version_3)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "sgd"])
+def test_a_version_5_file_with_torch_optimizers_resumes_exactly_like_the_current_one(small_raw, tmp_path, optimizer):
+    """Version 5's PPO workers stepped torch.optim optimizers on their flat parameters; the same
+    checkpoint with each worker's flat optimizer written back as the torch.optim one it continues (its
+    hyperparameters, moments and step count) resumes to the same bytes as today's."""
+    small_raw["algorithm"] = {"name": "ppo", "n_steps": 16, "epochs": 2, "minibatches": 2, "optimizer": optimizer}
+    small_raw["run"]["total_env_steps"] = 3000  # past the 20 updates where the runs stop and resume
+    seen = []
+
+    def as_version_5(snap, meta):
+        state = _raw(snap)["state"]
+        for obj in _reachable_objects(state):
+            flat = getattr(obj, "__dict__", {}).get("optimizer")
+            if flat is None or not hasattr(flat, "steps"):
+                continue
+            cls = {"FlatAdam": torch.optim.Adam, "FlatRMSprop": torch.optim.RMSprop, "FlatSGD": torch.optim.SGD}
+            kwargs = {"FlatAdam": lambda f: {"betas": (f.b1, f.b2), "eps": f.eps},
+                      "FlatRMSprop": lambda f: {"alpha": f.alpha, "eps": f.eps}, "FlatSGD": lambda f: {}}
+            name = type(flat).__name__
+            old = cls[name]([flat.param], lr=flat.lr, **kwargs[name](flat))
+            if name != "FlatSGD":
+                keys = {"FlatAdam": ("exp_avg", "exp_avg_sq"), "FlatRMSprop": ("square_avg",)}[name]
+                moments = {k: getattr(flat, k) for k in keys}
+                old.state[flat.param] = {"step": torch.tensor(float(flat.steps)), **{k: v.clone() for k, v in moments.items()}}
+            obj.__dict__["optimizer"] = old
+            seen.append((name, flat.steps))
+        buf = io.BytesIO()
+        torch.save(dict(pack(state), format_version=5), buf, pickle_module=_FullStatePickle,
+                   pickle_protocol=pickle.HIGHEST_PROTOCOL)
+        snap.write_bytes(buf.getvalue())
+        meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+
+    _resumes_as_today(small_raw, tmp_path, as_version_5)
+    expected = {"adam": "FlatAdam", "rmsprop": "FlatRMSprop", "sgd": "FlatSGD"}[optimizer]
+    assert seen and all(name == expected and steps > 0 for name, steps in seen)
+
+
+def test_a_torch_optimizer_of_another_kind_in_an_old_file_is_a_clear_error():
+    from marl_q.state_format import _v5_to_v6
+
+    holder = type("Worker", (), {})()
+    holder.optimizer = torch.optim.Adagrad([torch.zeros(3, requires_grad=True)], lr=0.1)
+    with pytest.raises(CheckpointError, match="torch.optim.Adagrad"):
+        _v5_to_v6({"workers": [holder]})
 
 
 def test_a_routing_worker_of_version_3_takes_its_episode_into_a_book():
