@@ -271,3 +271,67 @@ def test_one_step_numpy_path_pushes_the_torch_gradient(small_raw):
         for fast, ref in zip(*pushed):
             np.testing.assert_allclose(fast, ref, rtol=1e-4, atol=1e-6 * max(1.0, np.abs(ref).max()))
         assert any(np.abs(g).max() > 0 for g in pushed[0])
+
+
+@pytest.mark.parametrize("case", ["minibatches", "masks_value_clip_norm", "no_value_loss", "relu"])
+def test_mlp_twins_update_is_autograds_bit_for_bit(monkeypatch, case):
+    """The update's heads without autograd's engine (agents.actor_critic.MLPTwins) leave the parameters,
+    the optimizer's moments and the diagnostics exactly as autograd through the modules does."""
+    import agents.actor_critic as ac_mod
+    from agents.actor_critic import PPOConfig, actor_critic_update, make_optimizer
+    from agents.value_norm import ValueNorm
+
+    T, N, A = 12, 4, 3
+    rng = np.random.default_rng(11)
+    batch = {"obs": rng.normal(size=(T + 1, N, 5)).astype(np.float32),
+             "critic_obs": rng.normal(size=(T + 1, N, 7)).astype(np.float32),
+             "actions": rng.integers(0, A, size=(T, N)), "rewards": rng.normal(size=(T, N)),
+             "terminated": rng.random((T, N)) < 0.1, "valid": rng.random((T, N)) < 0.9}
+    batch["dones"] = batch["terminated"] | (rng.random((T, N)) < 0.1)
+    kw = {"epochs": 3, "minibatches": 4, "ent_coef": 0.01, "max_grad_norm": 0.5}
+    if case == "masks_value_clip_norm":
+        avail = (rng.random((T, N, A)) < 0.7).astype(np.float32)
+        avail[..., 0] = 1.0
+        batch["actions"] = np.where(np.take_along_axis(avail, batch["actions"][..., None], -1)[..., 0] > 0,
+                                    batch["actions"], 0)
+        batch["avail"] = avail
+        kw.update(value_clip=0.2, minibatches=1)
+    if case == "no_value_loss":
+        kw.update(vf_coef=0.0)
+    ac = PPOConfig(**kw)
+    activation = "relu" if case == "relu" else "tanh"
+
+    def run(twins: bool):
+        if not twins:
+            monkeypatch.setattr(ac_mod, "mlp_twins", lambda actor, critic: None)
+        torch.manual_seed(3)
+        actor = build_mlp(MLPConfig(hidden=[16, 16], activation=activation), 5, A)
+        critic = build_mlp(MLPConfig(hidden=[16, 16], activation=activation), 7, 1)
+        flat = FlatParameters(actor, critic)
+        assert (ac_mod.mlp_twins(actor, critic) is not None) == twins
+        opt = make_optimizer("adam", flat.flat, ac)
+        norm = ValueNorm() if case == "masks_value_clip_norm" else None
+        diag = actor_critic_update(ac, actor, critic, flat, opt, np.random.default_rng(4), batch, value_norm=norm)
+        monkeypatch.undo()
+        return flat.numpy().copy(), opt.exp_avg_sq.numpy().copy(), diag
+
+    p_twins, v_twins, d_twins = run(True)
+    p_auto, v_auto, d_auto = run(False)
+    np.testing.assert_array_equal(p_twins, p_auto)
+    np.testing.assert_array_equal(v_twins, v_auto)
+    assert d_twins == d_auto
+
+
+def test_mlp_twins_are_for_two_distinct_flat_mlp_heads_only():
+    from agents.actor_critic import mlp_twins
+    from agents.recurrent import RecurrentHead
+
+    actor, critic = build_mlp(MLPConfig(hidden=[8]), 4, 2), build_mlp(MLPConfig(hidden=[8]), 4, 1)
+    assert mlp_twins(actor, critic) is None  # gradients not yet views of a flat buffer
+    FlatParameters(actor, critic)
+    assert mlp_twins(actor, critic) is not None
+    assert mlp_twins(actor, actor) is None
+    gru = build_mlp(MLPConfig(hidden=[8], recurrent="gru"), 4, 2)
+    assert isinstance(gru, RecurrentHead)
+    FlatParameters(gru, critic)
+    assert mlp_twins(gru, critic) is None
