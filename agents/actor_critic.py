@@ -27,7 +27,7 @@ from torch import nn
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
 from agents.distributions import Distribution, LogStd, distribution_for
 from agents.losses import actor_critic_loss, categorical, diagnostics, explained_variance, ratio_stats
-from agents.numpy_heads import NumpyMLP, TorchMLP, a2c_gradient, numpy_head
+from agents.numpy_heads import a2c_gradient, numpy_head
 from agents.returns import rollout_targets
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
 from agents.value_norm import ValueNorm
@@ -168,64 +168,22 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
         return batched(ac, actor, critic, flat, optimizer, rng, batch, logits, dist, value_norm)
     prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm)
     samples, single_pass = prep.samples, prep.single_pass
-    twins = None if single_pass else mlp_twins(actor, critic)
     last, clipfracs = None, []
     for _ in range(ac.epochs):
         # a single pass descends even without samples: a pushed gradient must be this rollout's (zero)
         for mb in [None] if single_pass else minibatches_of(len(samples["act"]), ac.minibatches, rng):
             x = samples if mb is None else {k: None if v is None else v[mb] for k, v in samples.items()}
-            heads_backward = None
-            if single_pass:
-                logits_mb, values = x["logits"], x["v"]
-            elif twins is None:
-                logits_mb, values = actor(x["obs"]), critic(x["critic_obs"]).squeeze(-1)
-            else:
-                logits_mb, values, heads_backward = twins.forward(x["obs"], x["critic_obs"])
+            logits_mb = x["logits"] if single_pass else actor(x["obs"])
             logp, entropy = log_prob_entropy(dist, logits_mb, x["act"], x["avail"], ac.ent_coef != 0.0)
+            values = x["v"] if single_pass else critic(x["critic_obs"]).squeeze(-1)
             terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"],
                                       old_values=x["old_v"], entropy=entropy)
             kl = ratio_stats(logp.detach(), x["old_logp"], ac.clip) if ac.clip is not None else None
             if kl is not None:
                 clipfracs.append(kl["clipfrac"])
-            descend(terms.loss, flat, optimizer, ac.max_grad_norm, heads_backward)
+            descend(terms.loss, flat, optimizer, ac.max_grad_norm)
             last = (terms, kl, logits_mb, x)
     return update_diagnostics(prep, dist, last, clipfracs)
-
-
-class MLPTwins:
-    """An update's actor and critic forward and backward without autograd's engine (``TorchMLP``: the ops
-    autograd records and replays, so the same bits; tests/agents/test_actor_critic.py): the heads'
-    outputs are leaves of the loss's graph, and their gradients go back through the layers by hand.
-    One epoch of spread_mappo's update (1,200 rows, two 64-64 tanh MLPs) takes 1.69-1.76 ms against
-    autograd's 1.87-1.91 (docs/performance.md)."""
-
-    def __init__(self, actor: nn.Module, critic: nn.Module) -> None:
-        self.actor, self.critic = TorchMLP(actor), TorchMLP(critic)
-
-    def forward(self, obs: torch.Tensor, critic_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """The logits and values (leaves that require grad), and what writes the heads' gradients once the
-        loss's backward has reached those leaves."""
-        logits, actor_cache = self.actor.forward(obs)
-        values, critic_cache = self.critic.forward(critic_obs)
-        logits.requires_grad_()
-        values.requires_grad_()
-
-        def backward() -> None:
-            for twin, cache, out in ((self.actor, actor_cache, logits), (self.critic, critic_cache, values)):
-                if out.grad is not None:  # else the loss does not reach the head: its gradient stays zero
-                    twin.backward(cache, out.grad)
-
-        return logits, values.squeeze(-1), backward
-
-
-def mlp_twins(actor: nn.Module, critic: nn.Module) -> Optional[MLPTwins]:
-    """``MLPTwins`` for two distinct ``mlp`` heads (Linear / Tanh / ReLU stacks) whose parameters have their
-    gradients as views of a flat buffer (``FlatParameters``), else None (autograd through the modules)."""
-    if actor is critic or not (NumpyMLP.supports(actor) and NumpyMLP.supports(critic)):
-        return None
-    if any(p.grad is None or not p.requires_grad for m in (actor, critic) for p in m.parameters()):
-        return None
-    return MLPTwins(actor, critic)
 
 
 SEED_BATCH = threading.local()  # .update: set in a batched seed's thread (agents/batched_ppo.py), else absent
@@ -324,13 +282,10 @@ def minibatches_of(n: int, k: int, rng: np.random.Generator) -> list[Optional[to
 
 
 def descend(loss: torch.Tensor, flat: FlatParameters, optimizer: Optional[FlatOptimizer],
-             max_grad_norm: Optional[float], heads_backward: Optional[Any] = None) -> None:
-    """Gradient into flat.grad, clipped by global norm, then an optimizer step if there is one.
-    ``heads_backward``: writes the heads' gradients after the loss's backward (``MLPTwins.forward``)."""
+             max_grad_norm: Optional[float]) -> None:
+    """Gradient into flat.grad, clipped by global norm, then an optimizer step if there is one."""
     flat.zero_grad()
     loss.backward()
-    if heads_backward is not None:
-        heads_backward()
     if max_grad_norm is not None:
         nn.utils.clip_grad_norm_([flat.flat], max_grad_norm)
     if optimizer is not None:
