@@ -159,10 +159,10 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
     actor_spec, critic_spec = _param_spec(j0.flat, j0.actor), _param_spec(j0.flat, j0.critic)
     keys = [k for k, v in j0.prep.samples.items() if v is not None]
     X = {k: torch.stack([j.prep.samples[k] for j in jobs]) for k in keys}
-    W = nn.Parameter(torch.stack([j.flat.flat.detach() for j in jobs]))  # (S, P): row s is seed s's parameters
+    W = torch.stack([j.flat.flat.detach() for j in jobs])  # (S, P): row s is seed s's parameters
     opt = None
     if j0.optimizer is not None:  # the same flat optimizer on the (S, P) rows (element-wise)
-        opt = make_optimizer(ac.optimizer, W.data, ac)
+        opt = make_optimizer(ac.optimizer, W, ac)
         opt.lr = j0.optimizer.lr
         states = [j.optimizer.state_dict() for j in jobs]
         # rows from each seed's optimizer; scalars (the step count) are every seed's alike
@@ -191,8 +191,7 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
         views of the (S, P) rows made bmm 2x slower); one backward of the seeds' summed losses gives each
         seed its own gradient (they share nothing), gathered into (S, P) rows in the buffer's order.
         (``torch.func.grad`` under vmap computed the same 1.5x slower.)"""
-        w = W.detach()
-        leaves = {id(spec): w[:, o:o + n].reshape(S, *shape).requires_grad_() for spec in order
+        leaves = {id(spec): W[:, o:o + n].reshape(S, *shape).requires_grad_() for spec in order
                   for _, o, n, shape in [spec]}
         pa = {spec[0]: leaves[id(spec)] for spec in actor_spec}
         pc = {spec[0]: leaves[id(spec)] for spec in critic_spec}
@@ -226,7 +225,7 @@ def _descend_group(jobs: list[UpdateJob]) -> None:
             last = (policy, value, ent, kls, logits, x)
     with torch.no_grad():
         for s, job in enumerate(jobs):
-            job.flat.flat.data.copy_(W.data[s])
+            job.flat.flat.data.copy_(W[s])
             if grads is not None:
                 job.flat.flat.grad.copy_(grads[s])
             if opt is not None:

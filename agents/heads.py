@@ -17,7 +17,6 @@ from marl_q.registry import HEADS
 from marl_q.seeding import derive
 
 
-
 class _NumpyTanh(torch.autograd.Function):
     """tanh through numpy's SIMD kernel; the backward is autograd's own for tanh (``tanh_backward`` of the
     output), so only the forward's last bits differ from ``torch.tanh``."""

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agents.heads import Tanh, tanh
 from agents.losses import a2c_loss_grad, diagnostics, explained_variance
 from agents.returns import rollout_targets
 from circuits.twins import NumpyVQC, NumpyVQCActing, acting_twin, training_twin  # noqa: F401 (the twins' classes: sim snapshots pickled them by this module's name)
@@ -104,8 +103,8 @@ class TorchMLP(NumpyMLP):
     def _layer(kind: str, module: Any, h: torch.Tensor, weights: None) -> torch.Tensor:
         if kind == "linear":
             return F.linear(h, module.weight, module.bias)
-        if kind == "tanh":  # the module's own kernel (heads.Tanh's numpy one; nn.Tanh's in older snapshots)
-            return tanh(h) if isinstance(module, Tanh) else torch.tanh(h)
+        if kind == "tanh":  # the layer's own kernel (heads.Tanh's numpy one); twins pickled before kept no module
+            return torch.tanh(h) if module is None else module(h)
         return torch.relu(h)
 
     @torch.no_grad()

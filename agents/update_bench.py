@@ -43,9 +43,19 @@ def _setup(rows: int, seed: int) -> dict[str, Any]:
     return {"actor": actor, "critic": critic, "data": data, "ac": PPOConfig(ent_coef=0.01, max_grad_norm=0.5, lr=5e-4)}
 
 
+class _TorchAdam:
+    """torch.optim.Adam behind the flat optimizers' ``step(grad)`` (the gradient is already in ``.grad``)."""
+
+    def __init__(self, param: torch.Tensor, ac: Any) -> None:
+        self.optimizer = torch.optim.Adam([param], lr=ac.lr, eps=ac.eps)
+
+    def step(self, grad: torch.Tensor) -> None:
+        self.optimizer.step()
+
+
 def _variant(name: str, base: dict[str, Any]) -> tuple[Callable[[], None], Callable[[], torch.Tensor]]:
     """(one epoch, the parameters now) of a fresh copy of the heads run the ``name`` way."""
-    from agents.actor_critic import make_optimizer
+    from agents.actor_critic import descend, make_optimizer
     from agents.heads import FlatParameters, Tanh
     from agents.losses import actor_critic_loss, categorical
 
@@ -54,21 +64,13 @@ def _variant(name: str, base: dict[str, Any]) -> tuple[Callable[[], None], Calla
         actor, critic = (nn.Sequential(*[nn.Tanh() if isinstance(m, Tanh) else m for m in net]) for net in (actor, critic))
     flat = FlatParameters(actor, critic)
     ac, x = base["ac"], base["data"]
-    if name in ("torch", "numpy tanh"):
-        torch_adam = torch.optim.Adam([flat.flat], lr=ac.lr, eps=ac.eps)
-        step = torch_adam.step
-    else:
-        flat_adam = make_optimizer("adam", flat.flat, ac)
-        step = lambda: flat_adam.step(flat.flat.grad)  # noqa: E731
+    optimizer = make_optimizer("adam", flat.flat, ac) if name == "flat adam" else _TorchAdam(flat.flat, ac)
 
     def epoch() -> None:
-        flat.zero_grad()
         logits, values = actor(x["obs"]), critic(x["critic_obs"]).squeeze(-1)
         logp, entropy = categorical(logits, x["act"], True)
         terms = actor_critic_loss(ac, logp, x["adv"], values, x["ret"], old_logp=x["old_logp"], entropy=entropy)
-        terms.loss.backward()
-        nn.utils.clip_grad_norm_([flat.flat], ac.max_grad_norm)
-        step()
+        descend(terms.loss, flat, optimizer, ac.max_grad_norm)  # what a worker's epoch does after its loss
 
     return epoch, lambda: flat.flat.detach().clone()
 
