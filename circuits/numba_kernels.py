@@ -450,19 +450,40 @@ def columns_backward(states, weights_rows, rot, rot_exact, gen, fwd, sign, entan
     _weights_from_sums(acc, rot_exact, gen, grad_weights)
 
 
-# -- the pauli executor's data side (``circuits.pauli``): a tree of row products and the readouts' sums,
-# fused over blocks of ``block`` rows so the tree's intermediate values stay in the core's cache. The
-# values V hold the Bloch table's rows (nt of them) then the tree's internal entries in post-order: entry e
-# is V[left[e]] * V[right[e]]. These take float32 or float64 arrays (one compiled version each).
+# -- the pauli executor's data side (``circuits.pauli``): the encoded wires' Bloch table, a tree of row products
+# and the readouts' sums, fused over blocks of ``block`` rows so the tree's intermediate values stay in the
+# core's cache. The values V hold the Bloch table's rows (4 per wire: 1 and the wire's rotated Bloch
+# vector R_k e(t), e_a(t) = bloch[a, 0] + bloch[a, 1] cos t + bloch[a, 2] sin t) then the tree's internal
+# entries in post-order: entry e is V[left[e]] * V[right[e]]. The angles come as their cosines and sines
+# (n, B), which numpy's vectorised ufuncs compute outside. These take float32 or float64 arrays (one
+# compiled version each).
 
 
 @njit(cache=True, fastmath=FAST)
-def _pauli_values(table, left, right, values, b0, w):
-    nt = table.shape[0]
-    for r in range(nt):
-        src, dst = table[r], values[r]
+def _pauli_table(cos, sin, bloch, first, values, b0, w):
+    """The block's Bloch table rows V[4k .. 4k+3] = (1, R_k e(t_k)) for every wire k."""
+    a0, a1, a2 = bloch[0, 0], bloch[0, 1], bloch[0, 2]
+    b0_, b1, b2 = bloch[1, 0], bloch[1, 1], bloch[1, 2]
+    c0, c1, c2 = bloch[2, 0], bloch[2, 1], bloch[2, 2]
+    for k in range(cos.shape[0]):
+        f = first[k]
+        f00, f01, f02, f10, f11, f12, f20, f21, f22 = (f[0, 0], f[0, 1], f[0, 2], f[1, 0], f[1, 1], f[1, 2],
+                                                       f[2, 0], f[2, 1], f[2, 2])
+        ck, sk = cos[k], sin[k]
+        one, vx, vy, vz = values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3]
         for c in range(w):
-            dst[c] = src[b0 + c]
+            co, si = ck[b0 + c], sk[b0 + c]
+            e0 = a0 + a1 * co + a2 * si
+            e1 = b0_ + b1 * co + b2 * si
+            e2 = c0 + c1 * co + c2 * si
+            one[c] = 1.0
+            vx[c] = f00 * e0 + f01 * e1 + f02 * e2
+            vy[c] = f10 * e0 + f11 * e1 + f12 * e2
+            vz[c] = f20 * e0 + f21 * e1 + f22 * e2
+
+
+@njit(cache=True, fastmath=FAST)
+def _pauli_products(left, right, values, nt, w):
     for e in range(left.shape[0]):
         a, b, dst = values[left[e]], values[right[e]], values[nt + e]
         for c in range(w):
@@ -476,16 +497,19 @@ def _axpy(dst, coef, src, w):
 
 
 @njit(cache=True, fastmath=FAST)
-def pauli_readouts(table, left, right, pair_src, pair_read, pair_coef, m, block):
-    """Readouts (m, B): out[pair_read[p]] += pair_coef[p] * V[pair_src[p]], table (nt, B) batch-last. (The sums
-    go to a block's own (m, block) rows, then out: so written, LLVM vectorises them, 0.13 -> 0.10 ms at 8 qubits.)"""
-    nt, B = table.shape
-    out = np.empty((m, B), table.dtype)
-    values = np.empty((nt + left.shape[0], block), table.dtype)
-    sums = np.empty((m, block), table.dtype)
+def pauli_readouts(cos, sin, bloch, first, left, right, pair_src, pair_read, pair_coef, m, block):
+    """Readouts (m, B): out[pair_read[p]] += pair_coef[p] * V[pair_src[p]], from the angles' cosines and sines
+    (n, B). (The sums go to a block's own (m, block) rows, then out: so written, LLVM vectorises them, 0.13 ->
+    0.10 ms at 8 qubits.)"""
+    n, B = cos.shape
+    nt = 4 * n
+    out = np.empty((m, B), cos.dtype)
+    values = np.empty((nt + left.shape[0], block), cos.dtype)
+    sums = np.empty((m, block), cos.dtype)
     for b0 in range(0, B, block):
         w = min(block, B - b0)
-        _pauli_values(table, left, right, values, b0, w)
+        _pauli_table(cos, sin, bloch, first, values, b0, w)
+        _pauli_products(left, right, values, nt, w)
         sums[:, :] = 0.0
         for p in range(pair_src.shape[0]):
             _axpy(sums[pair_read[p]], pair_coef[p], values[pair_src[p]], w)
@@ -496,37 +520,184 @@ def pauli_readouts(table, left, right, pair_src, pair_read, pair_coef, m, block)
 
 
 @njit(cache=True, fastmath=FAST)
-def pauli_readouts_backward(table, left, right, pair_src, pair_read, pair_coef, grad, block):
-    """The gradients of ``pauli_readouts`` in the table (nt, B) and the pairs' coefficients (P,), given the
-    readouts' gradient (m, B): the block's values recomputed, then the tree's products run backwards."""
-    nt, B = table.shape
+def pauli_readouts_backward(cos, sin, bloch, first, left, right, pair_src, pair_read, pair_coef, grad, block):
+    """The gradients of ``pauli_readouts`` in the angles (n, B), the first layer's matrices (n, 3, 3) and the
+    pairs' coefficients (P,), given the readouts' gradient (m, B): the block's values recomputed, the tree's
+    products run backwards, then the table's rows back to each wire's matrix and angle. The sums over rows
+    (the coefficients', the matrices') run per lane in the arrays' dtype (so the loops vectorise: a
+    scalar sum in the pairs' loop cost 0.15 of 0.36 ms at 8 qubits and 1,200 rows), the lanes then in
+    float64, in a fixed order."""
+    n, B = cos.shape
+    nt = 4 * n
     R = left.shape[0]
-    grad_table = np.empty_like(table)
-    grad_coef = np.zeros(pair_src.shape[0], np.float64)
-    values = np.empty((nt + R, block), table.dtype)
-    grads = np.empty((nt + R, block), table.dtype)
+    grad_angles = np.empty_like(cos)
+    # the sums over rows, lane by lane (a row's lane: its index in its block), summed in float64 at the end:
+    # each pair's g v, and each wire's g_i e_a
+    coef_lanes = np.zeros((pair_src.shape[0], block), cos.dtype)
+    lanes = np.zeros((n, 9, block), cos.dtype)
+    values = np.empty((nt + R, block), cos.dtype)
+    grads = np.empty((nt + R, block), cos.dtype)
     for b0 in range(0, B, block):
         w = min(block, B - b0)
-        _pauli_values(table, left, right, values, b0, w)
+        _pauli_table(cos, sin, bloch, first, values, b0, w)
+        _pauli_products(left, right, values, nt, w)
         for r in range(nt + R):
             row = grads[r]
             for c in range(w):
                 row[c] = 0.0
         for p in range(pair_src.shape[0]):
-            v, g, dst, coef = values[pair_src[p]], grad[pair_read[p]], grads[pair_src[p]], pair_coef[p]
-            total = 0.0
+            v, g, dst, coef, lane = values[pair_src[p]], grad[pair_read[p]], grads[pair_src[p]], pair_coef[p], coef_lanes[p]
             for c in range(w):
-                total += g[b0 + c] * v[c]
-                dst[c] += coef * g[b0 + c]
-            grad_coef[p] += total
+                gc = g[b0 + c]
+                lane[c] += gc * v[c]
+                dst[c] += coef * gc
         for e in range(R - 1, -1, -1):
             g, a, b = grads[nt + e], values[left[e]], values[right[e]]
             ga, gb = grads[left[e]], grads[right[e]]
             for c in range(w):
                 ga[c] += g[c] * b[c]
                 gb[c] += g[c] * a[c]
-        for r in range(nt):
-            src, dst = grads[r], grad_table[r]
+        for k in range(n):
+            f = first[k]
+            ck, sk, out = cos[k], sin[k], grad_angles[k]
+            gx, gy, gz, acc = grads[4 * k + 1], grads[4 * k + 2], grads[4 * k + 3], lanes[k]
             for c in range(w):
-                dst[b0 + c] = src[c]
-    return grad_table, grad_coef.astype(table.dtype)
+                co, si = ck[b0 + c], sk[b0 + c]
+                e0 = bloch[0, 0] + bloch[0, 1] * co + bloch[0, 2] * si
+                e1 = bloch[1, 0] + bloch[1, 1] * co + bloch[1, 2] * si
+                e2 = bloch[2, 0] + bloch[2, 1] * co + bloch[2, 2] * si
+                g0, g1, g2 = gx[c], gy[c], gz[c]
+                acc[0, c] += g0 * e0
+                acc[1, c] += g0 * e1
+                acc[2, c] += g0 * e2
+                acc[3, c] += g1 * e0
+                acc[4, c] += g1 * e1
+                acc[5, c] += g1 * e2
+                acc[6, c] += g2 * e0
+                acc[7, c] += g2 * e1
+                acc[8, c] += g2 * e2
+                d0 = f[0, 0] * g0 + f[1, 0] * g1 + f[2, 0] * g2  # d loss / d e_a = sum_i R[i, a] g_i
+                d1 = f[0, 1] * g0 + f[1, 1] * g1 + f[2, 1] * g2
+                d2 = f[0, 2] * g0 + f[1, 2] * g1 + f[2, 2] * g2
+                out[b0 + c] = (d0 * (bloch[0, 2] * co - bloch[0, 1] * si) + d1 * (bloch[1, 2] * co - bloch[1, 1] * si)
+                               + d2 * (bloch[2, 2] * co - bloch[2, 1] * si))
+    grad_first = np.empty((n, 3, 3), np.float64)
+    for k in range(n):
+        for j in range(9):
+            grad_first[k, j // 3, j % 3] = _lane_sum(lanes[k, j])
+    grad_coef = np.empty(pair_src.shape[0], np.float64)
+    for p in range(pair_src.shape[0]):
+        grad_coef[p] = _lane_sum(coef_lanes[p])
+    return grad_angles, grad_first.astype(cos.dtype), grad_coef.astype(cos.dtype)
+
+
+@njit(cache=True, fastmath=FAST)
+def _lane_sum(lane):
+    total = 0.0
+    for c in range(lane.shape[0]):
+        total += lane[c]
+    return total
+
+
+# -- the pauli executor's weights side (``circuits.pauli.WeightsSide``): the layers' 3 x 3 adjoint matrices from
+# the weights, and the coefficients pushed back through a rotation step, each with its backward. Small arrays,
+# float64: loops instead of some forty small numpy calls a call.
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_adjoints(weights, generators, squares):
+    """Each rotation's adjoint M = I + sin(w) K + (1 - cos(w)) K^2 (L, n, k, 3, 3) and each wire's product
+    M_(k-1) ... M_0 (L, n, 3, 3), from the weights (L, n, k) and the rotations' K and K^2 (k, 3, 3)."""
+    L, n, k = weights.shape
+    each = np.empty((L, n, k, 3, 3))
+    out = np.empty((L, n, 3, 3))
+    tmp = np.empty((3, 3))
+    for l in range(L):
+        for q in range(n):
+            for i in range(k):
+                s, c = math.sin(weights[l, q, i]), 1.0 - math.cos(weights[l, q, i])
+                for a in range(3):
+                    for b in range(3):
+                        each[l, q, i, a, b] = (1.0 if a == b else 0.0) + s * generators[i, a, b] + c * squares[i, a, b]
+            out[l, q] = each[l, q, k - 1]
+            for i in range(k - 2, -1, -1):
+                for a in range(3):
+                    for b in range(3):
+                        tmp[a, b] = out[l, q, a, 0] * each[l, q, i, 0, b] + out[l, q, a, 1] * each[l, q, i, 1, b] \
+                            + out[l, q, a, 2] * each[l, q, i, 2, b]
+                out[l, q] = tmp
+    return each, out
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_adjoints_backward(weights, each, grad, generators, squares):
+    """d loss / d weights (L, n, k) from d loss / d (each wire's product) (L, n, 3, 3): dM_i = (M_(k-1) ...
+    M_(i+1))^T G (M_(i-1) ... M_0)^T, and dM/dw = cos(w) K + sin(w) K^2."""
+    L, n, k = weights.shape
+    out = np.empty((L, n, k))
+    left = np.empty((k, 3, 3))  # (M_(k-1) ... M_(i+1))^T G, for each i
+    right = np.empty((3, 3))  # M_(i-1) ... M_0
+    tmp = np.empty((3, 3))
+    for l in range(L):
+        for q in range(n):
+            left[k - 1] = grad[l, q]
+            for i in range(k - 2, -1, -1):
+                for a in range(3):
+                    for b in range(3):
+                        left[i, a, b] = each[l, q, i + 1, 0, a] * left[i + 1, 0, b] + each[l, q, i + 1, 1, a] * left[i + 1, 1, b] \
+                            + each[l, q, i + 1, 2, a] * left[i + 1, 2, b]
+            for a in range(3):
+                for b in range(3):
+                    right[a, b] = 1.0 if a == b else 0.0
+            for i in range(k):
+                s, c = math.sin(weights[l, q, i]), math.cos(weights[l, q, i])
+                total = 0.0
+                for a in range(3):
+                    for b in range(3):
+                        d = left[i, a, 0] * right[b, 0] + left[i, a, 1] * right[b, 1] + left[i, a, 2] * right[b, 2]
+                        total += d * (c * generators[i, a, b] + s * squares[i, a, b])
+                out[l, q, i] = total
+                for a in range(3):
+                    for b in range(3):
+                        tmp[a, b] = each[l, q, i, a, 0] * right[0, b] + each[l, q, i, a, 1] * right[1, b] \
+                            + each[l, q, i, a, 2] * right[2, b]
+                right[:, :] = tmp
+    return out
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_rotation_step(old, src, dst, factors, table, size):
+    """new[dst[e]] += old[src[e]] * prod_j table[factors[e, j]], in entry order."""
+    m = old.shape[1]
+    new = np.zeros((size, m))
+    for e in range(src.shape[0]):
+        scale = 1.0
+        for j in range(factors.shape[1]):
+            scale *= table[factors[e, j]]
+        for c in range(m):
+            new[dst[e], c] += old[src[e], c] * scale
+    return new
+
+
+@njit(cache=True, fastmath=FAST)
+def pauli_rotation_step_backward(grad, old, src, dst, factors, table, grad_table):
+    """The gradient of ``pauli_rotation_step``'s input (old's shape), given its output's; each table entry's
+    gradient added into ``grad_table`` (the product of an entry's other factors, prefix times suffix)."""
+    n = factors.shape[1]
+    back = np.zeros(old.shape)
+    prefix = np.empty(n + 1)
+    m = old.shape[1]
+    for e in range(src.shape[0]):
+        prefix[0] = 1.0
+        for j in range(n):
+            prefix[j + 1] = prefix[j] * table[factors[e, j]]
+        g_scale = 0.0
+        for c in range(m):
+            g = grad[dst[e], c]
+            g_scale += g * old[src[e], c]
+            back[src[e], c] += g * prefix[n]
+        suffix = 1.0
+        for j in range(n - 1, -1, -1):
+            grad_table[factors[e, j]] += g_scale * prefix[j] * suffix
+            suffix *= table[factors[e, j]]
+    return back

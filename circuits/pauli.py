@@ -33,7 +33,7 @@ layer): past ``MAX_TRANSITIONS`` it does not apply.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -138,6 +138,27 @@ class PauliProgram:
                 index = (step.order,) if isinstance(step, CliffordStep) else (step.src, step.dst, step.factors)
                 object.__setattr__(step, "tensors", tuple(torch.as_tensor(a) for a in index))
         object.__setattr__(self, "flat", _flatten(self.tree, 4 * self.n_qubits, self.pairs))
+        object.__setattr__(self, "_constants", {})
+
+    def constants(self, dtype: torch.dtype) -> dict[str, Any]:
+        """The weights side's constant tensors in ``dtype``, built once per dtype (each call converted them
+        from numpy: about a tenth of a call's fixed cost): ``start``, the Clifford steps' ``signs``, ``one``,
+        and, for an ansatz whose wires' matrices are Pauli rotations, their ``generators`` K and K^2
+        (``layer_adjoints``) and ``eye``."""
+        built = self._constants.get(dtype)
+        if built is None:
+            with torch.inference_mode(False):
+                built = {"start": torch.as_tensor(self.start, dtype=dtype), "one": torch.ones(1, dtype=dtype),
+                         "signs": [torch.as_tensor(step.sign, dtype=dtype)[:, None] if isinstance(step, CliffordStep)
+                                   else None for step in self.steps]}
+                axes = ANSATZE[self.ansatz].pauli_axes
+                if axes is not None:
+                    generators = np.stack([_GENERATORS[a] for a in axes(self.options)])
+                    built.update(generators=torch.as_tensor(generators, dtype=dtype),
+                                 squares=torch.as_tensor(generators @ generators, dtype=dtype),
+                                 eye=torch.eye(3, dtype=dtype))
+            self._constants[dtype] = built
+        return built
 
     @property
     def cost(self) -> int:
@@ -346,13 +367,12 @@ def layer_adjoints(program: PauliProgram, weights: torch.Tensor, complex_dtype: 
     ansatz = ANSATZE[program.ansatz]
     if ansatz.pauli_axes is None:
         return heisenberg_matrices(ansatz.matrices(weights, program.options, complex_dtype))
-    axes = ansatz.pauli_axes(program.options)
-    generators = torch.as_tensor(np.stack([_GENERATORS[a] for a in axes]), dtype=weights.dtype)  # (k, 3, 3)
-    eye = torch.eye(3, dtype=weights.dtype)
-    each = (eye + torch.sin(weights)[..., None, None] * generators
-            + (1.0 - torch.cos(weights))[..., None, None] * (generators @ generators))  # (L, n, k, 3, 3)
+    constants = program.constants(weights.dtype)
+    generators = constants["generators"]  # (k, 3, 3)
+    each = (constants["eye"] + torch.sin(weights)[..., None, None] * generators
+            + (1.0 - torch.cos(weights))[..., None, None] * constants["squares"])  # (L, n, k, 3, 3)
     out = each[..., -1, :, :]
-    for i in range(len(axes) - 2, -1, -1):  # adj(A_(k-1)) ... adj(A_0)
+    for i in range(generators.shape[0] - 2, -1, -1):  # adj(A_(k-1)) ... adj(A_0)
         out = out @ each[..., i, :, :]
     return out
 
@@ -368,15 +388,22 @@ def _values(node: Node, table: torch.Tensor) -> torch.Tensor:
 
 
 def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: torch.dtype,
-                 real: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                 real: torch.dtype, compiled: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """What a call computes from the weights alone: the final strings' coefficients (T, m) and the first
-    layer's 3 x 3 matrices (n, 3, 3), which turn the encoded Bloch vectors when ``absorbed``."""
+    layer's 3 x 3 matrices (n, 3, 3), which turn the encoded Bloch vectors when ``absorbed``. ``compiled``:
+    ``WeightsSide``'s compiled loops (None: where numba runs, on CPU tensors, for an ansatz whose wires'
+    matrices are Pauli rotations), or torch ops with autograd (False), the route it is tested against."""
+    if compiled is None:
+        compiled = (weights.device.type == "cpu" and ANSATZE[program.ansatz].pauli_axes is not None
+                    and kernels.available())
+    if compiled:
+        return WeightsSide.apply(weights, program, real)
     rotations = layer_adjoints(program, weights, complex_dtype).to(real)  # (L, n, 3, 3)
-    coefficients = torch.as_tensor(program.start, dtype=real)  # (S0, m)
-    one = torch.ones(1, dtype=real)
-    for step in program.steps:
+    constants = program.constants(real)
+    coefficients, one = constants["start"], constants["one"]  # (S0, m)
+    for step, sign in zip(program.steps, constants["signs"]):
         if isinstance(step, CliffordStep):
-            coefficients = coefficients[step.tensors[0]] * torch.as_tensor(step.sign, dtype=real)[:, None]
+            coefficients = coefficients[step.tensors[0]] * sign
             continue
         src, dst, factors = step.tensors
         table = torch.cat([rotations[step.layer].reshape(-1), one])
@@ -386,40 +413,139 @@ def weights_side(program: PauliProgram, weights: torch.Tensor, complex_dtype: to
     return coefficients, rotations[0]
 
 
-BLOCK = 128  # rows per block of the compiled data side: the tree's values of a block stay in the core's cache
+class WeightsSide(torch.autograd.Function):
+    """``weights_side`` as compiled loops (``numba_kernels.pauli_adjoints``, ``pauli_rotation_step`` and their
+    backwards), float64 inside, for an ansatz whose wires' matrices are Pauli rotations: the same arithmetic
+    as the torch route, whose twenty-odd small ops and autograd nodes were a call's fixed cost (8 qubits, 2
+    layers: 0.26 ms forward and backward; numpy in their place, some forty calls, 0.20).
+
+    Forward: each rotation's adjoint M = I + sin(w) K + (1 - cos(w)) K^2 and a wire's product M_(k-1) ...
+    M_0; the coefficients pushed back step by step. Backward: a Clifford step's signed permutation
+    transposed; a rotation step new[dst] += old[src] * prod_j table[factors[:, j]] gives old's gradient and
+    each table entry's (the other factors' product); a wire's product by its partial products."""
+
+    @staticmethod
+    def forward(ctx, weights: torch.Tensor, program: PauliProgram, real: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        compiled = kernels._compiled()
+        constants = program.constants(torch.float64)
+        w = weights.detach().numpy().astype(np.float64)  # (L, n, k)
+        each, rotations = compiled.pauli_adjoints(w, constants["generators"].numpy(), constants["squares"].numpy())
+        coefficients = program.start.astype(np.float64)
+        saved, tables = [], []
+        for step in program.steps:
+            saved.append(coefficients)
+            if isinstance(step, CliffordStep):
+                coefficients = coefficients[step.order] * step.sign[:, None]
+                tables.append(None)
+                continue
+            table = np.append(rotations[step.layer].reshape(-1), 1.0)
+            tables.append(table)
+            coefficients = compiled.pauli_rotation_step(coefficients, step.src, step.dst, step.factors, table, step.size)
+        ctx.program, ctx.dtype = program, weights.dtype
+        ctx.arrays = (w, each, saved, tables)
+        dtype = _NUMPY_REAL[real]
+        return torch.from_numpy(coefficients.astype(dtype)), torch.from_numpy(rotations[0].astype(dtype))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_coefficients: torch.Tensor, grad_first: torch.Tensor):
+        compiled, program = kernels._compiled(), ctx.program
+        w, each, saved, tables = ctx.arrays
+        n = program.n_qubits
+        grad_rotations = np.zeros((w.shape[0], n, 3, 3))
+        grad_rotations[0] = grad_first.numpy()
+        g = grad_coefficients.numpy().astype(np.float64)
+        for step, old, table in zip(reversed(program.steps), reversed(saved), reversed(tables)):
+            if isinstance(step, CliffordStep):  # (a permutation: every old string is one new string)
+                back = np.empty_like(old)
+                back[step.order] = g * step.sign[:, None]
+                g = back
+                continue
+            grad_table = np.zeros(9 * n + 1)
+            g = compiled.pauli_rotation_step_backward(np.ascontiguousarray(g), old, step.src, step.dst, step.factors,
+                                                      table, grad_table)
+            grad_rotations[step.layer] += grad_table[: 9 * n].reshape(n, 3, 3)
+        constants = program.constants(torch.float64)
+        grad_weights = compiled.pauli_adjoints_backward(w, each, grad_rotations, constants["generators"].numpy(),
+                                                        constants["squares"].numpy())
+        return torch.from_numpy(grad_weights.astype(_NUMPY_REAL[ctx.dtype])), None, None
+
+
+_NUMPY_REAL = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+# rows per block of the compiled data side, the tree's values of a block staying in the core's cache: the
+# backward keeps two arrays of them (values and gradients), the forward one, and a forward's per-row loop
+# overheads fall with longer rows (8 qubits, 2 layers, 1,200 rows, one core: forward 0.116 / 0.096 / 0.086 /
+# 0.079 ms at 128 / 192 / 256 / 384 rows a block; backward 0.307 / 0.310 / 0.326 / 1.07 ms). The forward's
+# bits do not depend on its block; the backward's sums over rows do (lane by lane).
+BLOCK = 128
+BLOCK_FORWARD = 256
+
+
+def _kernel_inputs(program: PauliProgram, angles: np.ndarray, first: Optional[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The compiled data side's arrays: the angles' cosines and sines (n, B) (numpy's vectorised ufuncs),
+    the first layer's matrices (n, 3, 3) (the identity where they are not ``absorbed``) and the encoded
+    qubit's Bloch constants, all in the angles' dtype."""
+    turns = np.ascontiguousarray(angles.T)  # (n, B)
+    dtype = turns.dtype
+    matrices = np.broadcast_to(np.eye(3, dtype=dtype), (program.n_qubits, 3, 3)) if first is None else first
+    return np.cos(turns), np.sin(turns), np.ascontiguousarray(matrices, dtype=dtype), program.bloch.astype(dtype)
+
+
+def compiled_readouts(program: PauliProgram, arrays: tuple[np.ndarray, ...], pair_coef: np.ndarray) -> np.ndarray:
+    """Readouts (m, B) by the compiled data side from ``_kernel_inputs``' arrays and the pairs' coefficients:
+    ``TreeReadouts``' forward, and a call without a gradient."""
+    cos, sin, matrices, bloch = arrays
+    flat = program.flat
+    return kernels._compiled().pauli_readouts(cos, sin, bloch, matrices, flat.left, flat.right, flat.pair_src,
+                                              flat.pair_read, pair_coef, program.start.shape[1], BLOCK_FORWARD)
 
 
 class TreeReadouts(torch.autograd.Function):
-    """The data side's products and sums as two compiled loops (``numba_kernels.pauli_readouts`` and its
-    backward): readouts (m, B) from the Bloch table (4n, B) and each (string, readout) pair's coefficient
-    (P,). The same arithmetic as ``data_side``'s torch route, in blocks of ``BLOCK`` rows, with no (T, B)
-    intermediate in memory; the backward recomputes a block's values rather than keeping them."""
+    """The whole data side as two compiled loops (``numba_kernels.pauli_readouts`` and its backward): readouts
+    (m, B) from the encoding angles (B, n), the first layer's matrices (n, 3, 3) when ``absorbed`` (else None)
+    and each (string, readout) pair's coefficient (P,). The same arithmetic as ``data_side``'s torch route
+    (the Bloch table, its tree of products, the sums), in blocks of rows (``BLOCK_FORWARD``, ``BLOCK``), with
+    no (T, B) intermediate in memory, and none of the route's small torch ops (the table's cosines, sines,
+    matrix products and concatenation, each with its autograd node): the backward recomputes a block's
+    values rather than keeping them. Only the angles' cosines and sines are computed outside, by numpy."""
 
     @staticmethod
-    def forward(ctx, table: torch.Tensor, pair_coef: torch.Tensor, program: PauliProgram) -> torch.Tensor:
-        flat, compiled = program.flat, kernels._compiled()
-        ctx.program = program
-        ctx.save_for_backward(table, pair_coef)
-        out = compiled.pauli_readouts(table.detach().numpy(), flat.left, flat.right, flat.pair_src, flat.pair_read,
-                                      pair_coef.detach().numpy(), program.start.shape[1], BLOCK)
-        return torch.from_numpy(out)
+    def forward(ctx, angles: torch.Tensor, first: Optional[torch.Tensor], pair_coef: torch.Tensor,
+                program: PauliProgram) -> torch.Tensor:
+        ctx.program, ctx.absorbed = program, first is not None
+        ctx.arrays = _kernel_inputs(program, angles.detach().numpy(), None if first is None else first.detach().numpy())
+        ctx.save_for_backward(pair_coef)
+        return torch.from_numpy(compiled_readouts(program, ctx.arrays, pair_coef.detach().numpy()))
 
     @staticmethod
     @once_differentiable  # (a second derivative through the loops is refused, not silently zero)
     def backward(ctx, grad: torch.Tensor):
-        table, pair_coef = ctx.saved_tensors
+        pair_coef, = ctx.saved_tensors
+        cos, sin, matrices, bloch = ctx.arrays
         flat = ctx.program.flat
-        grad_table, grad_coef = kernels._compiled().pauli_readouts_backward(
-            table.detach().numpy(), flat.left, flat.right, flat.pair_src, flat.pair_read, pair_coef.detach().numpy(),
+        grad_angles, grad_first, grad_coef = kernels._compiled().pauli_readouts_backward(
+            cos, sin, bloch, matrices, flat.left, flat.right, flat.pair_src, flat.pair_read, pair_coef.detach().numpy(),
             np.ascontiguousarray(grad.detach().numpy()), BLOCK)
-        return torch.from_numpy(grad_table), torch.from_numpy(grad_coef), None
+        return (torch.from_numpy(grad_angles).T, torch.from_numpy(grad_first) if ctx.absorbed else None,
+                torch.from_numpy(grad_coef), None)
 
 
 def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.Tensor, first: torch.Tensor,
               compiled: Optional[bool] = None) -> torch.Tensor:
     """Readouts (B, m) of angles (B, n) from ``weights_side``'s coefficients and first-layer matrices.
-    ``compiled``: the tree and sums as ``TreeReadouts``' compiled loops (None: where numba runs, on CPU
+    ``compiled``: the whole data side as ``TreeReadouts``' compiled loops (None: where numba runs, on CPU
     tensors), or as torch ops (False), the route every gradient is also tested by."""
+    if compiled is None:
+        compiled = angles.device.type == "cpu" and kernels.available()
+    if compiled:
+        pair_coef = coefficients[program.pair_strings, program.pair_readouts]
+        first = first if program.absorbed else None
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (angles, first, pair_coef)):
+            return TreeReadouts.apply(angles, first, pair_coef.contiguous(), program).T
+        arrays = _kernel_inputs(program, angles.detach().numpy(), None if first is None else first.detach().numpy())
+        return torch.from_numpy(compiled_readouts(program, arrays, np.ascontiguousarray(pair_coef.detach().numpy())).T)
     n = program.n_qubits
     constants = torch.as_tensor(program.bloch, dtype=angles.dtype)
     turns = angles.T  # (n, B)
@@ -428,11 +554,6 @@ def data_side(program: PauliProgram, angles: torch.Tensor, coefficients: torch.T
     if program.absorbed:
         bloch = first @ bloch  # wire k: R_k (3 x 3) @ its Bloch vectors (3, B)
     table = torch.cat([torch.ones_like(bloch[:, :1]), bloch], dim=1).reshape(4 * n, angles.shape[0])
-    if compiled is None:
-        compiled = angles.device.type == "cpu" and kernels.available()
-    if compiled:
-        pair_coef = coefficients[program.pair_strings, program.pair_readouts]
-        return TreeReadouts.apply(table.contiguous(), pair_coef.contiguous(), program).T
     values = _values(program.tree, table)  # (T, B)
     strings, readouts = program.pair_strings, program.pair_readouts
     if not program.pairs_are_rows:

@@ -59,6 +59,22 @@ PAULI_CALL_NS = 650_000
 PAULI_ROW_NS = 50.0
 PAULI_PRODUCT_NS = 0.75
 BLOCKS_AMPLITUDE_NS = 10.0
+# A call without a gradient keeps the pauli executor's weights side per weights (``VQC._act_pauli``), as the
+# blocks are kept (an actor acts many times between weight changes), so its fixed cost is the compiled data
+# side's: about PAULI_ACT_CALL_NS + cost * PAULI_ACT_PRODUCT_CALL_NS + B * (PAULI_ACT_ROW_NS * n +
+# PAULI_ACT_PRODUCT_NS * cost), against the blocks' BLOCKS_ACT_CALL_NS + B * BLOCKS_ACT_AMPLITUDE_NS * L * 2^n.
+# Fitted on the torch module's calls under inference_mode, both caches warm (one thread, CPU time, medians of
+# 5, Zen 5), pauli / blocks ms at (qubits, layers, cost) and 1 / 48 / 256 rows: (5, 2, 366) 0.028 / 0.031 /
+# 0.040 against 0.038 / 0.047 / 0.077; (8, 2, 729) 0.032 / 0.037 / 0.053 against 0.042 / 0.105 / 0.354;
+# (10, 2, 2045) 0.050 / 0.061 / 0.090 against 0.060 / 0.305 / 1.35; (8, 2, 41069: rzryrz_ring) 0.82 / 0.91 /
+# 1.21 against 0.044 / 0.146 / 0.580; (6, 3, 6811) 0.147 / 0.165 / 0.218 against 0.042 / 0.066 / 0.149.
+# Up to REUSE_MAX_QUBITS such a call keeps the plan it had (the blocks, then the cached dense matrix).
+PAULI_ACT_CALL_NS = 25_000
+PAULI_ACT_PRODUCT_CALL_NS = 18.0
+PAULI_ACT_ROW_NS = 5.0
+PAULI_ACT_PRODUCT_NS = 0.06
+BLOCKS_ACT_CALL_NS = 40_000
+BLOCKS_ACT_AMPLITUDE_NS = 2.4
 ANALYTIC_MAX_QUBITS = 8  # the dense analytic gradient keeps n + 2 matrices of 2^n x 2^n per layer
 ANALYTIC_MAX_BATCH = 64  # ... and its numpy contraction beats autograd's torch kernels up to this many rows
 # Executors added in one file each (docs/circuits.md, "Adding an executor"): one row per executor,
@@ -105,17 +121,21 @@ def analytic_fits(facts: Facts) -> bool:
             and facts.n_qubits <= ANALYTIC_MAX_QUBITS and dense_applies(facts))
 
 
-def pauli_pays(facts: Facts, rows: int) -> bool:
+def pauli_pays(facts: Facts, rows: int, grad: bool = True) -> bool:
     """Whether the pauli executor runs this call under engine auto: from 5 qubits (up to 4 the plan is what
-    every shipped head ran), on the CPU, where its cost model beats the state vector's blocks (``PAULI_CALL_NS``).
-    The model is fitted on training calls and used for calls without a gradient too, where it chooses as the
-    timings would (pauli / blocks, one thread, strongly_entangling, 2 layers; 48 rows: 5 qubits 0.22 / 0.10 ms,
-    8 qubits 0.24 / 0.15, 10 qubits 0.30 / 0.35; 256 rows: 0.24 / 0.13, 0.29 / 0.39, 0.49 / 1.43)."""
+    every shipped head ran), on the CPU, where its cost model beats the state vector's blocks: a training
+    call's (``PAULI_CALL_NS``), or, without a gradient, from REUSE_MAX_QUBITS + 1 qubits, an act's with the
+    weights side kept (``PAULI_ACT_CALL_NS``)."""
     if not (facts.engine == "auto" and facts.device == "cpu" and facts.backend == "torch" and not facts.reupload
             and facts.n_qubits >= STATEVECTOR_MIN_QUBITS):
         return False
-    pauli = PAULI_CALL_NS + rows * (PAULI_ROW_NS * facts.n_qubits + PAULI_PRODUCT_NS * facts.pauli_cost)
-    return pauli < rows * BLOCKS_AMPLITUDE_NS * max(facts.layers, 1) * 2**facts.n_qubits
+    n, cost, amplitudes = facts.n_qubits, facts.pauli_cost, max(facts.layers, 1) * 2**facts.n_qubits
+    if not grad and n > REUSE_MAX_QUBITS:
+        pauli = (PAULI_ACT_CALL_NS + cost * PAULI_ACT_PRODUCT_CALL_NS
+                 + rows * (PAULI_ACT_ROW_NS * n + PAULI_ACT_PRODUCT_NS * cost))
+        return pauli < BLOCKS_ACT_CALL_NS + rows * BLOCKS_ACT_AMPLITUDE_NS * amplitudes
+    pauli = PAULI_CALL_NS + rows * (PAULI_ROW_NS * n + PAULI_PRODUCT_NS * cost)
+    return pauli < rows * BLOCKS_AMPLITUDE_NS * amplitudes
 
 
 def without_pauli(facts: Facts) -> Facts:
@@ -145,7 +165,7 @@ def plan(facts: Facts, rows: int, grad: bool, entry: str = "torch", dense_ready:
     dense = dense_applies(facts)
     if facts.hardware:  # shots or a gradient rule, exact: the torch executors under the rule
         return Plan("dense" if dense else "torch_autograd", "rule" if grad else "none")
-    if entry == "torch" and facts.pauli_cost and (facts.engine == "pauli" or pauli_pays(facts, rows)):
+    if entry == "torch" and facts.pauli_cost and (facts.engine == "pauli" or pauli_pays(facts, rows, grad)):
         return Plan("pauli", "autograd")
     if entry == "numpy":
         if rows <= kernel_rows and not facts.reupload and "kernels" not in pinned:

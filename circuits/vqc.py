@@ -92,7 +92,8 @@ class VQC(nn.Module):
         self._dense_cache: tuple[torch.Tensor, torch.Tensor, DenseGradient | None] | None = None
         # the weights of the last call without a gradient that took the statevector executor (see plan)
         self._act_weights: torch.Tensor | None = None
-        # (those weights, {"blocks": their statevector.BlockMatrices}) for it (statevector.built_for_weights)
+        # (the weights, what calls without a gradient built from them: "blocks", the state vector's
+        # statevector.BlockMatrices; "pauli <dtype>", the pauli executor's weights side) (statevector.built_for_weights)
         self._act_blocks: statevector.WeightsCache | None = None
         self.analytic_grad = analytic_fits(Facts(cfg.n_qubits, cfg.backend, device.type, cfg.engine, cfg.reupload,
                                                  cfg.dense_max_qubits, cfg.dense_grad == "analytic"))
@@ -219,6 +220,8 @@ class VQC(nn.Module):
         if plan.executor in ADDED:
             return self._run_added(plan.executor, angles)
         if plan.executor == "pauli":
+            if not torch.is_grad_enabled():
+                return self._act_pauli(angles)
             return pauli.forward(self.pauli_program(), angles, self.weights, self.circuit.complex_dtype)
         if plan.executor == "statevector":
             if not torch.is_grad_enabled():
@@ -248,6 +251,18 @@ class VQC(nn.Module):
             self._act_blocks, self.weights.detach(), "blocks", lambda w: statevector.BlockMatrices(program, w, False))
         self._act_weights = self._act_blocks.weights
         return torch.from_numpy(statevector.readouts_np(program, angles.detach().numpy(), blocks))
+
+    def _act_pauli(self, angles: torch.Tensor) -> torch.Tensor:
+        """Readouts of a call without any gradient on the pauli executor: its weights side (the strings'
+        coefficients and the first layer's matrices, ``pauli.weights_side``) kept per weights, as the blocks
+        are for the state vector, then the data side. The same ops as a training call's forward, so an act
+        and the learner's recomputation at the same weights give the same bits."""
+        program = self.pauli_program()
+        weights = self.weights.detach()
+        self._act_blocks, (coefficients, first) = statevector.built_for_weights(
+            self._act_blocks, weights, f"pauli {angles.dtype}",
+            lambda _: pauli.weights_side(program, weights, self.circuit.complex_dtype, angles.dtype))
+        return pauli.data_side(program, angles, coefficients, first)
 
     def _qnode_seed(self) -> dict[str, int]:
         """With shots on PennyLane's own simulators, their sampling seed (a child stream of the head's

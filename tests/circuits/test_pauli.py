@@ -216,8 +216,9 @@ def test_up_to_four_qubits_engine_auto_never_compiles_it():
                          ids=lambda s: f"{s['ansatz']}-{s['n_qubits']}q{s['layers']}L-{s['observable']}")
 @pytest.mark.parametrize("dtype", ["complex128", "complex64"])
 def test_the_compiled_tree_equals_the_torch_route(spec, dtype):
-    # the data side's compiled loops (TreeReadouts) against the same tree as torch ops with autograd: outputs and
-    # the gradients in the angles and the weights, at row counts on and off the loops' block of rows
+    # the compiled loops of both sides (WeightsSide, TreeReadouts) against the same arithmetic as torch ops with
+    # autograd: outputs and the gradients in the angles and the weights, at row counts on and off the loops'
+    # blocks of rows
     if not pauli.kernels.available():
         pytest.skip("numba is off here (MARLQ_KERNELS=0): the compiled loops do not run")
     torch.manual_seed(2)
@@ -228,12 +229,12 @@ def test_the_compiled_tree_equals_the_torch_route(spec, dtype):
     assert np.all(flat.left < nt + entries) and np.all(flat.right < nt + entries)  # each entry's factors come first
     real = torch.float64 if dtype == "complex128" else torch.float32
     tolerance = 1e-12 if dtype == "complex128" else 2e-5
-    for rows in (1, pauli.BLOCK, 2 * pauli.BLOCK + 45):
+    for rows in (1, pauli.BLOCK, pauli.BLOCK_FORWARD + 45, 2 * pauli.BLOCK_FORWARD + 45):
         angles = (torch.rand(rows, spec["n_qubits"], dtype=real) * 6.0).requires_grad_()
         results = []
         for compiled in (True, False):
-            out = pauli.data_side(program, angles, *pauli.weights_side(program, module.weights, module.circuit.complex_dtype, real),
-                                  compiled=compiled)
+            side = pauli.weights_side(program, module.weights, module.circuit.complex_dtype, real, compiled=compiled)
+            out = pauli.data_side(program, angles, *side, compiled=compiled)
             coefficients = torch.randn(out.shape, dtype=real, generator=torch.Generator().manual_seed(rows))
             results.append((out, *torch.autograd.grad((out * coefficients).sum(), [angles, module.weights])))
         for got, want in zip(*results):
@@ -258,6 +259,11 @@ def test_the_planners_cost_model():
     assert plan(mappo_actor, 48, True).executor == "statevector"  # its fixed cost per call dominates
     assert plan(mappo_actor, 1200, True) == Plan("pauli", "autograd")
     assert plan(mappo_actor, 1200, False) == Plan("pauli", "autograd")
+    # an act keeps the weights side: from 8 qubits it takes the pauli executor where its products are few
+    assert plan(mappo_actor, 48, False) == Plan("pauli", "autograd")
+    assert plan(mappo_actor, 1, False) == Plan("pauli", "autograd")
+    assert plan(Facts(8, layers=2, pauli_cost=41069), 48, False).executor == "statevector"  # rzryrz_ring's strings
+    assert plan(Facts(7, layers=2, pauli_cost=500), 48, False).executor != "pauli"  # up to 7: the blocks, then dense
     assert plan(Facts(6, layers=3, pauli_cost=6811), 5000, True).executor != "pauli"  # too many strings
     assert plan(Facts(5, layers=2, pauli_cost=366), 5000, True).executor != "pauli"
     for facts in [Facts(8, layers=2, pauli_cost=729, engine="statevector"), Facts(8, layers=2, pauli_cost=729, device="cuda"),
@@ -282,3 +288,49 @@ def test_a_structure_compiled_under_inference_mode_trains():
     out.sum().backward()
     torch.testing.assert_close(out.detach(), acted, atol=0, rtol=0)
     assert float(module.weights.grad.abs().max()) > 0
+
+
+def test_an_act_keeps_the_weights_side_and_gives_a_training_calls_bits(monkeypatch):
+    # without a gradient the weights side is computed once per weights (an actor's rollout), and the readouts
+    # are the bits the learner's training call recomputes at the same weights; a weight change in place
+    # (a worker's flat buffer) computes it again
+    torch.manual_seed(5)
+    module = VQC(8, 3, n_qubits=8, layers=2, output="linear")
+    calls = []
+    original = pauli.weights_side
+    monkeypatch.setattr(pauli, "weights_side", lambda *args: calls.append(1) or original(*args))
+    x = torch.randn(1200, 8)  # (a training call takes the pauli executor from some hundreds of rows)
+    assert module.plan(48, False) == module.plan(1200, False) == module.plan(1200, True) == Plan("pauli", "autograd")
+    for _ in range(2):
+        with torch.inference_mode():
+            acted = module(x)
+        with torch.no_grad():
+            again = module(x[:48])
+        assert len(calls) == 1
+        trained = module(x)
+        assert len(calls) == 2
+        torch.testing.assert_close(trained.detach(), acted, atol=0, rtol=0)
+        torch.testing.assert_close(again, acted[:48], atol=0, rtol=0)
+        with torch.no_grad():
+            module.weights.add_(0.3)
+        calls.clear()
+    with torch.no_grad():
+        reference = VQC(8, 3, n_qubits=8, layers=2, output="linear", engine="statevector")
+        reference.load_state_dict(module.state_dict())
+        torch.testing.assert_close(module(x), reference(x), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("spec", CASES, ids=lambda s: f"{s['ansatz']}-{s['n_qubits']}q{s['layers']}L-{s['observable']}")
+def test_the_compiled_weights_side_passes_gradcheck(spec):
+    # WeightsSide's hand-written backward against finite differences, in float64, at weights where some
+    # rotation entries are exactly 0 (w = 0, pi: the other factors' products must not divide by them)
+    if not pauli.kernels.available():
+        pytest.skip("numba is off here (MARLQ_KERNELS=0): the compiled loops do not run")
+    torch.manual_seed(3)
+    module = VQC(spec["n_qubits"], 3, engine="pauli", output="linear", dtype="complex128", **spec)
+    program = module.pauli_program()
+    weights = module.weights.detach().clone()
+    weights.view(-1)[::3] = 0.0
+    weights.view(-1)[1::5] = np.pi
+    weights.requires_grad_()
+    assert torch.autograd.gradcheck(lambda w: pauli.WeightsSide.apply(w, program, torch.float64), (weights,))
