@@ -72,6 +72,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_rank)  # stable: each group's tests keep their written order
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test process probes its numerics class before any test runs: the circuit executors set numpy's
+    BLAS to one thread for the rest of the process (``circuits.program.single_thread_blas``), which moves
+    the probe's last bits, so a class probed after a quantum scenario's golden run named another class and
+    that process's goldens checked traces only. ``goldens --record`` probes first too."""
+    from tests.golden.goldens import numerics_class
+
+    numerics_class()
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return _numerics_line()
 

@@ -50,10 +50,33 @@ def test_every_scenario_file_has_a_trace_and_recorded_bytes():
     assert recorded >= set(scenario_files()), f"no recorded bytes: {sorted(set(scenario_files()) - recorded)}"
 
 
-def test_the_numerics_class_is_stable_within_a_process():
-    a = numerics_class()
+def test_the_command_line_probes_the_class_before_it_runs_anything(monkeypatch):
+    # a run's circuit executors set numpy's BLAS to one thread, which moves the probe's last bits: the class
+    # of `python -m tests.golden.goldens NAME` is probed before its first run, as a test process probes it
+    # at its start (tests/conftest.py)
     from tests.golden import goldens
 
+    probed_first = numerics_class()
+    seen = []
+
+    def run(name, out):
+        seen.append(goldens._CLASS)
+        return out
+
+    monkeypatch.setattr(goldens, "run_golden", run)
+    monkeypatch.setattr(goldens, "check", lambda name, out: ([], "stubbed"))
+    monkeypatch.setattr(goldens, "_CLASS", None)
+    assert goldens.main(["spread_mappo.yaml", "cartpole_skolik.yaml"]) == 0
+    assert seen == [probed_first, probed_first]
+
+
+def test_the_numerics_class_is_stable_within_a_process(monkeypatch):
+    # probed twice in the same state (this process's BLAS threads may differ from its start's: the class it
+    # checks goldens by was probed then, and is put back after the test)
+    from tests.golden import goldens
+
+    monkeypatch.setattr(goldens, "_CLASS", None)
+    a = numerics_class()
     goldens._CLASS = None
     assert numerics_class() == a
     assert len(a.name) == 12 and a.versions["torch"] != "absent"
