@@ -256,7 +256,7 @@ class TeamStep:
 def team_copies(envs: list[Any], agents: list[str], continuous: bool,
                 reset_seeds: Optional[list[int]] = None) -> "ParallelCopies | BatchedCopies":
     """The team vector over these PettingZoo copies: ``BatchedCopies`` when their class steps copies
-    together (a ``batched(envs)`` classmethod, e.g. scenarios.spread_native.SpreadNative), else
+    together (a ``batched(envs)`` classmethod: scenarios.spread_native.SpreadNative, scenarios.lbf_native's), else
     ``ParallelCopies``. Both give the same steps, observations and data."""
     kind = type(envs[0])
     batched = getattr(kind, "batched", None)
@@ -358,10 +358,11 @@ class ParallelCopies(TeamRows):
 class BatchedCopies(TeamRows):
     """A team vector over a batch of copies that steps them together as arrays (``team_copies``):
     ``batch`` has ``num_envs``, ``reset(e, seed)``, ``step(actions (E, N), active) -> (rewards (E, N),
-    truncated (E,))``, ``observations()`` (E, N, D) and ``states(obs)`` (E, S). Every agent plays
-    every step of an episode, which ends when it is truncated (no terminations: a fixed team under a
-    time limit, as simple_spread). Next-step autoreset as ``ParallelCopies``; a copy starts pending
-    (``reset_seeds``: every copy is reset now with its seed instead)."""
+    terminated (E,), truncated (E,))``, ``observations()`` (E, N, D) and ``states(obs)`` (E, S). Every
+    agent plays every step of an episode, which ends for all of them at once, terminated (every agent
+    terminated: LBF's food gone or its step limit) or truncated (simple_spread's time limit). Next-step
+    autoreset as ``ParallelCopies``; a copy starts pending (``reset_seeds``: every copy is reset now
+    with its seed instead)."""
 
     def __init__(self, batch: Any, agents: list[str], reset_seeds: Optional[list[int]] = None) -> None:
         self.batch, self.agents = batch, agents
@@ -385,15 +386,16 @@ class BatchedCopies(TeamRows):
         for e in np.flatnonzero(pending):
             self.batch.reset(int(e))
         self.started |= pending
-        rewards, truncated = self.batch.step(np.asarray(env_actions).reshape(E, N), valid)
+        rewards, terminated, truncated = self.batch.step(np.asarray(env_actions).reshape(E, N), valid)
         reward = np.zeros(E)
         for i in range(N):  # the agents' rewards summed in order, as sum(rewards.values())
             reward = reward + rewards[:, i]
-        self.pending_reset = truncated.copy()
+        ended = valid & (terminated | truncated)
+        self.pending_reset = ended.copy()
         live = np.repeat(valid[:, None], N, axis=1)
-        dones = np.repeat(truncated[:, None], N, axis=1)
-        return Step(valid, np.where(valid, reward, 0.0), truncated,
-                    TeamStep(live, rewards, np.zeros((E, N), dtype=bool), dones))
+        return Step(valid, np.where(valid, reward, 0.0), ended,
+                    TeamStep(live, rewards, np.repeat((valid & terminated)[:, None], N, axis=1),
+                             np.repeat(ended[:, None], N, axis=1)))
 
     def rows(self, obs_out: np.ndarray, state_out: Optional[np.ndarray] = None,
              avail_out: Optional[np.ndarray] = None) -> None:

@@ -217,7 +217,7 @@ class SpreadBatch:
 
     ``reset(e, seed)`` restarts copy e (a new generator from ``seed`` when one is given);
     ``step(actions, active)`` steps the copies in ``active`` with actions (E, N) and returns their
-    rewards (E, N) and whether each episode was truncated there (E,); ``observations()`` (E, N, 6N)
+    rewards (E, N), whether each episode was terminated there (E,; never) and truncated there (E,); ``observations()`` (E, N, 6N)
     float32 and ``states()`` (E, 6N N) are at the current positions.
     """
 
@@ -257,9 +257,11 @@ class SpreadBatch:
             self._pairs = (delta, dist)
         return self._pairs
 
-    def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step the copies in ``active`` (None: all) with ``actions`` (E, N) ints in [0, 5); rewards
-        (E, N) (0 for a copy not stepped) and truncated (E,) (False for a copy not stepped)."""
+        (E, N) (0 for a copy not stepped), terminated (E,) (never: spread only truncates) and truncated
+        (E,) (False for a copy not stepped)."""
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs, self.n) or not np.issubdtype(actions.dtype, np.integer) or \
                 actions.size and (actions.min() < 0 or actions.max() >= N_ACTIONS):
@@ -285,7 +287,7 @@ class SpreadBatch:
         rewards = np.zeros((self.num_envs, self.n))
         rewards[sel] = self._rewards(sel)
         truncated = active & (self.steps >= self.max_cycles)
-        return rewards, truncated
+        return rewards, np.zeros(self.num_envs, dtype=bool), truncated
 
     def _rewards(self, sel: Any) -> np.ndarray:
         pos, landmarks = self.pos[sel], self.landmarks[sel]

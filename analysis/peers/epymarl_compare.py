@@ -24,6 +24,7 @@ The pairs (``--pairs``; marl-q's file and its overrides, EPyMARL's config and ta
 
     lbf_mappo   scenarios/lbf_mappo.yaml (eval off)                  mappo  lbforaging:Foraging-8x8-2p-2f-coop-v3, 50 steps
     lbf_qmix    scenarios/spread_qmix.yaml, scenario: that LBF task   qmix   the same task
+                (marl-q's LBF is its native one, scenario.name: lbf: lbforaging's episodes step for step)
     lbf_vdn     scenarios/spread_vdn.yaml, the same                   vdn    the same task
     lbf_iql     scenarios/spread_iql.yaml, the same                   iql    the same task
     spread_qmix scenarios/spread_qmix.yaml                            qmix   pz-mpe-simple-spread-v3 (N=3, local_ratio 0.5), 25 steps
@@ -72,7 +73,7 @@ ROOT = HERE.parents[2]
 LBF = "lbforaging:Foraging-8x8-2p-2f-coop-v3"
 SPREAD = "pz-mpe-simple-spread-v3"
 LAST_STEPS = 10_000  # the returns' window: EPyMARL's runner_log_interval in envs/gymma.yaml
-LBF_SCENARIO = f'scenario={{name: gymnasium, env: "{LBF}"}}'
+LBF_SCENARIO = f'scenario={{name: lbf, task: "{LBF.split(":")[1]}"}}'  # marl-q's native LBF (its engine: lbforaging, the same episodes)
 PAIRS = {  # name: (marl-q file, its overrides, EPyMARL alg config, env key, time limit)
     "lbf_mappo": ("scenarios/lbf_mappo.yaml", ["run.eval_every=null"], "mappo", LBF, 50),
     "lbf_qmix": ("scenarios/spread_qmix.yaml", [LBF_SCENARIO], "qmix", LBF, 50),
@@ -219,13 +220,14 @@ def marlq_env_check(pair: str, recorded: dict, tree: Path) -> dict:
                 "max_obs_diff": obs_err, "max_reward_diff": rew_err, "compared_steps": limit - 1,
                 "epymarl_last_step_team_reward": sorted(set(last_epymarl))}
     from marl_q.config import load_config
-    from scenarios.generic import checked_env
+    from scenarios.lbf_native import lbf_env
 
     cfg = load_config(str(tree / marl_file), overrides)
+    s = cfg.scenario
     obs_err = rew_err = 0.0
     lengths = []
     for ep in eps:
-        env = checked_env(cfg.scenario)  # what marl-q's gymnasium scenario builds, fresh as on EPyMARL's side
+        env = lbf_env(s.task, s.common_reward, s.penalty, s.engine)  # what the lbf scenario builds, fresh as on EPyMARL's side
         agents = list(env.possible_agents)
         obs, _ = env.reset(seed=ep["reset_seed"])
         got = np.stack([obs[a] for a in agents])

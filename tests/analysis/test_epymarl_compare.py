@@ -47,13 +47,11 @@ def test_learner_curves_read_epymarl_s_sacred_info_as_logged(tmp_path):
 @pytest.mark.parametrize("pair", sorted(PAIRS))
 def test_each_pair_runs_a_valid_marlq_config_of_its_task(pair):
     marl_file, overrides, alg, key, limit = PAIRS[pair]
-    if key.startswith("lbforaging"):
-        pytest.importorskip("lbforaging", reason="needs the [epymarl-envs] extra")
     cfg = load_config(str(Path(ROOT) / marl_file), overrides)
     assert cfg.algorithm.name == alg
-    if key.startswith("lbforaging"):
-        assert (cfg.scenario.name, cfg.scenario.env) == ("gymnasium", key)
-        assert cfg.run.eval_every is None
+    if key.startswith("lbforaging"):  # marl-q's native LBF on the same task
+        assert (cfg.scenario.name, cfg.scenario.engine, "lbforaging:" + cfg.scenario.task) == ("lbf", "native", key)
+        assert limit == 50 and (alg != "mappo" or cfg.run.eval_every is None)
     else:  # simple_spread: N=3, 25 cycles, local_ratio 0.5, as EPyMARL's pz-mpe-simple-spread-v3 defaults
         s = cfg.scenario
         assert (s.name, s.n_agents, s.max_cycles, s.local_ratio, limit) == ("spread", 3, 25, 0.5, 25)

@@ -51,6 +51,9 @@ CASES = {
                     "algorithm={name: mappo, envs_per_worker: 2, n_steps: 5, epochs: 2, minibatches: 2}",
                     "actor={head: mlp, hidden: [16]}", "critic={head: mlp, hidden: [16]}",
                     "run.total_env_steps=400"], 6),
+    # the native LBF's batch (its arrays and each copy's generator) in the snapshot
+    "mappo_lbf": ("lbf_mappo.yaml", ["run.eval_every=null", "algorithm.envs_per_worker=3", "algorithm.n_steps=20",
+                                     "run.total_env_steps=1500"], 12),
     "coma_speaker_listener": ("speaker_listener_coma.yaml", ["run.total_env_steps=1000"], 2),
     # ppo with a Gaussian policy (learned log-std) on a Box action space
     "ppo_gaussian": ("cartpole_a3c.yaml", ["scenario={name: gymnasium, env: Pendulum-v1, num_envs: 2}",
