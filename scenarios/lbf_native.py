@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import re
 import time
@@ -491,13 +492,9 @@ def bench(task: str = "Foraging-8x8-2p-2f-coop-v3", steps: int = 20000, copies: 
         return (steps // copies) * copies / (time.process_time() - t)
 
     runs = {"native": run_native, f"native batch of {copies}": run_batch}
-    try:
+    if importlib.util.find_spec("lbforaging") is not None:
         import gymnasium as gym
-        import lbforaging  # noqa: F401  (registers its ids)
-    except ImportError:
-        pass
-    else:
-        ref = gym.make(f"lbforaging:{task}").unwrapped
+        ref = gym.make(f"lbforaging:{task}").unwrapped  # the "lbforaging:" prefix imports it
         ref.reset(seed=seed)
 
         def run_ref() -> float:
@@ -547,10 +544,8 @@ def lbf_env(task: str = "Foraging-8x8-2p-2f-coop-v3", common_reward: bool = Fals
     if engine == "native":
         return native
     from scenarios.generic import GymnasiumConfig, checked_env
-    try:
-        import lbforaging  # noqa: F401
-    except ImportError:
-        raise ValueError("scenario.engine: lbforaging needs the lbforaging package: pip install -e \".[epymarl-envs]\"") from None
+    if importlib.util.find_spec("lbforaging") is None:
+        raise ValueError("scenario.engine: lbforaging needs the lbforaging package: pip install -e \".[epymarl-envs]\"")
     kwargs = {"penalty": native.rules.penalty} if native.rules.penalty else {}
     bare = task[len("lbforaging:"):] if task.startswith("lbforaging:") else task
     return checked_env(GymnasiumConfig(env=f"lbforaging:{bare}", kwargs=kwargs, agents="tuple",
