@@ -20,13 +20,13 @@ executor variants are tested against each other and against PennyLane.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from circuits.blocks import ANSATZE
 from circuits.program import Program
+from marl_q import compiled
 
 _NUMBA: Any = None  # the kernels module once imported; False where it cannot be
 # the most rows a kernel call takes, by qubit count: about where the numpy block executor's forward or
@@ -40,7 +40,7 @@ def available() -> bool:
     global _NUMBA
     if _NUMBA is None:
         _NUMBA = False
-        if os.environ.get("MARLQ_KERNELS", "1") != "0":
+        if compiled.allowed():
             try:
                 from circuits import numba_kernels
             except ImportError:

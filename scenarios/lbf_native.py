@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -65,6 +64,7 @@ from gymnasium.utils import seeding
 import pettingzoo
 from pettingzoo import ParallelEnv
 
+from marl_q.compiled import njit_or_python
 from scenarios.spec import ScenarioSpec
 
 N_ACTIONS = 6  # none, north, south, west, east, load
@@ -241,19 +241,11 @@ _KERNELS: Optional[tuple[Callable[..., None], Callable[..., None]]] = None
 
 
 def kernels() -> tuple[Callable[..., None], Callable[..., None]]:
-    """(step, observe): numba-compiled on first use (cached on disk), or the Python functions where numba
-    cannot be imported or ``MARLQ_KERNELS=0``. Lazy, so that importing the scenarios does not import numba."""
+    """(step, observe): numba-compiled on first use (cached on disk), or the Python functions where
+    ``marl_q.compiled.allowed()`` is false. Lazy, so that importing the scenarios does not import numba."""
     global _KERNELS
     if _KERNELS is None:
-        compiled = None
-        if os.environ.get("MARLQ_KERNELS", "1") != "0":
-            try:
-                from numba import njit
-            except ImportError:
-                pass
-            else:
-                compiled = (njit(cache=True)(_step_py), njit(cache=True)(_observe_py))
-        _KERNELS = compiled or (_step_py, _observe_py)
+        _KERNELS = njit_or_python(_step_py, _observe_py)  # type: ignore[assignment]
     return _KERNELS
 
 
