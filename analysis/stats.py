@@ -46,6 +46,18 @@ def clipped_band(curves: np.ndarray, mean: np.ndarray, half: np.ndarray) -> tupl
     return np.maximum(mean - half, low), np.minimum(mean + half, high)
 
 
+def maximum_return(evals: ArrayLike, level: float = 0.95) -> tuple[int, float, float]:
+    """Papoudakis et al. (2021)'s "maximum return" of a (seeds, evaluation steps) matrix of evaluation
+    returns: the evaluation step whose mean over seeds is highest (the first of ties), then the mean and
+    the t-interval's half-width over seeds there. Returns (that step's column, mean, half-width)."""
+    x = np.asarray(evals, dtype=float)
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"maximum_return: a (seeds, evaluation steps) matrix, got shape {x.shape}")
+    mean, half = mean_ci(x, level)
+    best = int(np.nanargmax(mean))
+    return best, float(mean[best]), float(half[best])
+
+
 # ----------------------------------------------------------------------------- aggregates over runs
 # The aggregate metrics of Agarwal et al., "Deep RL at the Edge of the Statistical Precipice" (NeurIPS
 # 2021), as the rliable library defines them: scores are a (runs, tasks) matrix, one column per task;
