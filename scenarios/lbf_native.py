@@ -525,6 +525,14 @@ class LBFConfig:
         if self.engine not in LBF_ENGINES:
             raise ValueError(f"scenario.engine must be one of {', '.join(LBF_ENGINES)}, got {self.engine!r}")
         ForagingNative(self.task, self.common_reward, self.penalty)  # the task and the keys, checked
+        if self.engine == "lbforaging":
+            _need_lbforaging()
+
+
+def _need_lbforaging() -> None:
+    if importlib.util.find_spec("lbforaging") is None:
+        raise ValueError("scenario.engine: lbforaging needs the lbforaging package (the optional extra: "
+                         "pip install -e \".[epymarl-envs]\"); engine: native needs none")
 
 
 def lbf_env(task: str = "Foraging-8x8-2p-2f-coop-v3", common_reward: bool = False, penalty: float = 0.0,
@@ -536,8 +544,7 @@ def lbf_env(task: str = "Foraging-8x8-2p-2f-coop-v3", common_reward: bool = Fals
     if engine == "native":
         return native
     from scenarios.generic import GymnasiumConfig, checked_env
-    if importlib.util.find_spec("lbforaging") is None:
-        raise ValueError("scenario.engine: lbforaging needs the lbforaging package: pip install -e \".[epymarl-envs]\"")
+    _need_lbforaging()
     kwargs = {"penalty": native.rules.penalty} if native.rules.penalty else {}
     bare = task[len("lbforaging:"):] if task.startswith("lbforaging:") else task
     return checked_env(GymnasiumConfig(env=f"lbforaging:{bare}", kwargs=kwargs, agents="tuple",

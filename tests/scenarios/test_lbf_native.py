@@ -280,6 +280,20 @@ def test_scenario_runs_from_yaml_and_bad_keys_exit_with_the_key(tmp_path):
         load_config("scenarios/lbf_mappo.yaml", ["scenario.task=Foraging-8x8-2p"])
 
 
+def test_engine_lbforaging_without_the_package_exits_2_with_the_extra_to_install(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from marl_q.cli import main
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lbforaging" else find(name, *a))
+    code = main(["run", "scenarios/lbf_mappo.yaml", "--set", "scenario.engine=lbforaging", "--quiet",
+                 "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "lbforaging package" in err and "epymarl-envs" in err and not (tmp_path / "run").exists()
+    assert main(["run", "scenarios/lbf_mappo.yaml", "--set", "run.total_env_steps=800", "--set", "run.eval_every=null",
+                 "--set", "run.plots=false", "--quiet", "--out", str(tmp_path / "native")]) == 0
+
+
 def test_passes_pettingzoo_parallel_api_test():
     from pettingzoo.test import parallel_api_test
     parallel_api_test(ForagingNative("Foraging-8x8-3p-2f-v3"), num_cycles=200)
