@@ -81,6 +81,10 @@ def test_native_equals_lbforaging_step_by_step(task, common_reward, monkeypatch)
     import lbforaging.foraging.environment as lbf_module
     monkeypatch.setattr(lbf_module, "set", IndexOrderSet, raising=False)
     nat = ForagingNative(task, common_reward)
+    space = ref.inner.inner.observation_space[0]  # lbforaging's own bounds (FlatParallelEnv widens them)
+    mine = nat.observation_space("agent_0")
+    assert mine.shape == space.shape and np.array_equal(mine.low, space.low) and np.array_equal(mine.high, space.high)
+    assert nat.action_space("agent_1") == ref.action_space("agent_1")
     rng = np.random.default_rng(3)
     episodes, loaded, rewarded = 0, 0, 0
     want_obs, got_obs = ref.reset(seed=5), nat.reset(seed=5)
