@@ -52,19 +52,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 import pettingzoo
 from pettingzoo import ParallelEnv
 
 from marl_q.compiled import njit_or_python
+from scenarios.native import (NativeBatch, NativeEnv, check_engine, need_package, package_env,
+                              time_engines)
 from scenarios.spec import ScenarioSpec
 
 N_ACTIONS = 6  # none, north, south, west, east, load
@@ -290,218 +289,67 @@ def reset_copy(rng: np.random.Generator, rules: Rules, field: np.ndarray, pos: n
     return int(field.sum())
 
 
-# ----------------------------------------------------------------------------- one copy
-class ForagingNative(ParallelEnv):
+# ----------------------------------------------------------------------------- copies
+class ForagingBatch(NativeBatch):
+    """E copies of ``ForagingNative`` as (E, ...) arrays (``scenarios.native.NativeBatch``): field (E, S, S)
+    food levels, pos (E, N, 2), level (E, N), placed (E, N) (a player has a position, old or new), steps
+    (E,), spawned (E,) (the food levels placed at reset). Built from copies, it takes over their generators
+    and state, so copy e here is ``envs[e]`` step for step (tests/scenarios/test_lbf_native.py)."""
+
+    STATE = ("field", "pos", "level", "placed", "steps", "spawned")
+    n_actions = N_ACTIONS
+
+    def allocate(self, env: "ForagingNative") -> dict[str, np.ndarray]:
+        S, N = env.rules.size, env.rules.players
+        return {"field": np.zeros((1, S, S), dtype=np.int64), "pos": np.zeros((1, N, 2), dtype=np.int64),
+                "level": np.zeros((1, N), dtype=np.int64), "placed": np.zeros((1, N), dtype=bool),
+                "steps": np.zeros(1, dtype=np.int64), "spawned": np.zeros(1, dtype=np.int64)}
+
+    def _reset(self, e: int) -> None:
+        self.spawned[e] = reset_copy(self.generators[e], self.env.rules, self.field[e], self.pos[e], self.level[e],
+                                     self.placed[e])
+        self.steps[e] = 0
+
+    def _step(self, actions: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rewards = np.empty((self.num_envs, self.n_agents))
+        ended = np.empty(self.num_envs, dtype=bool)
+        rules = self.env.rules
+        kernels()[0](self.field, self.pos, self.level, self.steps, self.spawned, actions, active,
+                     rules.max_episode_steps, rules.penalty, rewards, ended)
+        return rewards, ended
+
+    def observations(self) -> np.ndarray:
+        rules = self.env.rules
+        obs = np.empty((self.num_envs, rules.players, rules.obs_dim), dtype=np.float32)
+        kernels()[1](self.field, self.pos, self.level, rules.sight, rules.foods, obs)
+        return obs
+
+
+class ForagingNative(NativeEnv):
     """One LBF task as a PettingZoo ParallelEnv (the module docstring); arguments checked with clear messages."""
 
     metadata = {"name": "lbf_native", "is_parallelizable": True}
+    batch_class = ForagingBatch
 
     def __init__(self, task: str = "Foraging-8x8-2p-2f-coop-v3", common_reward: bool = False,
                  penalty: float = 0.0) -> None:
-        if not isinstance(common_reward, bool):
-            raise ValueError(f"scenario.common_reward must be true or false, got {common_reward!r}")
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0.0 <= float(penalty) < float("inf"):
             raise ValueError(f"scenario.penalty must be a number >= 0, got {penalty!r}")
         self.task = task
         self.rules = rules = dataclasses.replace(parse_task(task), penalty=float(penalty))
-        self.common_reward = common_reward
-        self.possible_agents = [f"agent_{i}" for i in range(rules.players)]
-        self.agents: list[str] = []
         S, N = rules.size, rules.players
         low = np.array([-1, -1, 0] * (rules.foods + N), dtype=np.float32)
         high = np.array([S - 1, S - 1, rules.max_food_level] * rules.foods + [S - 1, S - 1, rules.max_player_level] * N,
                         dtype=np.float32)
-        self._obs_space = spaces.Box(low, high, (rules.obs_dim,), np.float32)
-        self._act_space = spaces.Discrete(N_ACTIONS)
-        self.field = np.zeros((1, S, S), dtype=np.int64)
-        self.pos = np.zeros((1, N, 2), dtype=np.int64)
-        self.level = np.zeros((1, N), dtype=np.int64)
-        self.placed = np.zeros((1, N), dtype=bool)
-        self.steps = np.zeros(1, dtype=np.int64)
-        self.spawned = np.zeros(1, dtype=np.int64)
-        self.np_random, _ = seeding.np_random(None)
-
-    def observation_space(self, agent: str) -> spaces.Space:
-        return self._obs_space
-
-    def action_space(self, agent: str) -> spaces.Space:
-        return self._act_space
-
-    def _observations(self) -> np.ndarray:
-        obs = np.empty((1, self.rules.players, self.rules.obs_dim), dtype=np.float32)
-        kernels()[1](self.field, self.pos, self.level, self.rules.sight, self.rules.foods, obs)
-        return obs[0]
-
-    def state(self) -> np.ndarray:
-        """The agents' observations concatenated (as FlatParallelEnv's ``state: concat``)."""
-        return self._observations().reshape(-1)
-
-    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
-        if seed is not None:
-            self.np_random, _ = seeding.np_random(seed)
-        self.spawned[0] = reset_copy(self.np_random, self.rules, self.field[0], self.pos[0], self.level[0],
-                                     self.placed[0])
-        self.steps[0] = 0
-        self.agents = list(self.possible_agents)
-        obs = self._observations()
-        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
-
-    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        if not self.agents:
-            return {}, {}, {}, {}, {}  # the episode is over (as SpreadNative and mpe2's parallel envs answer)
-        joint = np.zeros((1, self.rules.players), dtype=np.int64)
-        for i, a in enumerate(self.possible_agents):
-            if a in actions:
-                u = int(actions[a])
-                if not 0 <= u < N_ACTIONS:
-                    raise ValueError(f"ForagingNative.step: {a}'s action must be an integer in [0, {N_ACTIONS}), got {actions[a]!r}")
-                joint[0, i] = u
-        rewards = np.zeros((1, self.rules.players))
-        ended = np.zeros(1, dtype=bool)
-        kernels()[0](self.field, self.pos, self.level, self.steps, self.spawned, joint, np.ones(1, dtype=bool),
-                     self.rules.max_episode_steps, self.rules.penalty, rewards, ended)
-        own = team_rewards(rewards, self.common_reward)[0]
-        obs = self._observations()
-        done = bool(ended[0])
-        agents = self.agents
-        out = ({a: obs[i] for i, a in enumerate(agents)}, {a: float(own[i]) for i, a in enumerate(agents)},
-               {a: done for a in agents}, {a: False for a in agents}, {a: {} for a in agents})
-        if done:
-            self.agents = []
-        return out
-
-    def render(self) -> None:
-        raise NotImplementedError("ForagingNative does not render; use scenario.engine: lbforaging")
-
-    def close(self) -> None:
-        return None
-
-    @classmethod
-    def batched(cls, envs: list["ForagingNative"]) -> "ForagingBatch":
-        """These copies stepped together as arrays (``ForagingBatch``); agents.rollout's team vector uses it."""
-        return ForagingBatch(envs)
+        self._start(rules, N, common_reward, spaces.Box(low, high, (rules.obs_dim,), np.float32))
 
 
-def team_rewards(rewards: np.ndarray, common: bool) -> np.ndarray:
-    """(E, N) per-agent rewards, or with ``common`` each agent's the mean of its copy's, summed in agent
-    order from 0 as TupleParallelEnv sums a list."""
-    if not common:
-        return rewards
-    total = np.zeros(rewards.shape[0])
-    for i in range(rewards.shape[1]):
-        total = total + rewards[:, i]
-    return np.repeat((total / rewards.shape[1])[:, None], rewards.shape[1], axis=1)
-
-
-class ForagingBatch:
-    """E copies of ``ForagingNative`` as (E, ...) arrays (``agents.rollout.BatchedCopies``' batch).
-
-    It takes over the copies' generators (the same objects: a copy's resets continue its stream) and
-    their state, so copy e here is ``envs[e]`` step for step (tests/scenarios/test_lbf_native.py); the
-    copies' own arrays are not kept up to date afterwards. ``reset(e, seed)``, ``step(actions (E, N),
-    active) -> (rewards (E, N), terminated (E,), truncated (E,))`` (an ended episode is terminated, as
-    lbforaging says), ``observations()`` (E, N, 3F + 3N) float32, ``states(obs)`` (E, N (3F + 3N))."""
-
-    def __init__(self, envs: list[ForagingNative]) -> None:
-        first = envs[0]
-        if any(env.rules != first.rules or env.common_reward != first.common_reward for env in envs):
-            raise ValueError("ForagingBatch: the copies differ in their task or common_reward")
-        self.rules, self.common_reward = first.rules, first.common_reward
-        self.possible_agents = list(first.possible_agents)
-        self.num_envs = len(envs)
-        self.generators = [env.np_random for env in envs]
-        self.field = np.concatenate([env.field for env in envs])
-        self.pos = np.concatenate([env.pos for env in envs])
-        self.level = np.concatenate([env.level for env in envs])
-        self.placed = np.concatenate([env.placed for env in envs])
-        self.steps = np.concatenate([env.steps for env in envs])
-        self.spawned = np.concatenate([env.spawned for env in envs])
-
-    def reset(self, e: int, seed: Optional[int] = None) -> None:
-        if seed is not None:
-            self.generators[e], _ = seeding.np_random(seed)
-        self.spawned[e] = reset_copy(self.generators[e], self.rules, self.field[e], self.pos[e], self.level[e],
-                                     self.placed[e])
-        self.steps[e] = 0
-
-    def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        E, N = self.num_envs, self.rules.players
-        actions = np.asarray(actions)
-        if actions.shape != (E, N) or not np.issubdtype(actions.dtype, np.integer) or \
-                actions.size and (actions.min() < 0 or actions.max() >= N_ACTIONS):
-            raise ValueError(f"ForagingBatch: actions must be ({E}, {N}) integers in [0, {N_ACTIONS}), "
-                             f"got {actions.dtype} {actions.shape}")
-        active = np.ones(E, dtype=bool) if active is None else np.asarray(active, dtype=bool)
-        rewards = np.empty((E, N))
-        ended = np.empty(E, dtype=bool)
-        kernels()[0](self.field, self.pos, self.level, self.steps, self.spawned, actions.astype(np.int64, copy=False),
-                     active, self.rules.max_episode_steps, self.rules.penalty, rewards, ended)
-        return team_rewards(rewards, self.common_reward), ended, np.zeros(E, dtype=bool)
-
-    def observations(self) -> np.ndarray:
-        obs = np.empty((self.num_envs, self.rules.players, self.rules.obs_dim), dtype=np.float32)
-        kernels()[1](self.field, self.pos, self.level, self.rules.sight, self.rules.foods, obs)
-        return obs
-
-    def states(self, obs: Optional[np.ndarray] = None) -> np.ndarray:
-        return (self.observations() if obs is None else obs).reshape(self.num_envs, -1)
-
-
-# ----------------------------------------------------------------------------- timing
 def bench(task: str = "Foraging-8x8-2p-2f-coop-v3", steps: int = 20000, copies: int = 8, seed: int = 0
           ) -> dict[str, float]:
-    """Env steps per second with uniform random actions, resetting at each episode's end: lbforaging's
-    env (when installed), one ``ForagingNative`` and a ``ForagingBatch`` of ``copies``, interleaved in
-    one process (kernels compiled or loaded before timing)."""
-    rules = parse_task(task)
-    rng = np.random.default_rng(seed)
-    out: dict[str, float] = {}
-    native = ForagingNative(task)
-    native.reset(seed=seed)
-    native.step({a: 0 for a in native.agents})
-
-    def run_native() -> float:
-        native.reset(seed=seed)
-        t = time.process_time()
-        for _ in range(steps):
-            if not native.agents:
-                native.reset()
-            native.step({a: int(u) for a, u in zip(native.agents, rng.integers(0, N_ACTIONS, rules.players))})
-        return steps / (time.process_time() - t)
-
-    batch = ForagingBatch([ForagingNative(task) for _ in range(copies)])
-    for e in range(copies):
-        batch.reset(e, seed + e)
-
-    def run_batch() -> float:
-        t = time.process_time()
-        for _ in range(steps // copies):
-            _, ended, _ = batch.step(rng.integers(0, N_ACTIONS, (copies, rules.players)))
-            for e in np.flatnonzero(ended):
-                batch.reset(int(e))
-            batch.observations()
-        return (steps // copies) * copies / (time.process_time() - t)
-
-    runs = {"native": run_native, f"native batch of {copies}": run_batch}
-    if importlib.util.find_spec("lbforaging") is not None:
-        import gymnasium as gym
-        ref = gym.make(f"lbforaging:{task}").unwrapped  # the "lbforaging:" prefix imports it
-        ref.reset(seed=seed)
-
-        def run_ref() -> float:
-            ref.reset(seed=seed)
-            t = time.process_time()
-            done = False
-            for _ in range(steps):
-                if done:
-                    ref.reset()
-                _, _, done, _, _ = ref.step(tuple(int(u) for u in rng.integers(0, N_ACTIONS, rules.players)))
-            return steps / (time.process_time() - t)
-        runs = {"lbforaging": run_ref, **runs}
-    for name, run in runs.items():
-        out[name] = run()
-    return out
+    """lbforaging's env (when installed), one ``ForagingNative`` and a batch of ``copies``: env steps per CPU
+    second with random actions, in one process (``scenarios.native.time_engines``)."""
+    parse_task(task)
+    return time_engines(lambda: ForagingNative(task), "lbforaging", task, steps, copies, seed)
 
 
 # ----------------------------------------------------------------------------- the scenario
@@ -522,33 +370,20 @@ class LBFConfig:
     engine: str = "native"
 
     def validate(self) -> None:
-        if self.engine not in LBF_ENGINES:
-            raise ValueError(f"scenario.engine must be one of {', '.join(LBF_ENGINES)}, got {self.engine!r}")
+        check_engine(self.engine, LBF_ENGINES)
         ForagingNative(self.task, self.common_reward, self.penalty)  # the task and the keys, checked
         if self.engine == "lbforaging":
-            _need_lbforaging()
-
-
-def _need_lbforaging() -> None:
-    if importlib.util.find_spec("lbforaging") is None:
-        raise ValueError("scenario.engine: lbforaging needs the lbforaging package (the optional extra: "
-                         "pip install -e \".[epymarl-envs]\"); engine: native needs none")
+            need_package("lbforaging")
 
 
 def lbf_env(task: str = "Foraging-8x8-2p-2f-coop-v3", common_reward: bool = False, penalty: float = 0.0,
             engine: str = "native") -> ParallelEnv:
     """One LBF task as a ParallelEnv: native, or lbforaging's env behind the gymnasium scenario's adapter."""
-    if engine not in LBF_ENGINES:
-        raise ValueError(f"scenario.engine must be one of {', '.join(LBF_ENGINES)}, got {engine!r}")
+    check_engine(engine, LBF_ENGINES)
     native = ForagingNative(task, common_reward, penalty)
     if engine == "native":
         return native
-    from scenarios.generic import GymnasiumConfig, checked_env
-    _need_lbforaging()
-    kwargs = {"penalty": native.rules.penalty} if native.rules.penalty else {}
-    bare = task[len("lbforaging:"):] if task.startswith("lbforaging:") else task
-    return checked_env(GymnasiumConfig(env=f"lbforaging:{bare}", kwargs=kwargs, agents="tuple",
-                                       common_reward=common_reward))
+    return package_env("lbforaging", task, common_reward, {"penalty": native.rules.penalty} if native.rules.penalty else {})
 
 
 def _make_lbf(cfg: LBFConfig, seed: int) -> ParallelEnv:

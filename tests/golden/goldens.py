@@ -67,10 +67,10 @@ BUDGET = {"linear_mdp_regret.yaml": ["run.total_episodes=300"],
           # target syncs) instead of 3,000 cost 8 CPU-s, not 21; the trace (its first 750 steps) is unchanged
           "cartpole_qdqn_skolik.yaml": ["run.total_env_steps=1200"]}
 # scenario files whose env needs an optional extra, and the module that tells it is installed
-# (the LBF files run the native LBF, scenarios/lbf_native.py, which needs no package)
-NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D", "rware_mappo.yaml": "rware"}
+# (the LBF and RWARE files run marl-q's native envs, scenarios/lbf_native.py and rware_native.py: no package)
+NEEDS = {"pursuit_ippo.yaml": "pymunk", "multiwalker_mappo.yaml": "Box2D"}
 # the pyproject extra that installs each of those modules
-EXTRA_OF = {"pymunk": "sisl", "Box2D": "sisl", "rware": "epymarl-envs"}
+EXTRA_OF = {"pymunk": "sisl", "Box2D": "sisl"}
 DEFAULT_BUDGET = ["run.total_env_steps=3000"]
 COMMON = ["run.progress=false", "run.plots=false", "run.checkpoint_every=0", "run.seed=0"]
 

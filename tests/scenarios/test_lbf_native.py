@@ -92,7 +92,7 @@ def test_native_equals_lbforaging_step_by_step(task, common_reward, monkeypatch)
         for a in ref.possible_agents:
             assert np.array_equal(want_obs[0][a], got_obs[0][a]) and got_obs[0][a].dtype == np.float32, (t, a)
         assert ref.state().tobytes() == nat.state().tobytes(), t
-        joint = dict(zip(ref.agents, _actions(rng, len(ref.agents), nat.field[0], nat.pos[0])))
+        joint = dict(zip(ref.agents, _actions(rng, len(ref.agents), nat.batch.field[0], nat.batch.pos[0])))
         want, got = ref.step(joint), nat.step(joint)
         for k in range(1, 5):
             assert want[k].keys() == got[k].keys() and all(want[k][a] == got[k][a] for a in want[k]), (t, k)
@@ -100,7 +100,7 @@ def test_native_equals_lbforaging_step_by_step(task, common_reward, monkeypatch)
         rewarded += any(r != 0 for r in got[1].values())
         if not nat.agents:
             episodes += 1
-            loaded += int(nat.field.sum() == 0)
+            loaded += int(nat.batch.field.sum() == 0)
             seed = 100 + episodes if episodes % 7 == 0 else None
             want_obs, got_obs = ref.reset(seed=seed), nat.reset(seed=seed)
         else:
@@ -115,17 +115,17 @@ def test_the_index_order_of_loads_is_what_differs_and_it_is_exercised(monkeypatc
     does with the set popping in that order."""
     nat = ForagingNative("Foraging-8x8-2p-2f-coop-v3")
     nat.reset(seed=0)
-    nat.field[0] = 0
-    nat.field[0, 2, 3], nat.field[0, 3, 2] = 2, 2  # A north of player 0, B west of it
-    nat.pos[0] = [[3, 3], [3, 1]]                  # player 1 is beside B only
-    nat.level[0] = [1, 1]
-    nat.spawned[0] = 4
+    nat.batch.field[0] = 0
+    nat.batch.field[0, 2, 3], nat.batch.field[0, 3, 2] = 2, 2  # A north of player 0, B west of it
+    nat.batch.pos[0] = [[3, 3], [3, 1]]                  # player 1 is beside B only
+    nat.batch.level[0] = [1, 1]
+    nat.batch.spawned[0] = 4
     _, rew, term, _, _ = nat.step({"agent_0": 5, "agent_1": 5})
-    assert rew == {"agent_0": 0.0, "agent_1": 0.0} and nat.field[0, 2, 3] == 2 and nat.field[0, 3, 2] == 2
+    assert rew == {"agent_0": 0.0, "agent_1": 0.0} and nat.batch.field[0, 2, 3] == 2 and nat.batch.field[0, 3, 2] == 2
     # player 1 first (the order a set may pop them in): both load B, half the spawned levels' reward each
-    nat.pos[0] = [[3, 1], [3, 3]]                  # swap the players: now index 0 is beside B only
+    nat.batch.pos[0] = [[3, 1], [3, 3]]                  # swap the players: now index 0 is beside B only
     _, rew, _, _, _ = nat.step({"agent_0": 5, "agent_1": 5})
-    assert rew == {"agent_0": 0.25, "agent_1": 0.25} and nat.field[0, 3, 2] == 0 and nat.field[0, 2, 3] == 2
+    assert rew == {"agent_0": 0.25, "agent_1": 0.25} and nat.batch.field[0, 3, 2] == 0 and nat.batch.field[0, 2, 3] == 2
     ref = _reference("Foraging-8x8-2p-2f-coop-v3", False)
     import lbforaging.foraging.environment as lbf_module
     monkeypatch.setattr(lbf_module, "set", IndexOrderSet, raising=False)
@@ -150,7 +150,7 @@ def test_penalty_of_a_failed_load_equals_lbforagings(monkeypatch):
     rng = np.random.default_rng(0)
     penalised = 0
     for t in range(1500):
-        joint = dict(zip(ref.agents, _actions(rng, 3, nat.field[0], nat.pos[0])))
+        joint = dict(zip(ref.agents, _actions(rng, 3, nat.batch.field[0], nat.batch.pos[0])))
         want, got = ref.step(joint), nat.step(joint)
         assert want[1] == got[1] and want[2] == got[2], t
         penalised += any(r < 0 for r in got[1].values())
