@@ -50,7 +50,6 @@ against a batch of 8 copies, with random actions, in one run.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from dataclasses import dataclass
@@ -62,7 +61,7 @@ import pettingzoo
 from pettingzoo import ParallelEnv
 
 from marl_q.compiled import njit_or_python
-from scenarios.native import (NativeBatch, NativeEnv, check_engine, need_package, package_env,
+from scenarios.native import (NativeBatch, NativeEnv, bench_main, check_engine, need_package, package_env,
                               time_engines)
 from scenarios.spec import ScenarioSpec
 
@@ -403,11 +402,4 @@ pettingzoo.register("parallel", "marlq/lbf-v0", lbf_env)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="lbforaging against the native LBF: env steps per CPU second")
-    parser.add_argument("--task", default="Foraging-8x8-2p-2f-coop-v3")
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--copies", type=int, default=8)
-    args = parser.parse_args()
-    rates = bench(args.task, args.steps, args.copies)
-    for name, rate in rates.items():
-        print(f"{name:>24}: {rate:10.0f} env steps per CPU second")
+    bench_main(bench, "lbforaging", "Foraging-8x8-2p-2f-coop-v3")

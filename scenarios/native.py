@@ -236,3 +236,15 @@ def time_engines(make_native: Callable[[], NativeEnv], package: str, task: str, 
             return steps / (time.process_time() - t)
         runs = {package: run_ref, **runs}
     return {name: run() for name, run in runs.items()}
+
+
+def bench_main(bench: Callable[..., dict[str, float]], package: str, default_task: str) -> None:
+    """``python -m scenarios.<port> [--task ID] [--steps N] [--copies E]``: ``bench``'s rates, printed."""
+    import argparse
+    parser = argparse.ArgumentParser(description=f"{package} against marl-q's native port: env steps per CPU second")
+    parser.add_argument("--task", default=default_task)
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--copies", type=int, default=8)
+    args = parser.parse_args()
+    for name, rate in bench(args.task, args.steps, args.copies).items():
+        print(f"{name:>24}: {rate:10.0f} env steps per CPU second")

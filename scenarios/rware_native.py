@@ -40,7 +40,6 @@ observations, other sensor ranges, global or two-stage rewards, an inactivity li
 """
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -51,7 +50,8 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from marl_q.compiled import njit_or_python
-from scenarios.native import NativeBatch, NativeEnv, check_engine, need_package, package_env, time_engines
+from scenarios.native import (NativeBatch, NativeEnv, bench_main, check_engine, need_package, package_env,
+                              time_engines)
 from scenarios.spec import ScenarioSpec
 
 N_ACTIONS = 5  # noop, forward, left, right, toggle load
@@ -111,6 +111,19 @@ class Layout:
 
 
 # ----------------------------------------------------------------------------- the loops
+def _fill_py(pos, shelf_pos, e, agent_at, shelf_at):
+    """Copy e's grid layers, as rware's _recalc_grid: the robot (index + 1) and the shelf (id) on each cell."""
+    agent_at[:, :] = 0
+    shelf_at[:, :] = 0
+    for s in range(shelf_pos.shape[1]):
+        shelf_at[shelf_pos[e, s, 1], shelf_pos[e, s, 0]] = s + 1
+    for i in range(pos.shape[1]):
+        agent_at[pos[e, i, 1], pos[e, i, 0]] = i + 1
+
+
+_fill = _fill_py  # compiled by kernels() before the loops that call it
+
+
 def _plan_py(pos, direction, carrying, shelf_pos, highway, actions, active, act, tx, ty, commit, tie):
     """Each robot's action after rware's checks, its target cell and whether its move commits, in the copies e
     with ``active[e]``; pos (E, N, 2) (x, y), direction (E, N), carrying (E, N) (shelf id, 0 none), shelf_pos
@@ -119,7 +132,6 @@ def _plan_py(pos, direction, carrying, shelf_pos, highway, actions, active, act,
     pick by Python's set order (the caller resolves those copies with the same calls)."""
     E, N = pos.shape[0], pos.shape[1]
     H, W = highway.shape[0], highway.shape[1]
-    S = shelf_pos.shape[1]
     agent_at = np.zeros((H, W), dtype=np.int64)
     shelf_at = np.zeros((H, W), dtype=np.int64)
     succ = np.empty(N, dtype=np.int64)
@@ -132,12 +144,7 @@ def _plan_py(pos, direction, carrying, shelf_pos, highway, actions, active, act,
             commit[e, i] = False
         if not active[e]:
             continue
-        agent_at[:, :] = 0
-        shelf_at[:, :] = 0
-        for s in range(S):
-            shelf_at[shelf_pos[e, s, 1], shelf_pos[e, s, 0]] = s + 1
-        for i in range(N):
-            agent_at[pos[e, i, 1], pos[e, i, 0]] = i + 1
+        _fill(pos, shelf_pos, e, agent_at, shelf_at)
         for i in range(N):  # the requested cells, a carrying robot's move into a standing shelf cancelled
             x, y = pos[e, i, 0], pos[e, i, 1]
             a = actions[e, i]
@@ -220,7 +227,6 @@ def _apply_py(pos, direction, carrying, shelf_pos, highway, active, act, tx, ty,
     (-1: none); the caller pays deliveries (they draw from the copy's generator)."""
     E, N = pos.shape[0], pos.shape[1]
     H, W = highway.shape[0], highway.shape[1]
-    S = shelf_pos.shape[1]
     agent_at = np.zeros((H, W), dtype=np.int64)
     shelf_at = np.zeros((H, W), dtype=np.int64)
     for e in range(E):
@@ -228,9 +234,7 @@ def _apply_py(pos, direction, carrying, shelf_pos, highway, active, act, tx, ty,
         goal_agent[e, 0], goal_agent[e, 1] = -1, -1
         if not active[e]:
             continue
-        shelf_at[:, :] = 0  # the grid as it was before the moves: rware recalculates it after them
-        for s in range(S):
-            shelf_at[shelf_pos[e, s, 1], shelf_pos[e, s, 0]] = s + 1
+        _fill(pos, shelf_pos, e, agent_at, shelf_at)  # the grid before the moves: rware recalculates it after them
         for i in range(N):
             a = act[e, i]
             if a == FORWARD and not commit[e, i]:
@@ -252,12 +256,7 @@ def _apply_py(pos, direction, carrying, shelf_pos, highway, active, act, tx, ty,
                     carrying[e, i] = shelf_at[y, x]
                 elif highway[y, x] == 0:
                     carrying[e, i] = 0
-        shelf_at[:, :] = 0
-        agent_at[:, :] = 0
-        for s in range(S):
-            shelf_at[shelf_pos[e, s, 1], shelf_pos[e, s, 0]] = s + 1
-        for i in range(N):
-            agent_at[pos[e, i, 1], pos[e, i, 0]] = i + 1
+        _fill(pos, shelf_pos, e, agent_at, shelf_at)
         for g in range(2):
             goal_shelf[e, g] = shelf_at[goals[g, 1], goals[g, 0]]
             goal_agent[e, g] = agent_at[goals[g, 1], goals[g, 0]] - 1
@@ -289,16 +288,10 @@ def _observe_py(pos, direction, carrying, shelf_pos, highway, requested, obs):
     """Every robot's observation of every copy into obs (E, N, 71) float32 (the module docstring)."""
     E, N = pos.shape[0], pos.shape[1]
     H, W = highway.shape[0], highway.shape[1]
-    S = shelf_pos.shape[1]
     agent_at = np.zeros((H, W), dtype=np.int64)
     shelf_at = np.zeros((H, W), dtype=np.int64)
     for e in range(E):
-        agent_at[:, :] = 0
-        shelf_at[:, :] = 0
-        for s in range(S):
-            shelf_at[shelf_pos[e, s, 1], shelf_pos[e, s, 0]] = s + 1
-        for i in range(N):
-            agent_at[pos[e, i, 1], pos[e, i, 0]] = i + 1
+        _fill(pos, shelf_pos, e, agent_at, shelf_at)
         for i in range(N):
             o = obs[e, i]
             x, y = pos[e, i, 0], pos[e, i, 1]
@@ -330,8 +323,9 @@ _KERNELS: Optional[tuple[Callable[..., None], Callable[..., None], Callable[...,
 
 def kernels() -> tuple[Callable[..., None], Callable[..., None], Callable[..., None]]:
     """(plan, apply, observe), compiled on first use where ``marl_q.compiled.allowed()``, else the Python functions."""
-    global _KERNELS
+    global _KERNELS, _fill
     if _KERNELS is None:
+        (_fill,) = njit_or_python(_fill_py)  # the loops below call it: numba binds it when it compiles them
         _KERNELS = njit_or_python(_plan_py, _apply_py, _observe_py)  # type: ignore[assignment]
     return _KERNELS
 
@@ -467,10 +461,4 @@ pettingzoo.register("parallel", "marlq/rware-v0", rware_env)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="rware against the native warehouse: env steps per CPU second")
-    parser.add_argument("--task", default="rware-tiny-2ag-v2")
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--copies", type=int, default=8)
-    args = parser.parse_args()
-    for name, rate in bench(args.task, args.steps, args.copies).items():
-        print(f"{name:>24}: {rate:10.0f} env steps per CPU second")
+    bench_main(bench, "rware", "rware-tiny-2ag-v2")
