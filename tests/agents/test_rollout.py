@@ -178,6 +178,23 @@ def test_parallel_copies_restart_on_the_next_step_and_sum_the_team_reward():
 
 
 
+def assert_same_team_step(batched, one_by_one, actions, obs_dim: int, t: int):
+    """Two team vectors over the same copies: equal rows and states now, then equal steps (valid, reward,
+    ended and every TeamStep field) under ``actions``, bit for bit; the first vector's step."""
+    E, N = batched.num_envs, len(batched.agents)
+    got, want = np.empty((E, N, obs_dim), np.float32), np.empty((E, N, obs_dim), np.float32)
+    got_s, want_s = np.empty((E, N * obs_dim), np.float32), np.empty((E, N * obs_dim), np.float32)
+    batched.rows(got, got_s)
+    one_by_one.rows(want, want_s)
+    assert got.tobytes() == want.tobytes() and got_s.tobytes() == want_s.tobytes(), t
+    a, b = batched.step(actions), one_by_one.step(actions)
+    for field in ("valid", "reward", "ended"):
+        assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), (t, field)
+    for field in ("live", "rewards", "terminated", "dones"):
+        assert getattr(a.data, field).tobytes() == getattr(b.data, field).tobytes(), (t, field)
+    return a
+
+
 def _spread_copies(n_copies: int, n_agents: int = 3, max_cycles: int = 25):
     from scenarios.spread_native import SpreadNative
     envs = []
@@ -199,20 +216,10 @@ def test_batched_spread_equals_the_copies_stepped_one_by_one(n_agents, max_cycle
     batched = team_copies(_spread_copies(E, n_agents, max_cycles), agents, False)
     assert isinstance(batched, BatchedCopies) and type(one_by_one) is ParallelCopies
     rng = np.random.default_rng(7)
-    D, S = 6 * n_agents, 6 * n_agents * n_agents
+    D = 6 * n_agents
     ended = 0
     for t in range(2000):
-        got, want = np.empty((E, n_agents, D), np.float32), np.empty((E, n_agents, D), np.float32)
-        got_s, want_s = np.empty((E, S), np.float32), np.empty((E, S), np.float32)
-        batched.rows(got, got_s)
-        one_by_one.rows(want, want_s)
-        assert got.tobytes() == want.tobytes() and got_s.tobytes() == want_s.tobytes(), t
-        actions = rng.integers(0, 5, size=E * n_agents)
-        a, b = batched.step(actions), one_by_one.step(actions)
-        for field in ("valid", "reward", "ended"):
-            assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), (t, field)
-        for field in ("live", "rewards", "terminated", "dones"):
-            assert getattr(a.data, field).tobytes() == getattr(b.data, field).tobytes(), (t, field)
+        a = assert_same_team_step(batched, one_by_one, rng.integers(0, 5, size=E * n_agents), D, t)
         ended += int(a.ended.sum())
     assert ended == E * (2000 // (max_cycles + 1))  # every episode ran to its time limit
     with pytest.raises(ValueError, match="actions must be"):

@@ -8,6 +8,8 @@ import pytest
 from agents.rollout import BatchedCopies, ParallelCopies, team_copies
 from scenarios import lbf_native
 from scenarios.lbf_native import ForagingBatch, ForagingNative, LBFConfig, lbf_env, parse_task
+from tests.agents.test_rollout import assert_same_team_step
+from tests.scenarios.test_native import assert_engine_refused_without_package
 
 TASKS = ["Foraging-8x8-2p-2f-coop-v3", "Foraging-10x10-3p-3f-v3", "Foraging-2s-8x8-2p-2f-coop-v3",
          "Foraging-2s-12x12-4p-3f-v3", "Foraging-5x5-3p-1f-v3", "Foraging-6x6-9p-4f-v3"]
@@ -180,17 +182,8 @@ def test_batch_equals_its_copies_stepped_one_by_one(task):
     rng = np.random.default_rng(7)
     ended = terminated = 0
     for t in range(2000):
-        got, want = np.empty((E, n, D), np.float32), np.empty((E, n, D), np.float32)
-        got_s, want_s = np.empty((E, n * D), np.float32), np.empty((E, n * D), np.float32)
-        batched.rows(got, got_s)
-        one_by_one.rows(want, want_s)
-        assert got.tobytes() == want.tobytes() and got_s.tobytes() == want_s.tobytes(), t
         actions = np.array([_actions(rng, n, batched.batch.field[e], batched.batch.pos[e]) for e in range(E)]).reshape(-1)
-        a, b = batched.step(actions), one_by_one.step(actions)
-        for field in ("valid", "reward", "ended"):
-            assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), (t, field)
-        for field in ("live", "rewards", "terminated", "dones"):
-            assert getattr(a.data, field).tobytes() == getattr(b.data, field).tobytes(), (t, field)
+        a = assert_same_team_step(batched, one_by_one, actions, D, t)
         ended += int(a.ended.sum())
         terminated += int(a.data.terminated.sum())
     assert ended > E * 2000 // 51 and terminated == ended * n  # every ending is every agent's termination
@@ -285,15 +278,8 @@ def test_scenario_runs_from_yaml_and_bad_keys_exit_with_the_key(tmp_path):
 
 
 def test_engine_lbforaging_without_the_package_exits_2_with_the_extra_to_install(tmp_path, monkeypatch, capsys):
-    import importlib.util
-
+    assert_engine_refused_without_package("scenarios/lbf_mappo.yaml", "lbforaging", tmp_path, monkeypatch, capsys)
     from marl_q.cli import main
-    find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lbforaging" else find(name, *a))
-    code = main(["run", "scenarios/lbf_mappo.yaml", "--set", "scenario.engine=lbforaging", "--quiet",
-                 "--out", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert code == 2 and "lbforaging package" in err and "epymarl-envs" in err and not (tmp_path / "run").exists()
     assert main(["run", "scenarios/lbf_mappo.yaml", "--set", "run.total_env_steps=800", "--set", "run.eval_every=null",
                  "--set", "run.plots=false", "--quiet", "--out", str(tmp_path / "native")]) == 0
 

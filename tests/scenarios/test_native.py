@@ -34,3 +34,16 @@ def test_bench_reports_every_engine_and_its_command_prints_them(port, task, monk
     bench_main(port.bench, "pkg", task)
     out = capsys.readouterr().out
     assert "native batch of 2" in out and "env steps per CPU second" in out
+
+
+def assert_engine_refused_without_package(scenario_file: str, package: str, tmp_path, monkeypatch, capsys) -> None:
+    """``engine: <package>`` where the package cannot be found: exit 2 naming the package and the extra, and no
+    run directory made."""
+    import importlib.util
+
+    from marl_q.cli import main
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find(name, *a))
+    code = main(["run", scenario_file, "--set", f"scenario.engine={package}", "--quiet", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{package} package" in err and "epymarl-envs" in err and not (tmp_path / "run").exists()

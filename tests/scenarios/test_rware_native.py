@@ -8,6 +8,8 @@ import pytest
 from agents.rollout import BatchedCopies, ParallelCopies, team_copies
 from scenarios import rware_native
 from scenarios.rware_native import Layout, RwareConfig, WarehouseBatch, WarehouseNative, networkx_commits, rware_env
+from tests.agents.test_rollout import assert_same_team_step
+from tests.scenarios.test_native import assert_engine_refused_without_package
 
 TASKS = ["rware-tiny-2ag-v2", "rware-tiny-10ag-v2", "rware-small-4ag-hard-v2", "rware-tiny-19ag-v2",
          "rware-medium-6ag-easy-v2"]
@@ -121,17 +123,8 @@ def test_batch_equals_its_copies_stepped_one_by_one(task):
     rng = np.random.default_rng(7)
     ended = 0
     for t in range(2000):
-        got, want = np.empty((E, n, D), np.float32), np.empty((E, n, D), np.float32)
-        got_s, want_s = np.empty((E, n * D), np.float32), np.empty((E, n * D), np.float32)
-        batched.rows(got, got_s)
-        one_by_one.rows(want, want_s)
-        assert got.tobytes() == want.tobytes() and got_s.tobytes() == want_s.tobytes(), t
         actions = np.array([_actions(rng, n) for _ in range(E)]).reshape(-1)
-        a, b = batched.step(actions), one_by_one.step(actions)
-        for field in ("valid", "reward", "ended"):
-            assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), (t, field)
-        for field in ("live", "rewards", "terminated", "dones"):
-            assert getattr(a.data, field).tobytes() == getattr(b.data, field).tobytes(), (t, field)
+        a = assert_same_team_step(batched, one_by_one, actions, D, t)
         ended += int(a.ended.sum())
     assert ended == E * 3  # 500-step episodes, each copy's first step a reset
     with pytest.raises(ValueError, match="actions must be"):
@@ -201,15 +194,7 @@ def test_the_scenario_file_runs_on_either_engine_with_the_same_metrics(tmp_path)
 
 
 def test_engine_rware_without_the_package_exits_2_with_the_extra_to_install(tmp_path, monkeypatch, capsys):
-    import importlib.util
-
-    from marl_q.cli import main
-    find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rware" else find(name, *a))
-    code = main(["run", "scenarios/rware_mappo.yaml", "--set", "scenario.engine=rware", "--quiet",
-                 "--out", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert code == 2 and "rware package" in err and "epymarl-envs" in err and not (tmp_path / "run").exists()
+    assert_engine_refused_without_package("scenarios/rware_mappo.yaml", "rware", tmp_path, monkeypatch, capsys)
 
 
 def test_passes_pettingzoo_parallel_api_test():
