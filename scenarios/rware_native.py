@@ -22,9 +22,10 @@ blocks of columns 8 high (tiny 1 x 3, small 2 x 3, medium 2 x 5, large 3 x 5):
 - **step**: a robot carrying a shelf may not drive into a cell holding a standing shelf (its move is
   cancelled). The moves then resolve as rware's graph of (cell -> target) edges does: in each connected
   group, a cycle commits its robots (a two-robot swap commits none) and a robot standing still commits
-  itself only; a group without a cycle commits its longest chain into the free cell (among equally long
-  chains, the one whose robot's cell entered rware's graph first, which is networkx's tie-break); every
-  other robot that wanted to move stays. Then turns (left / right), pick-up (a shelf under an unloaded
+  itself only; a group without a cycle commits its longest chain into the free cell; every other robot
+  that wanted to move stays. Where two equally long chains meet at a free cell, rware's winner follows
+  the iteration order of a Python ``set`` of cell tuples inside networkx (``dag_longest_path`` over the
+  component's subgraph): the loops flag those steps and ``networkx_commits`` runs rware's own calls. Then turns (left / right), pick-up (a shelf under an unloaded
   robot) and put-down (only off the highways). A requested shelf at a goal pays 1 to the robot there and
   is replaced in the queue by a shelf drawn uniformly from the ones not requested.
 - **observation** (float32, 8 + 7 per cell of the 3 x 3 view): x, y, carrying, direction one-hot (up,
