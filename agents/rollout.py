@@ -256,7 +256,8 @@ class TeamStep:
 def team_copies(envs: list[Any], agents: list[str], continuous: bool,
                 reset_seeds: Optional[list[int]] = None) -> "ParallelCopies | BatchedCopies":
     """The team vector over these PettingZoo copies: ``BatchedCopies`` when their class steps copies
-    together (a ``batched(envs)`` classmethod: scenarios.spread_native.SpreadNative, scenarios.lbf_native's), else
+    together (a ``batched(envs)`` classmethod: scenarios.spread_native.SpreadNative, and the native LBF and
+    warehouse of scenarios/native.py), else
     ``ParallelCopies``. Both give the same steps, observations and data."""
     kind = type(envs[0])
     batched = getattr(kind, "batched", None)

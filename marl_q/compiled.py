@@ -1,7 +1,7 @@
 """Whether numba-compiled loops run here, in one place: numba importable and ``MARLQ_KERNELS`` not "0".
 
-``circuits.kernels`` (the circuits' compiled kernels) and ``scenarios.lbf_native`` (the native LBF's
-step and observation loops) both ask ``allowed()``; where it is false they run their numpy or plain
+``circuits.kernels`` (the circuits' compiled kernels) and the native envs' loops (``scenarios.lbf_native``,
+``scenarios.rware_native``) ask ``allowed()``; where it is false they run their numpy or plain
 Python paths, which compute the same thing. ``MARLQ_KERNELS=0`` turns every compiled loop off, for a
 comparison or on a machine where numba misbehaves.
 """
