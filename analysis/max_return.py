@@ -3,7 +3,7 @@ mean of the last training episodes, each as mean +- 95% t-interval over seeds.
 
     python -m analysis.max_return 'sweeps/lbf/*/seed?' --by algorithm.name [--last 200]
 
-groups the run directories by a config key (dotted) and prints, per group: the number of seeds, the
+groups the run directories by a config key (dotted; named as ``marlq coma --by`` names its curves) and prints, per group: the number of seeds, the
 maximum return (``analysis.stats.maximum_return``: the evaluation step of ``eval.csv`` with the highest
 mean over the group's seeds, the mean and interval there, and each seed's value at that step), and the
 mean over seeds of each seed's last ``--last`` training episodes' team return (``metrics.csv``). Runs
@@ -12,7 +12,6 @@ whose evaluations stop at different steps are compared over the steps they all r
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import sys
 from pathlib import Path
@@ -21,19 +20,17 @@ from typing import Optional, Sequence
 import numpy as np
 import yaml
 
+from analysis.coma import config_value, group_label
+from analysis.plots import read_csv_columns
 from analysis.stats import maximum_return, mean_ci
+from marl_q.errors import RunDirError
+from marl_q.rundir import run_file
 
 
 def _column(path: Path, name: str) -> np.ndarray:
-    with path.open() as f:
-        return np.array([float(row[name]) for row in csv.DictReader(f)])
-
-
-def _key(config: dict, dotted: str) -> str:
-    value: object = config
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return str(value)
+    """One column of a run's CSV file (plain or compressed), rows without a value left out."""
+    values = read_csv_columns(run_file(path) or path).get(name, np.zeros(0))
+    return values[~np.isnan(values)]
 
 
 def table(runs: Sequence[Path], by: str, last: int) -> list[dict]:
@@ -41,7 +38,7 @@ def table(runs: Sequence[Path], by: str, last: int) -> list[dict]:
     groups: dict[str, list[Path]] = {}
     for run in runs:
         config = yaml.safe_load((run / "config.yaml").read_text())
-        groups.setdefault(_key(config, by), []).append(run)
+        groups.setdefault(group_label(by, config_value(config, by)), []).append(run)
     rows = []
     for name, members in groups.items():
         evals = [_column(m / "eval.csv", "eval_return") for m in members]
@@ -65,14 +62,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--last", type=int, default=200, help="training episodes at the end of each run")
     args = parser.parse_args(argv)
     runs = sorted({Path(p) for pattern in args.runs for p in (glob.glob(pattern) or [pattern])})
-    missing = [str(r) for r in runs if not (r / "eval.csv").is_file() or not (r / "config.yaml").is_file()]
+    missing = [str(r) for r in runs if run_file(r / "eval.csv") is None or not (r / "config.yaml").is_file()]
     if missing or args.last < 1:
         print(f"max_return: not run directories with eval.csv and config.yaml: {', '.join(missing)}" if missing
               else f"max_return: --last must be at least 1, got {args.last}", file=sys.stderr)
         return 2
     try:
         rows = table(runs, args.by, args.last)
-    except ValueError as exc:
+    except (ValueError, RunDirError) as exc:
         print(f"max_return: {exc}", file=sys.stderr)
         return 2
     print(f"| {args.by} | seeds | maximum return (greedy; at the step) | per seed there | last {args.last} training episodes |")

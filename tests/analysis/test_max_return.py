@@ -50,3 +50,16 @@ def test_bad_input_exits_2_naming_what_was_wrong(tmp_path, capsys):
     _run(tmp_path / "a0", "mappo", [], [0.0])
     assert max_return.main([str(tmp_path / "a0")]) == 2
     assert "no evaluation" in capsys.readouterr().err
+
+
+def test_compressed_run_files_are_read_as_plain_ones(tmp_path):
+    """run.compress_logs writes eval.csv.gz and metrics.csv.gz: the same figures as the plain files."""
+    import gzip
+    _run(tmp_path / "plain", "mappo", [0.2, 0.8], [0.0, 1.0, 0.5])
+    _run(tmp_path / "packed", "mappo", [0.2, 0.8], [0.0, 1.0, 0.5])
+    for name in ("eval.csv", "metrics.csv"):
+        path = tmp_path / "packed" / name
+        path.with_name(name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    plain, packed = (max_return.table([tmp_path / d], "algorithm.name", last=2)[0] for d in ("plain", "packed"))
+    assert plain == {**packed, "group": plain["group"]} and packed["per_seed"] == [0.8]
