@@ -61,7 +61,7 @@ import pettingzoo
 from pettingzoo import ParallelEnv
 
 from marl_q.compiled import njit_or_python
-from scenarios.native import (NativeBatch, NativeEnv, bench_main, check_engine, need_package, package_env,
+from scenarios.native import (NativeBatch, NativeEnv, bare_task, bench_main, check_engine, need_package, package_env,
                               time_engines)
 from scenarios.spec import ScenarioSpec
 
@@ -98,10 +98,8 @@ class Rules:
 
 def parse_task(task: Any) -> Rules:
     """The rules of an lbforaging id (an ``lbforaging:`` prefix is allowed); ValueError naming the form."""
-    text = str(task)
-    if text.startswith("lbforaging:"):
-        text = text[len("lbforaging:"):]
-    m = TASK.match(text) if isinstance(task, str) else None
+    text = bare_task(task, "lbforaging")
+    m = TASK.match(text) if isinstance(text, str) else None
     if m is None:
         raise ValueError(f"scenario.task must be an lbforaging id, {TASK_FORM}; got {task!r}")
     two_s, rows, cols, players, foods, coop = m.groups()

@@ -48,13 +48,17 @@ def need_package(package: str) -> None:
                          "pip install -e \".[epymarl-envs]\"); engine: native needs none")
 
 
+def bare_task(task: Any, package: str) -> Any:
+    """A package's task id without its ``package:`` prefix (both spellings are accepted); anything else as given."""
+    return task[len(package) + 1:] if isinstance(task, str) and task.startswith(package + ":") else task
+
+
 def package_env(package: str, task: str, common_reward: bool, kwargs: Optional[dict] = None) -> ParallelEnv:
     """``package:task`` through the gymnasium scenario's adapter (FlatParallelEnv over TupleParallelEnv)."""
     from scenarios.generic import GymnasiumConfig, checked_env
     need_package(package)
-    bare = task[len(package) + 1:] if task.startswith(package + ":") else task
-    return checked_env(GymnasiumConfig(env=f"{package}:{bare}", kwargs=dict(kwargs or {}), agents="tuple",
-                                       common_reward=common_reward))
+    return checked_env(GymnasiumConfig(env=f"{package}:{bare_task(task, package)}", kwargs=dict(kwargs or {}),
+                                       agents="tuple", common_reward=common_reward))
 
 
 class NativeBatch:
@@ -141,9 +145,15 @@ class NativeEnv(ParallelEnv):
     def action_space(self, agent: str) -> spaces.Space:
         return self._act_space
 
+    def _observe(self) -> np.ndarray:
+        """This copy's (N, D) observations, kept until its next reset or step (``state()`` reads them too)."""
+        self._obs = self.batch.observations()[0]
+        return self._obs
+
     def state(self) -> np.ndarray:
         """The agents' observations concatenated (as FlatParallelEnv's ``state: concat``)."""
-        return self.batch.observations().reshape(-1)
+        obs = getattr(self, "_obs", None)
+        return (self._observe() if obs is None else obs).reshape(-1).copy()
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
         if seed is not None:
@@ -151,7 +161,7 @@ class NativeEnv(ParallelEnv):
         self.batch.generators[0] = self.np_random
         self.batch.reset(0)
         self.agents = list(self.possible_agents)
-        obs = self.batch.observations()[0]
+        obs = self._observe()
         return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
@@ -167,7 +177,7 @@ class NativeEnv(ParallelEnv):
                                      f"got {actions[a]!r}")
                 joint[0, i] = u
         rewards, ended, _ = self.batch.step(joint)
-        obs = self.batch.observations()[0]
+        obs = self._observe()
         done, agents = bool(ended[0]), self.agents
         out = ({a: obs[i] for i, a in enumerate(agents)}, {a: float(rewards[0, i]) for i, a in enumerate(agents)},
                {a: done for a in agents}, {a: False for a in agents}, {a: {} for a in agents})

@@ -51,7 +51,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from marl_q.compiled import njit_or_python
-from scenarios.native import (NativeBatch, NativeEnv, bench_main, check_engine, need_package, package_env,
+from scenarios.native import (NativeBatch, NativeEnv, bare_task, bench_main, check_engine, need_package, package_env,
                               time_engines)
 from scenarios.spec import ScenarioSpec
 
@@ -79,10 +79,8 @@ class Layout:
 
     @classmethod
     def of(cls, task: Any) -> "Layout":
-        text = str(task)
-        if text.startswith("rware:"):
-            text = text[len("rware:"):]
-        m = TASK.match(text) if isinstance(task, str) else None
+        text = bare_task(task, "rware")
+        m = TASK.match(text) if isinstance(text, str) else None
         if m is None or not 1 <= int(m.group(2)) <= 19:
             raise ValueError(f"scenario.task must be an rware id, {TASK_FORM}; got {task!r}")
         shelf_rows, shelf_cols = SIZES[m.group(1)]
