@@ -27,6 +27,10 @@ The pairs (``--pairs``; marl-q's file and its overrides, EPyMARL's config and ta
                 (marl-q's LBF is its native one, scenario.name: lbf: lbforaging's episodes step for step)
     lbf_vdn     scenarios/spread_vdn.yaml, the same                   vdn    the same task
     lbf_iql     scenarios/spread_iql.yaml, the same                   iql    the same task
+    lbf_vdn_recipe  scenarios/spread_qmix.yaml with algorithm.name=vdn: EPyMARL's VDN recipe (its qmix
+                and vdn configs differ only in the mixer), the same   vdn    the same task
+    lbf_iql_gru scenarios/spread_iql_gru.yaml (EPyMARL's IQL recipe: a GRU of 128), the same
+                                                                      iql    the same task
     spread_qmix scenarios/spread_qmix.yaml                            qmix   pz-mpe-simple-spread-v3 (N=3, local_ratio 0.5), 25 steps
     spread_vdn  scenarios/spread_vdn.yaml                             vdn    the same task
     spread_iql  scenarios/spread_iql.yaml                             iql    the same task
@@ -79,6 +83,8 @@ PAIRS = {  # name: (marl-q file, its overrides, EPyMARL alg config, env key, tim
     "lbf_qmix": ("scenarios/spread_qmix.yaml", [LBF_SCENARIO], "qmix", LBF, 50),
     "lbf_vdn": ("scenarios/spread_vdn.yaml", [LBF_SCENARIO], "vdn", LBF, 50),
     "lbf_iql": ("scenarios/spread_iql.yaml", [LBF_SCENARIO], "iql", LBF, 50),
+    "lbf_vdn_recipe": ("scenarios/spread_qmix.yaml", [LBF_SCENARIO, "algorithm.name=vdn"], "vdn", LBF, 50),
+    "lbf_iql_gru": ("scenarios/spread_iql_gru.yaml", [LBF_SCENARIO], "iql", LBF, 50),
     "spread_qmix": ("scenarios/spread_qmix.yaml", [], "qmix", SPREAD, 25),
     "spread_vdn": ("scenarios/spread_vdn.yaml", [], "vdn", SPREAD, 25),
     "spread_iql": ("scenarios/spread_iql.yaml", [], "iql", SPREAD, 25),
