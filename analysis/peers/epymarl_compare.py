@@ -321,6 +321,17 @@ def learner_curves(workdir: Path) -> dict:
     return out
 
 
+def side_runs(runs: list[dict], pair: str, peer: str) -> list[dict]:
+    """The runs of one side of a pair. EPyMARL's side depends only on its config and task (a pair's
+    last three fields), so a pair whose EPyMARL runs are absent takes those of another pair with the
+    same config and task (``lbf_vdn_recipe`` compares with ``lbf_vdn``'s EPyMARL runs)."""
+    own = [g for g in runs if g["pair"] == pair and g["peer"] == peer]
+    if own or peer != "epymarl" or pair not in PAIRS:
+        return own
+    same = PAIRS[pair][2:]
+    return [g for g in runs if g["peer"] == "epymarl" and g["pair"] in PAIRS and PAIRS[g["pair"]][2:] == same]
+
+
 def summarize(runs: list[dict]) -> dict:
     """Per pair: each side's median env steps/s (loop, whole process), their ratio (and the ratio of
     each run pair), and the team returns' mean and 95% t-interval over the runs; printed as well."""
@@ -329,7 +340,7 @@ def summarize(runs: list[dict]) -> dict:
     pairs = list(dict.fromkeys(g["pair"] for g in runs))
     summary = {}
     for pair in pairs:
-        by = {p: [g for g in runs if g["pair"] == pair and g["peer"] == p] for p in ("epymarl", "marl-q")}
+        by = {p: side_runs(runs, pair, p) for p in ("epymarl", "marl-q")}
         s = summary[pair] = {}
         for key in ("loop_steps_per_s", "whole_steps_per_s", "cpu_steps_per_s"):
             if not by["epymarl"] or not by["marl-q"] or not all(key in g for g in by["epymarl"] + by["marl-q"]):
@@ -350,7 +361,7 @@ def summarize(runs: list[dict]) -> dict:
     return summary
 
 
-def plot(reports: list[dict], path: Path) -> Path:
+def plot(reports: list[dict], path: Path, only: list[str] | None = None) -> Path:
     """Team return against env steps, one panel per pair: each side's mean over seeds of its 10k-step
     means (EPyMARL's logged ``return_mean``, marl-q's bins of the same width), with the 95% t band."""
     import numpy as np
@@ -358,15 +369,16 @@ def plot(reports: list[dict], path: Path) -> Path:
     from analysis.plots import band_text, mean_band, new_figure, save_figure, wrap
 
     runs = [dict(g, budget=rep["steps"]) for rep in reports for g in rep["runs"]]
-    pairs = list(dict.fromkeys(g["pair"] for g in runs))
+    pairs = [p for p in dict.fromkeys(g["pair"] for g in runs) if only is None or p in only]
+    pairs += [p for p in (only or []) if p not in pairs and p in PAIRS and side_runs(runs, p, "epymarl")]
     fig, axes = new_figure((6.0 * len(pairs), 4.6), ncols=len(pairs))
     for ax, pair in zip(axes[0], pairs):
-        steps = max(g["budget"] for g in runs if g["pair"] == pair)
+        steps = max(g["budget"] for peer in ("epymarl", "marl-q") for g in side_runs(runs, pair, peer))
         grid = np.arange(LAST_STEPS, steps + 1, LAST_STEPS, dtype=float)
         counts = []
         for peer, name in (("epymarl", "EPyMARL cbc38c0"), ("marl-q", "marl-q")):
             curves = []
-            for g in (g for g in runs if g["pair"] == pair and g["peer"] == peer):
+            for g in side_runs(runs, pair, peer):
                 x, y = (np.asarray(v, dtype=float) for v in zip(*g["curve"]))
                 c = np.interp(grid, x, y)
                 c[(grid < x[0] - LAST_STEPS / 2) | (grid > x[-1] + LAST_STEPS / 2)] = np.nan
@@ -400,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epymarl-python", default="/tmp/venv_epymarl/bin/python")
     parser.add_argument("--tree", default=str(ROOT), help="the marl-q checkout to run")
     parser.add_argument("--work", default="/tmp/epymarl_work", help="EPyMARL's run folders")
-    parser.add_argument("--pairs", default="lbf_mappo,lbf_qmix", help=f"comma-separated, of {', '.join(PAIRS)}")
+    parser.add_argument("--pairs", help=f"comma-separated, of {', '.join(PAIRS)} (default lbf_mappo,lbf_qmix; "
+                        "plot: every pair in the inputs)")
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seeds", default="0,1,2")
@@ -429,13 +442,21 @@ def main(argv: list[str] | None = None) -> int:
         if not args.inputs or not args.png:
             print("epymarl_compare: plot needs --inputs (returns JSONs of --out) and --png", file=sys.stderr)
             return 2
+        only = [p for p in args.pairs.split(",") if p] if args.pairs else None
+        unknown = [p for p in only or [] if p not in PAIRS]
+        if unknown:
+            print(f"epymarl_compare: --pairs: unknown {', '.join(unknown)} (choices: {', '.join(PAIRS)})", file=sys.stderr)
+            return 2
         reports = [json.loads(Path(p).read_text()) for p in args.inputs]
-        summarize([g for rep in reports for g in rep["runs"]])
+        runs = [g for rep in reports for g in rep["runs"]]
+        summarize([g for g in runs if only is None or g["pair"] in only]
+                  + [g for g in runs if only is not None and g["pair"] not in only and g["peer"] == "epymarl"
+                     and any(PAIRS.get(g["pair"], ())[2:] == PAIRS[p][2:] for p in only)])
         for rep in reports:
             print(f"{rep.get('uptime_before')}  ..  {rep.get('uptime_after')}")
-        print(plot(reports, Path(args.png)))
+        print(plot(reports, Path(args.png), only))
         return 0
-    pairs = [p for p in args.pairs.split(",") if p]
+    pairs = [p for p in (args.pairs or "lbf_mappo,lbf_qmix").split(",") if p]
     unknown = [p for p in pairs if p not in PAIRS]
     if unknown or not pairs:
         print(f"epymarl_compare: --pairs: unknown {', '.join(unknown) or '(none given)'} (choices: {', '.join(PAIRS)})",

@@ -60,3 +60,21 @@ def test_each_pair_runs_a_valid_marlq_config_of_its_task(pair):
 def test_curve_bins_are_the_mean_return_of_episodes_ending_in_each_interval():
     rows = [(50, 1.0), (10_000, 3.0), (10_050, 5.0), (25_000, 7.0)]
     assert rows_curve(rows, every=10_000) == [(10_000, 2.0), (20_000, 5.0), (30_000, 7.0)]
+
+
+def test_a_pair_without_epymarl_runs_takes_those_of_the_pair_with_its_config_and_task_and_never_marlqs():
+    from analysis.peers.epymarl_compare import side_runs, summarize
+
+    runs = [{"pair": "lbf_vdn", "peer": "epymarl", "return_last": r} for r in (0.9, 0.4, 0.8)]
+    runs += [{"pair": "lbf_vdn", "peer": "marl-q", "return_last": 0.0}]
+    runs += [{"pair": "lbf_vdn_recipe", "peer": "marl-q", "return_last": r} for r in (0.5, 0.6)]
+    runs += [{"pair": "lbf_qmix", "peer": "epymarl", "return_last": 0.1}]
+    assert [g["return_last"] for g in side_runs(runs, "lbf_vdn_recipe", "epymarl")] == [0.9, 0.4, 0.8]
+    assert side_runs(runs, "lbf_iql_gru", "marl-q") == []          # marl-q's side is never borrowed
+    assert side_runs(runs, "lbf_iql_gru", "epymarl") == []         # no pair runs EPyMARL's iql on LBF here
+    own = runs + [{"pair": "lbf_vdn_recipe", "peer": "epymarl", "return_last": 0.3}]
+    assert [g["return_last"] for g in side_runs(own, "lbf_vdn_recipe", "epymarl")] == [0.3]  # its own first
+    s = summarize(runs)
+    assert s["lbf_vdn_recipe"]["return_epymarl"]["values"] == [0.9, 0.4, 0.8]
+    assert s["lbf_vdn_recipe"]["return_marl-q"]["mean"] == pytest.approx(0.55)
+    assert s["lbf_qmix"]["return_epymarl"]["values"] == [0.1] and "return_marl-q" not in s["lbf_qmix"]
