@@ -390,11 +390,13 @@ def plot(reports: list[dict], path: Path, only: list[str] | None = None) -> Path
             line, = ax.plot(grid, mean, marker=".", label=f"{name} ({len(curves)} seeds)")
             if len(curves) > 1:
                 ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-        _f, _o, alg, key, limit = PAIRS[pair]
+        _f, overrides, alg, key, limit = PAIRS[pair]
+        shown = [o for o in overrides if not o.startswith("scenario=")]  # the task is in the title already
         ax.set_xlabel("environment steps")
         ax.set_ylabel(f"team return (agents' rewards summed over the episode),\nmean of the episodes in each {LAST_STEPS // 1000}k env steps")
         ax.set_title(wrap(f"{alg.upper()} on {key.split(':')[-1]} ({limit}-step episodes), {steps:,} env steps "
-                          f"a run: EPyMARL's {alg}.yaml against marl-q's {PAIRS[pair][0].split('/')[-1]}, "
+                          f"a run: EPyMARL's {alg}.yaml against marl-q's {PAIRS[pair][0].split('/')[-1]}"
+                          f"{' (' + ', '.join(shown) + ')' if shown else ''}, "
                           "training episodes", 62), fontsize=9)
         band = band_text(counts)
         if ax is not axes[0][-1]:
