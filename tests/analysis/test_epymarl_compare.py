@@ -15,6 +15,7 @@ from marl_q.config import load_config
     ([], "say what to run"),
     (["speed", "--pairs", "lbf_mappo,nosuch"], "unknown nosuch"),
     (["speed", "--epymarl-dir", "/nonexistent"], "EPyMARL checkout"),
+    (["plot", "--inputs", "x.json", "--png", "x.png", "--pairs", "lbf_qmix,nosuch"], "unknown nosuch"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys, monkeypatch):
     monkeypatch.delenv("EPYMARL_DIR", raising=False)
