@@ -15,9 +15,8 @@ def test_the_flops_of_products_are_2mnk_and_other_ops_are_not_counted():
         torch.bmm(p, q)                          # bmm: 2 * 3 * 4 * 5 * 2
         (a + 1).relu().sum()                     # not a product
 
-    flops, seconds = gemm_floor.gemm_profile(work)
+    flops, _ = gemm_floor.gemm_profile(work)
     assert flops == 2 * 7 * 5 * 3 + 2 * 4 * 6 * 2 + 2 * 3 * 4 * 5 * 2
-    assert seconds >= 0.0
 
 
 def test_the_cli_profiles_a_short_run_and_prints_the_floor(capsys):
