@@ -138,6 +138,7 @@ class NativeEnv(ParallelEnv):
         self._obs_space, self._act_space = obs_space, spaces.Discrete(self.batch_class.n_actions)
         self.np_random, _ = seeding.np_random(None)
         self.batch = self.batch_class.of_one(self)  # this copy's state: a batch of one
+        self._obs: Optional[np.ndarray] = None  # the last reset's or step's observations (_observe)
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_space
@@ -152,8 +153,7 @@ class NativeEnv(ParallelEnv):
 
     def state(self) -> np.ndarray:
         """The agents' observations concatenated (as FlatParallelEnv's ``state: concat``)."""
-        obs = getattr(self, "_obs", None)
-        return (self._observe() if obs is None else obs).reshape(-1).copy()
+        return (self._observe() if self._obs is None else self._obs).reshape(-1).copy()
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
         if seed is not None:

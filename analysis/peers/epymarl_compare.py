@@ -332,12 +332,13 @@ def side_runs(runs: list[dict], pair: str, peer: str) -> list[dict]:
     return [g for g in runs if g["peer"] == "epymarl" and g["pair"] in PAIRS and PAIRS[g["pair"]][2:] == same]
 
 
-def summarize(runs: list[dict]) -> dict:
-    """Per pair: each side's median env steps/s (loop, whole process), their ratio (and the ratio of
-    each run pair), and the team returns' mean and 95% t-interval over the runs; printed as well."""
+def summarize(runs: list[dict], only: list[str] | None = None) -> dict:
+    """Per pair (those of the runs, or ``only``): each side's median env steps/s (loop, whole process),
+    their ratio (and the ratio of each run pair), and the team returns' mean and 95% t-interval over the
+    runs; printed as well."""
     from analysis.stats import mean_ci  # marl-q's side only: not in EPyMARL's venv
 
-    pairs = list(dict.fromkeys(g["pair"] for g in runs))
+    pairs = only if only is not None else list(dict.fromkeys(g["pair"] for g in runs))
     summary = {}
     for pair in pairs:
         by = {p: side_runs(runs, pair, p) for p in ("epymarl", "marl-q")}
@@ -450,10 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"epymarl_compare: --pairs: unknown {', '.join(unknown)} (choices: {', '.join(PAIRS)})", file=sys.stderr)
             return 2
         reports = [json.loads(Path(p).read_text()) for p in args.inputs]
-        runs = [g for rep in reports for g in rep["runs"]]
-        summarize([g for g in runs if only is None or g["pair"] in only]
-                  + [g for g in runs if only is not None and g["pair"] not in only and g["peer"] == "epymarl"
-                     and any(PAIRS.get(g["pair"], ())[2:] == PAIRS[p][2:] for p in only)])
+        summarize([g for rep in reports for g in rep["runs"]], only)
         for rep in reports:
             print(f"{rep.get('uptime_before')}  ..  {rep.get('uptime_after')}")
         print(plot(reports, Path(args.png), only))
