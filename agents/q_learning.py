@@ -210,10 +210,12 @@ class QDims:
     # learner's row: the observation, then ``seats`` one-hot seat-id columns (agent_id; else 0)
     turns: bool = False
     seats: int = 0
+    # multi-agent: the Q-network's input carries a one-hot agent index (``algorithm.agent_id``)
+    agent_id: bool = True
 
     @property
     def in_dim(self) -> int:
-        return self.obs_dim + (self.n_agents or 0)
+        return self.obs_dim + (self.n_agents or 0 if self.agent_id else 0)
 
 
 def _discrete(cfg: ExperimentConfig, where: str, space: Any) -> int:
@@ -276,7 +278,7 @@ def describe(cfg: ExperimentConfig, env: Any) -> QDims:
                               "or algorithm.name: vdn")
         env.reset(seed=cfg.run.seed)
         state_dim = int(np.asarray(env.state()).size)
-    return QDims(obs[agents[0]], sizes[agents[0]], len(agents), state_dim, agents)
+    return QDims(obs[agents[0]], sizes[agents[0]], len(agents), state_dim, agents, agent_id=cfg.algorithm.agent_id)
 
 
 def replay_fields(dims: QDims) -> list[Field]:
@@ -671,7 +673,7 @@ class QWorker(PullingWorker):
         """Q-values (N, [n_agents,] A) for acting (through the numpy twin when the head has one). A
         recurrent network steps ``memory`` (default the worker's), zeroing the state of the copies whose
         observation ``starts`` (N,) an episode."""
-        x = with_agent_id(obs, self.dims.n_agents) if self.hp.agent_id else obs
+        x = with_agent_id(obs, self.dims.n_agents) if self.dims.agent_id else obs
         flat = x.reshape(-1, x.shape[-1])
         if self.memory is not None:
             reset = np.repeat(np.asarray(starts, dtype=bool), self.dims.n_agents)
@@ -924,7 +926,7 @@ class QLearner:
         t = {k: torch.from_numpy(v) for k, v in batch.items()}
         hp, n, b = self.hp, self.dims.n_agents, self.hp.replay.burn_in
         B, L1 = t["mask"].shape
-        x = with_agent_id(t["obs"], n) if hp.agent_id else t["obs"]  # (B, L+1, n, in)
+        x = with_agent_id(t["obs"], n) if self.dims.agent_id else t["obs"]  # (B, L+1, n, in)
         x = x.transpose(0, 1).reshape(L1, B * n, -1)
         h0 = t["h0"].reshape(B * n, -1)
 
@@ -969,7 +971,7 @@ class QLearner:
         return torch.from_numpy(self.reward_stats.standardise(raw))
 
     def _agent_id(self) -> bool:
-        return self.hp.agent_id and self.dims.n_agents is not None
+        return self.dims.agent_id and self.dims.n_agents is not None
 
     def _q_pass(self, mlp: TorchMLP, obs: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """``_q``'s Q-values through a ``TorchMLP`` (no autograd), and its cache for the backward."""
@@ -1304,7 +1306,7 @@ class QLearning(Algorithm):
         service = self.make_service()
         service.load_state_dict(state)
         dims, net = self.dims, service.learner.online
-        agent_id = self.cfg.algorithm.agent_id and dims.n_agents is not None
+        agent_id = dims.agent_id and dims.n_agents is not None
 
         @torch.no_grad()
         def logits(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -162,7 +162,7 @@ def test_qmix_update_with_its_mixer_in_the_flat_buffer_matches_bit_for_bit(hyper
 
 @pytest.mark.parametrize("kind, agent_id", [("iql", True), ("vdn", True), ("iql", False)])
 def test_iql_and_vdn_updates_match_autograd_bit_for_bit(kind, agent_id):
-    dims = QDims(obs_dim=4, n_actions=3, n_agents=3, agents=("a", "b", "c"))
+    dims = QDims(obs_dim=4, n_actions=3, n_agents=3, agents=("a", "b", "c"), agent_id=agent_id)
     hp = QConfig(lr=5e-3, grad_clip=1.0, double=kind == "vdn", agent_id=agent_id)
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4 + 3 * agent_id, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))

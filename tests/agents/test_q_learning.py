@@ -274,7 +274,20 @@ def test_config_errors_exit_2_with_one_line(overrides, needle, tmp_path, capsys)
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
 
 
-def test_qmix_without_a_global_state_is_a_config_error_naming_it(monkeypatch):
+@pytest.mark.parametrize("algorithm", ["iql", "vdn", "qmix"])
+def test_team_value_learners_on_continuous_actions_exit_2_naming_the_agent(algorithm, tmp_path, capsys):
+    """simple_spread with continuous actions (a Box per agent): refused before any step, one line."""
+    out = tmp_path / "x"
+    assert main(["run", str(SCEN / f"spread_{algorithm}.yaml"), "--out", str(out),
+                 "--set", "scenario={name: pettingzoo, env: mpe2.simple_spread_v3:parallel_env, "
+                          "kwargs: {N: 3, max_cycles: 25, continuous_actions: true}, state: concat}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"algorithm.name: {algorithm} is a value-based learner and needs discrete actions, but agent " in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_qmix_without_a_global_state_is_a_config_error_naming_it(monkeypatch, tmp_path, capsys):
     from marl_q import registry
     from marl_q.registry import SCENARIOS
 
@@ -301,6 +314,10 @@ def test_qmix_without_a_global_state_is_a_config_error_naming_it(monkeypatch):
                                           r"offers no state\(\)"):
         load_config(SCEN / "spread_qmix.yaml", QUIET)
     load_config(SCEN / "spread_vdn.yaml", QUIET)  # vdn needs none
+    capsys.readouterr()
+    assert main(["run", str(SCEN / "spread_qmix.yaml"), "--out", str(tmp_path / "x")]) == 2  # the CLI: one line
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "qmix mixes on the global state" in err, err
 
 
 def test_one_q_network_refuses_agents_of_unequal_spaces_naming_their_sizes():
@@ -374,7 +391,9 @@ def test_circuit_q_network_scalings_get_their_own_learning_rates():
 
 
 @pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.dueling=true"]),
-                                            ("spread_qmix.yaml", SMALL_QMIX)])
+                                            ("spread_qmix.yaml", SMALL_QMIX),
+                                            # without the one-hot agent index: the network reads observations only
+                                            ("spread_qmix.yaml", SMALL_QMIX + ["algorithm.agent_id=false"])])
 def test_load_trained_acts_greedily_on_the_checkpoints_q_values(name, overrides, tmp_path):
     from marl_q.rundir import load_trained
 
@@ -387,8 +406,10 @@ def test_load_trained_acts_greedily_on_the_checkpoints_q_values(name, overrides,
         q = net(torch.from_numpy(obs["agent"][None])).detach().numpy()[0]
     else:
         obs = {f"agent_{i}": rng.normal(size=18).astype(np.float32) for i in range(3)}
-        x = torch.from_numpy(np.stack([np.concatenate([obs[f"agent_{i}"], np.eye(3)[i]]) for i in range(3)])
+        ids = np.eye(3) if "algorithm.agent_id=false" not in overrides else np.zeros((3, 0))
+        x = torch.from_numpy(np.stack([np.concatenate([obs[f"agent_{i}"], ids[i]]) for i in range(3)])
                              .astype(np.float32))
+        assert net[0].in_features == x.shape[1]  # 18 + 3, or 18
         q = net(x).detach().numpy()
     acts = trained.act(obs)
     expected = q.argmax(-1).reshape(-1)
