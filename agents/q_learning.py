@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 TRANSITIONS = "transitions"  # the message kind (a chunk of replay rows) workers push
 ENV_STEPS = "env_steps"  # Message.info key: env steps behind a chunk (params: the server's count)
 SINGLE = ("dqn",)
-MULTI = ("iql", "vdn", "qmix")
 
 
 # ----------------------------------------------------------------------------- config
@@ -212,6 +211,9 @@ class QDims:
     seats: int = 0
     # multi-agent: the Q-network's input carries a one-hot agent index (``algorithm.agent_id``)
     agent_id: bool = True
+    # dqn with a recurrent Q-network: the single-agent env acts as a team of one (``SoloTeam``), so that it
+    # replays sequences on the team learners' path (n_agents 1, no agent index)
+    solo: bool = False
 
     @property
     def in_dim(self) -> int:
@@ -267,7 +269,10 @@ def describe(cfg: ExperimentConfig, env: Any) -> QDims:
         return QDims(obs[agents[0]] + seats, sizes[agents[0]], agents=agents, turns=True, seats=seats)
     if name in SINGLE:
         n = _discrete(cfg, f"scenario {cfg.scenario.name!r}", env.single_action_space)
-        return QDims(int(np.prod(env.single_observation_space.shape)), n)
+        obs_dim = int(np.prod(env.single_observation_space.shape))
+        if getattr(cfg.critic.params, "recurrent", None) is not None:
+            return QDims(obs_dim, n, 1, agents=("agent",), agent_id=False, solo=True)
+        return QDims(obs_dim, n)
     agents, sizes, obs = _equal_agents(cfg, env, f"{name} shares one Q-network, so every agent",
                                        "; pad them with scenario.common_spaces: true")
     state_dim = None
@@ -464,10 +469,39 @@ class FrozenGreedy:
         return epsilon_greedy(out, None if avail is None else avail > 0, self.epsilon, rng)
 
 
+class SoloTeam:
+    """A single-agent ``GymVector`` as a team of one agent (``QDims.solo``: a recurrent dqn), read like a
+    ``TeamEnv``: ``observe()`` gives obs (E, 1, obs_dim), avail (E, 1, A) all True and no state; a step
+    takes actions (E, 1) and its ``data`` are the transition's ``next_obs`` (the step's observation: the
+    final one where an episode ended, the vector's autoreset being next-step), ``next_avail``, ``reward``
+    (float32), ``terminated`` and ``truncated``, each with the copy axis. A step that only restarts a copy
+    is not valid, as in the ``GymVector``."""
+
+    def __init__(self, vec: GymVector, n_actions: int) -> None:
+        self.vec, self.num_envs = vec, vec.num_envs
+        self.avail = np.ones((vec.num_envs, 1, n_actions), dtype=bool)
+
+    def observe(self) -> tuple[np.ndarray, np.ndarray, None]:
+        return self.vec.obs[:, None], self.avail, None
+
+    def step(self, actions: np.ndarray) -> Step:
+        step = self.vec.step(np.asarray(actions).reshape(self.num_envs).astype(np.int64))
+        rew, term, done = step.data
+        term = np.asarray(term, dtype=bool)
+        data = {"next_obs": self.vec.obs[:, None], "next_avail": self.avail,
+                "reward": np.asarray(rew, dtype=np.float32), "terminated": term,
+                "truncated": np.asarray(done, dtype=bool) & ~term}
+        return Step(step.valid, step.reward, step.ended, data)
+
+
 def q_vector(dims: QDims, env: Any, seed: Optional[int], how: str) -> Any:
     """The vector the acting loop steps (agents.rollout): the single-agent vector env as a ``GymVector``
-    (next-step autoreset), the multi-agent env as a ``TeamEnv``; reset now with ``seed``."""
-    return GymVector(env, seed) if dims.n_agents is None else TeamEnv(env, dims, seed, how)
+    (next-step autoreset; a ``SoloTeam`` of it for a recurrent dqn), the multi-agent env as a ``TeamEnv``;
+    reset now with ``seed``."""
+    if dims.n_agents is None or dims.solo:
+        vec = GymVector(env, seed)
+        return SoloTeam(vec, dims.n_actions) if dims.solo else vec
+    return TeamEnv(env, dims, seed, how)
 
 
 def seen(vec: Any, observed: Any) -> tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
@@ -574,21 +608,30 @@ class QMemory:
 
 
 class SequenceAssembler:
-    """Turns consecutive chunks of one TeamEnv (every step valid, the env restarted in the step that ends an
-    episode) into R2D2's replay sequences (``agents.replay.sequence_windows``): a window is sent once its
-    ``sequence`` steps are taken, or at its episode's end, and a window still open at a chunk's end waits
-    for the next chunk; each is padded to the buffer's layout (``sequence_buffer``) with the state its
-    first step was acted from."""
+    """Turns consecutive chunks of a team vector (``TeamEnv``, or ``SoloTeam``: its copies' steps that only
+    restart an episode are not valid and are skipped) into R2D2's replay sequences
+    (``agents.replay.sequence_windows``), each copy on its own: a window is sent once its ``sequence``
+    steps are taken, or at its episode's end, and a window still open at a chunk's end waits for the next
+    chunk; each is padded to the buffer's layout (``sequence_buffer``) with the state its first step was
+    acted from. A chunk's windows come copy by copy, each copy's in the order they close."""
 
     def __init__(self, layout: EpisodeBuffer, overlap: int) -> None:
         self.layout, self.sequence, self.overlap = layout, layout.max_len - 1, overlap
-        self.steps: list[dict[str, np.ndarray]] = []  # the episode's steps from ``first`` on
-        self.first = 0
-        self.start = 0  # the next window's first step
-        self.covered = 0  # the end of the last window sent
+        # per env copy: its episode's steps from ``first`` on, the next window's first step, the end of the
+        # last window sent (grown to the copies of the first chunk)
+        self.steps: list[list[dict[str, np.ndarray]]] = []
+        self.first: list[int] = []
+        self.start: list[int] = []
+        self.covered: list[int] = []
 
-    def _window(self, a: int, b: int) -> dict[str, np.ndarray]:
-        steps = self.steps[a - self.first:b - self.first]
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A snapshot from before the copies (one copy's state as plain values) reads as copy 0's."""
+        if isinstance(state.get("first"), int):
+            state = {**state, **{k: [state[k]] for k in ("steps", "first", "start", "covered")}}
+        self.__dict__.update(state)
+
+    def _window(self, e: int, a: int, b: int) -> dict[str, np.ndarray]:
+        steps = self.steps[e][a - self.first[e]:b - self.first[e]]
         out = {"h0": steps[0]["h0"]}
         for f in self.layout.step_fields:
             if f.name in ("obs", "avail", "state"):  # b - a + 1 observations: the last is the bootstrap one
@@ -598,21 +641,30 @@ class SequenceAssembler:
         return out
 
     def rows(self, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The sequences completed by ``chunk`` (``collect_chunk``'s arrays (T, 1, ...), with ``h0``), padded."""
+        """The sequences completed by ``chunk`` (``collect_chunk``'s arrays (T, E, ...), with ``h0``), padded."""
         windows: list[dict[str, np.ndarray]] = []
-        for t in range(len(chunk["valid"])):
-            self.steps.append({k: v[t, 0] for k, v in chunk.items()})
-            n = self.first + len(self.steps)
-            if n - self.start == self.sequence:
-                windows.append(self._window(self.start, n))
-                self.covered = n
-                self.start += self.sequence - self.overlap
-                self.steps = self.steps[self.start - self.first:]
-                self.first = self.start
-            if chunk["terminated"][t, 0] or chunk["truncated"][t, 0]:
-                if n > self.covered:
-                    windows.append(self._window(self.start, n))
-                self.steps, self.first, self.start, self.covered = [], 0, 0, 0
+        T, E = chunk["valid"].shape[:2]
+        for _ in range(len(self.first), E):
+            self.steps.append([])
+            self.first.append(0)
+            self.start.append(0)
+            self.covered.append(0)
+        for e in range(E):
+            for t in range(T):
+                if not chunk["valid"][t, e]:
+                    continue
+                self.steps[e].append({k: v[t, e] for k, v in chunk.items()})
+                n = self.first[e] + len(self.steps[e])
+                if n - self.start[e] == self.sequence:
+                    windows.append(self._window(e, self.start[e], n))
+                    self.covered[e] = n
+                    self.start[e] += self.sequence - self.overlap
+                    self.steps[e] = self.steps[e][self.start[e] - self.first[e]:]
+                    self.first[e] = self.start[e]
+                if chunk["terminated"][t, e] or chunk["truncated"][t, e]:
+                    if n > self.covered[e]:
+                        windows.append(self._window(e, self.start[e], n))
+                    self.steps[e], self.first[e], self.start[e], self.covered[e] = [], 0, 0, 0
         if not windows:
             return {name: arr[:0].copy() for name, arr in self.layout.data.items()}
         lengths = [len(w["obs"]) for w in windows]
@@ -1228,19 +1280,18 @@ class ReplayService(Service):
 
 
 # ----------------------------------------------------------------------------- algorithm
-def check_recurrent(cfg: ExperimentConfig) -> None:
-    """A recurrent Q-network's settings, each refused with a ConfigError naming the key: iql/vdn/qmix only,
-    sequence replay (``replay.sequence``) with one-step targets, no prioritized replay, no dueling head."""
+def check_recurrent(cfg: ExperimentConfig, dims: QDims) -> None:
+    """A recurrent Q-network's settings, each refused with a ConfigError naming the key: not on a turn-based
+    game, sequence replay (``replay.sequence``) with one-step targets, no prioritized replay, no dueling head."""
     hp, r = cfg.algorithm.params, cfg.algorithm.params.replay
     if getattr(cfg.critic.params, "recurrent", None) is None:
         if r.sequence is not None:
             raise ConfigError("algorithm.replay.sequence: sequence replay is for a recurrent Q-network "
                               "(critic.recurrent: gru); feed-forward learners replay transitions")
         return
-    name = cfg.algorithm.name
-    if name not in MULTI:
-        raise ConfigError(f"critic.recurrent: algorithm {name!r} has no recurrent Q-network (iql, vdn and qmix "
-                          "have; docs/value_based.md)")
+    if dims.turns:
+        raise ConfigError(f"critic.recurrent: {cfg.algorithm.name} on a turn-based game has no recurrent Q-network "
+                          "(its transitions go from one of its turns to the next); use a feed-forward critic")
     if r.sequence is None:
         raise ConfigError("algorithm.replay.sequence: a recurrent Q-network (critic.recurrent: gru) replays "
                           "sequences; give their length in steps (an episode no longer than it is one sequence)")
@@ -1258,7 +1309,7 @@ class QLearning(Algorithm):
     """dqn | iql | vdn | qmix: the algorithm name picks the env kind and the mixer."""
 
     metric_fields = ["return", "length", "version", "epsilon"]
-    recurrent_policies = ("critic",)  # critic.recurrent: gru, the Q-network of iql/vdn/qmix (check_recurrent)
+    recurrent_policies = ("critic",)  # critic.recurrent: gru, the Q-network (check_recurrent)
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig) -> None:
@@ -1267,7 +1318,7 @@ class QLearning(Algorithm):
             raise ConfigError(f"server.aggregation: {cfg.server.aggregation!r} is not supported by the replay "
                               "service (choices: hogwild)")
         dims = described(cfg, make_q_env, describe)
-        check_recurrent(cfg)
+        check_recurrent(cfg, dims)
         if dims.turns:
             turns = TurnsConfig.from_dict(cfg.scenario.params.turns)
             if turns.critic_opponent:

@@ -47,6 +47,12 @@ SMALL_QMIX = QUIET + ["run.total_env_steps=800", "backend.workers=2", "algorithm
 # a GRU Q-network on sequences of 6 steps with a burn-in of 2 (10-step episodes: windows 0-6 and 4-10)
 SMALL_QMIX_GRU = SMALL_QMIX + ["critic.recurrent=gru", "algorithm.replay.sequence=6", "algorithm.replay.burn_in=2",
                                "algorithm.chunk_steps=7"]
+# a recurrent dqn: CartPole's 3 copies as a team of one, 8-step sequences with a burn-in of 2
+SMALL_DQN_GRU = QUIET + ["run.total_env_steps=1500", "scenario.num_envs=3", "algorithm.chunk_steps=32",
+                         "algorithm.replay.learning_starts=200", "algorithm.replay.ratio=0.02",
+                         "algorithm.replay.batch_size=4", "algorithm.target_update_every=100", "critic.hidden=[8]",
+                         "critic.recurrent=gru", "algorithm.replay.sequence=8", "algorithm.replay.burn_in=2",
+                         "algorithm.double=true"]
 
 
 def _files(run: Path) -> dict[str, bytes]:
@@ -56,7 +62,8 @@ def _files(run: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN + ["algorithm.replay.prioritized=true"]),
                                             ("spread_qmix.yaml", SMALL_QMIX),
                                             ("spread_qmix.yaml", SMALL_QMIX + ["server.max_staleness=0"]),
-                                            ("spread_qmix.yaml", SMALL_QMIX_GRU)])
+                                            ("spread_qmix.yaml", SMALL_QMIX_GRU),
+                                            ("cartpole_dqn.yaml", SMALL_DQN_GRU)])
 def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transition(name, overrides, tmp_path):
     """(With a recurrent Q-network a replay row, and an inserted "transition", is one sequence.)"""
     cfg = load_config(SCEN / name, overrides)
@@ -84,7 +91,8 @@ def test_sim_rerun_is_byte_identical_and_the_ledger_counts_every_inserted_transi
     ("spread_qmix.yaml", SMALL_QMIX, 12),
     ("spread_qmix.yaml", SMALL_QMIX + ["algorithm.standardise_rewards=false", "algorithm.loss=huber",
                                      "algorithm.terminal_at_time_limit=false"], 12),  # the file's settings until 2026-12-04
-    ("spread_qmix.yaml", SMALL_QMIX_GRU, 12)])  # the workers' GRU states and open sequences travel too
+    ("spread_qmix.yaml", SMALL_QMIX_GRU, 12),  # the workers' GRU states and open sequences travel too
+    ("cartpole_dqn.yaml", SMALL_DQN_GRU, 6)])  # and each copy's open sequence
 def test_stopped_and_resumed_run_with_a_nonempty_buffer_equals_the_uninterrupted_one(name, overrides, stop_at,
                                                                                      tmp_path):
     full = run_experiment(load_config(SCEN / name, overrides), tmp_path / "full")
@@ -419,7 +427,8 @@ def test_load_trained_acts_greedily_on_the_checkpoints_q_values(name, overrides,
 
 
 @pytest.mark.parametrize("name,overrides", [("cartpole_dqn.yaml", SMALL_DQN), ("spread_qmix.yaml", SMALL_QMIX),
-                                            ("spread_qmix.yaml", SMALL_QMIX_GRU)])
+                                            ("spread_qmix.yaml", SMALL_QMIX_GRU),
+                                            ("cartpole_dqn.yaml", SMALL_DQN_GRU)])
 def test_eval_every_writes_greedy_rows_and_leaves_the_run_unchanged(name, overrides, tmp_path):
     from marl_q.evaluation import FIELDS, read_eval_csv
 

@@ -1,4 +1,4 @@
-"""Recurrent (GRU) Q-networks for iql, vdn and qmix: sequence replay with burn-in (agents/q_learning.py).
+"""Recurrent (GRU) Q-networks for dqn, iql, vdn and qmix: sequence replay with burn-in (agents/q_learning.py).
 
 - R2D2's windows of an episode (``sequence_windows``) against a brute-force statement of the rule, and the
   worker's ``SequenceAssembler`` across chunk boundaries against cutting each whole episode;
@@ -8,6 +8,8 @@
 - the acting state is zeroed exactly at episode starts and a sequence's stored state is the one the
   acting reached;
 - a short seeded QMIX/VDN run with a GRU beats chance on the recall cue task, a feed-forward one doesn't;
+- a recurrent dqn: its single-agent vector as a team of one (SoloTeam), each copy cut into sequences on its
+  valid steps, its acting state zeroed at each copy's episode starts;
 - bad keys exit 2 with one line.
 Byte-identical reruns, exact resume and greedy evaluation of the recurrent learners are in
 tests/agents/test_q_learning.py, beside the feed-forward ones."""
@@ -357,13 +359,145 @@ def test_bad_recurrent_keys_exit_2_with_one_line(overrides, needle, tmp_path, ca
     assert not (tmp_path / "x").exists()
 
 
-def test_a_recurrent_dqn_is_refused_with_one_line(tmp_path, capsys):
-    args = ["run", str(SCEN / "cartpole_dqn.yaml"), "--out", str(tmp_path / "x"), "--set", "critic.recurrent=gru",
-            "--set", "algorithm.replay.sequence=8"]
+def test_a_recurrent_dqn_on_a_turn_based_game_is_refused_with_one_line(tmp_path, capsys):
+    args = ["run", str(SCEN / "tictactoe_dqn.yaml"), "--out", str(tmp_path / "x"), "--set", "critic.recurrent=gru",
+            "--set", "algorithm.replay.sequence=8", "--set", "algorithm.replay.prioritized=false",
+            "--set", "algorithm.replay.n_step=1", "--set", "algorithm.dueling=false"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert "critic.recurrent: algorithm 'dqn' has no recurrent Q-network (iql, vdn and qmix have" in err
+    assert "critic.recurrent: dqn on a turn-based game has no recurrent Q-network" in err, err
     assert len(err.splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+# ----------------------------------------------------------------------------- a recurrent dqn (SoloTeam)
+def test_the_assembler_cuts_each_copy_on_its_valid_steps_as_if_it_ran_alone():
+    """Three copies whose episodes end at different steps, each followed by one step that only restarts the
+    copy (not valid, as a Gymnasium vector's next-step autoreset gives): the windows of each copy are
+    those of its valid steps' episodes cut by sequence_windows, copy by copy, across chunk boundaries."""
+    rng = np.random.default_rng(1)
+    sequence, overlap = 4, 1
+    lengths = {0: [6, 2, 9], 1: [3, 3, 3, 3, 4], 2: [17]}
+    T = max(sum(n + 1 for n in ls) for ls in lengths.values())  # each episode, then its restart step
+    whole = _stream(rng, [T], n=1)
+    for k in ("valid", "terminated", "truncated"):
+        whole[k] = np.zeros((T, 3), bool)
+    for k in whole:  # three copies of the stream, each copy's floats offset by its index (to tell rows apart)
+        if whole[k].shape[1] == 1 and k not in ("valid", "terminated", "truncated"):
+            offset = np.arange(3).reshape(1, 3, *[1] * (whole[k].ndim - 2))
+            whole[k] = np.repeat(whole[k], 3, axis=1) + (offset.astype(whole[k].dtype) if whole[k].dtype != bool else 0)
+    steps_of: dict[int, list[list[int]]] = {}  # per copy: each episode's (chunk-wide) steps
+    for e, ls in lengths.items():
+        t, eps = 0, []
+        for i, n in enumerate(ls):
+            eps.append(list(range(t, t + n)))
+            whole["valid"][t:t + n, e] = True
+            (whole["terminated"] if i % 2 else whole["truncated"])[t + n - 1, e] = True
+            t += n + 1  # the restart step: not valid
+        steps_of[e] = eps
+    dims = QDims(obs_dim=3, n_actions=4, n_agents=1, state_dim=6, agents=("agent",), agent_id=False, solo=True)
+    asm = SequenceAssembler(sequence_buffer(dims, ReplayConfig(sequence=sequence), hidden=5), overlap)
+    got: dict[int, list[dict]] = {0: [], 1: [], 2: []}
+    for a, b in ((0, 5), (5, 6), (6, 13), (13, T)):
+        rows = asm.rows({k: v[a:b] for k, v in whole.items()})
+        for i in range(len(rows["mask"])):
+            got_row = {k: v[i] for k, v in rows.items()}
+            # which copy: the row's first observation is one of that copy's (each copy's obs are offset by e)
+            copy = next(e for e in range(3) if (whole["obs"][:, e] == got_row["obs"][0]).all(axis=(1, 2)).any())
+            got[copy].append(got_row)
+    for e in range(3):
+        ref = []
+        for ep in steps_of[e]:
+            for a, b in sequence_windows(len(ep), sequence, overlap):
+                idx = ep[a:b]
+                row = {"mask": np.arange(sequence + 1) <= len(idx), "h0": whole["h0"][idx[0], e]}
+                for key in ("obs", "avail", "state"):
+                    row[key] = np.concatenate([whole[key][idx, e], whole["next_" + key][idx[-1]:idx[-1] + 1, e]])
+                for key in ("action", "reward", "terminated"):
+                    row[key] = whole[key][idx, e]
+                ref.append(row)
+        assert len(got[e]) == len(ref) == sum(len(sequence_windows(len(ep), sequence, overlap)) for ep in steps_of[e])
+        for g, r in zip(got[e], ref):
+            k = int(r["mask"].sum())
+            np.testing.assert_array_equal(g["mask"], r["mask"])
+            np.testing.assert_array_equal(g["h0"], r["h0"])
+            for key in ("obs", "avail", "state"):
+                np.testing.assert_array_equal(g[key][:k], r[key])
+            for key in ("action", "reward", "terminated"):
+                np.testing.assert_array_equal(g[key][:k - 1], r[key])
+
+
+def test_an_assembler_snapshot_from_before_the_copies_resumes_as_copy_0():
+    """A pickled SequenceAssembler of one copy held its state as plain values (steps, first, start, covered):
+    unpickled, it goes on as the same assembler whose copy 0 has that state."""
+    import pickle
+
+    rng = np.random.default_rng(2)
+    whole = _stream(rng, [9, 4])
+    dims = QDims(obs_dim=3, n_actions=4, n_agents=2, state_dim=6, agents=("a", "b"))
+    layout = sequence_buffer(dims, ReplayConfig(sequence=4), hidden=5)
+    asm = SequenceAssembler(layout, 1)
+    asm.rows({k: v[:6] for k, v in whole.items()})
+    old = SequenceAssembler.__new__(SequenceAssembler)
+    old.__dict__.update({**asm.__dict__, **{k: getattr(asm, k)[0] for k in ("steps", "first", "start", "covered")}})
+    back = pickle.loads(pickle.dumps(old))
+    assert back.first == asm.first and back.start == asm.start and back.covered == asm.covered
+    a, b = asm.rows({k: v[6:] for k, v in whole.items()}), back.rows({k: v[6:] for k, v in whole.items()})
+    assert a.keys() == b.keys() and len(a["mask"]) == 3  # (3, 7), (6, 9) of the first episode, the second whole
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_solo_team_steps_as_its_gymnasium_vector_does():
+    """A recurrent dqn's SoloTeam and a plain GymVector of the same CartPole copies, given the same actions:
+    the same observations, rewards, ends and valid steps, with the agent axis of one."""
+    from agents.q_learning import SoloTeam, make_q_env
+    from agents.rollout import GymVector
+
+    cfg = load_config(SCEN / "cartpole_dqn.yaml", QUIET + ["scenario.num_envs=3"])
+    plain, solo = GymVector(make_q_env(cfg, 5), 11), SoloTeam(GymVector(make_q_env(cfg, 5), 11), 2)
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(300):
+        obs, avail, state = solo.observe()
+        np.testing.assert_array_equal(obs[:, 0], plain.observe())
+        assert avail.shape == (3, 1, 2) and avail.all() and state is None
+        action = rng.integers(0, 2, 3)
+        a, b = plain.step(action), solo.step(action[:, None])
+        rew, term, done = a.data
+        np.testing.assert_array_equal(a.valid, b.valid)
+        np.testing.assert_array_equal(a.ended, b.ended)
+        np.testing.assert_array_equal(b.data["reward"], np.asarray(rew, np.float32))
+        np.testing.assert_array_equal(b.data["terminated"], term)
+        np.testing.assert_array_equal(b.data["truncated"], done & ~term)
+        np.testing.assert_array_equal(b.data["next_obs"][:, 0], plain.observe())
+        ended += int(a.ended.sum())
+    assert ended >= 10  # episodes ended, and their restart steps were compared too
+
+
+def test_a_recurrent_dqns_acting_state_is_zeroed_exactly_at_each_copys_episode_starts():
+    """CartPole with 3 copies: the state each valid step was acted from is zero exactly at an episode's first
+    step, and the worker's rows have the agent axis of one."""
+    cfg = load_config(SCEN / "cartpole_dqn.yaml", QUIET + ["scenario.num_envs=3", "critic.recurrent=gru",
+                                                            "critic.hidden=[8]", "algorithm.replay.sequence=6"])
+    worker = QWorker(cfg, 0)
+    assert worker.dims.solo and worker.dims.n_agents == 1 and worker.dims.in_dim == 4
+    with torch.no_grad():
+        for p in worker.net.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
+    chunks = [collect_chunk(worker, 40)[0] for _ in range(3)]
+    whole = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    assert whole["obs"].shape[1:] == (3, 1, 4) and whole["h0"].shape[1:] == (3, 1, 8)
+    starts = 0
+    for e in range(3):
+        first = True  # the worker's vector was just reset: its first step starts an episode
+        for t in range(len(whole["valid"])):
+            if not whole["valid"][t, e]:
+                continue
+            assert (~whole["h0"][t, e].any()) == first, (t, e)
+            starts += first
+            first = bool(whole["terminated"][t, e] or whole["truncated"][t, e])
+    assert starts >= 6
+    worker.close()
 
 
 def test_standardised_rewards_of_sequences_pool_only_the_steps_in_the_loss():
