@@ -46,3 +46,32 @@ def test_vectorised_step_equals_single_steps(num_envs: int, max_steps: int) -> N
     assert ends["terminated"] > 50  # random play topples the pole often
     if max_steps == 12:
         assert ends["truncated"] > 10
+
+
+def test_observe_keeps_the_named_entries_of_the_full_observation() -> None:
+    """scenario.observe: [x, theta] (the velocities hidden) gives columns 0 and 2 of the full CartPole's
+    observations, step for step from the same seed and actions, with the same ends; and the space says so."""
+    full = make_cartpole(CartPoleConfig(num_envs=3), 0)
+    part = make_cartpole(CartPoleConfig(num_envs=3, observe=["theta", "x"]), 0)
+    assert part.single_observation_space.shape == (2,)
+    np.testing.assert_array_equal(part.single_observation_space.high, full.single_observation_space.high[[2, 0]])
+    a, _ = full.reset(seed=4)
+    b, _ = part.reset(seed=4)
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(300):
+        np.testing.assert_array_equal(b, a[:, [2, 0]])
+        act = rng.integers(0, 2, 3)
+        a, ra, ta, ua, _ = full.step(act)
+        b, rb, tb, ub, _ = part.step(act)
+        np.testing.assert_array_equal(ra, rb)
+        np.testing.assert_array_equal(ta, tb)
+        np.testing.assert_array_equal(ua, ub)
+        ends += int(ta.sum())
+    assert ends > 5
+
+
+@pytest.mark.parametrize("observe", [[], ["x", "x"], ["x", "speed"]])
+def test_a_bad_observe_list_is_refused_naming_the_entries(observe) -> None:
+    with pytest.raises(ValueError, match=r"observe: a non-empty list of distinct entries of \['x', 'x_dot', 'theta'"):
+        CartPoleConfig(observe=observe).validate()
