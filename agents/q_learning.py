@@ -624,12 +624,6 @@ class SequenceAssembler:
         self.start: list[int] = []
         self.covered: list[int] = []
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A snapshot from before the copies (one copy's state as plain values) reads as copy 0's."""
-        if isinstance(state.get("first"), int):
-            state = {**state, **{k: [state[k]] for k in ("steps", "first", "start", "covered")}}
-        self.__dict__.update(state)
-
     def _window(self, e: int, a: int, b: int) -> dict[str, np.ndarray]:
         steps = self.steps[e][a - self.first[e]:b - self.first[e]]
         out = {"h0": steps[0]["h0"]}

@@ -47,7 +47,7 @@ import numpy as np
 from marl_q.errors import CheckpointError
 
 FORMAT = "marl-q sim snapshot"
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 
 
 def pack(state: dict[str, Any]) -> dict[str, Any]:
@@ -424,6 +424,20 @@ def _v5_to_v6(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# -- version 6 -> 7 ------------------------------------------------------------------------------
+# Version 6's recurrent Q-learner workers (agents.q_learning.SequenceAssembler) stepped one env copy (a
+# TeamEnv) and kept its open episode as plain values: ``steps`` (a list of step dicts), ``first``,
+# ``start`` and ``covered`` (ints). Version 7's assembler keeps one of each per env copy (a recurrent
+# dqn steps a Gymnasium vector of several), as lists; version 6's one copy is copy 0.
+
+def _v6_to_v7(state: dict[str, Any]) -> dict[str, Any]:
+    for obj in _reachable(state):
+        if "agents.q_learning.SequenceAssembler" in _class_names(obj) and isinstance(obj.__dict__.get("first"), int):
+            for key in ("steps", "first", "start", "covered"):
+                obj.__dict__[key] = [obj.__dict__[key]]
+    return state
+
+
 # version v -> the function that takes a state of version v to version v + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _v0_to_v1,
@@ -432,4 +446,5 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     3: _v3_to_v4,
     4: _v4_to_v5,
     5: _v5_to_v6,
+    6: _v6_to_v7,
 }

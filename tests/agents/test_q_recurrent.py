@@ -426,27 +426,6 @@ def test_the_assembler_cuts_each_copy_on_its_valid_steps_as_if_it_ran_alone():
                 np.testing.assert_array_equal(g[key][:k - 1], r[key])
 
 
-def test_an_assembler_snapshot_from_before_the_copies_resumes_as_copy_0():
-    """A pickled SequenceAssembler of one copy held its state as plain values (steps, first, start, covered):
-    unpickled, it goes on as the same assembler whose copy 0 has that state."""
-    import pickle
-
-    rng = np.random.default_rng(2)
-    whole = _stream(rng, [9, 4])
-    dims = QDims(obs_dim=3, n_actions=4, n_agents=2, state_dim=6, agents=("a", "b"))
-    layout = sequence_buffer(dims, ReplayConfig(sequence=4), hidden=5)
-    asm = SequenceAssembler(layout, 1)
-    asm.rows({k: v[:6] for k, v in whole.items()})
-    old = SequenceAssembler.__new__(SequenceAssembler)
-    old.__dict__.update({**asm.__dict__, **{k: getattr(asm, k)[0] for k in ("steps", "first", "start", "covered")}})
-    back = pickle.loads(pickle.dumps(old))
-    assert back.first == asm.first and back.start == asm.start and back.covered == asm.covered
-    a, b = asm.rows({k: v[6:] for k, v in whole.items()}), back.rows({k: v[6:] for k, v in whole.items()})
-    assert a.keys() == b.keys() and len(a["mask"]) == 3  # (3, 7), (6, 9) of the first episode, the second whole
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k])
-
-
 def test_a_solo_team_steps_as_its_gymnasium_vector_does():
     """A recurrent dqn's SoloTeam and a plain GymVector of the same CartPole copies, given the same actions:
     the same observations, rewards, ends and valid steps, with the agent axis of one."""

@@ -544,3 +544,36 @@ def test_version_4_twins_keep_the_executor_variants_they_ran_on():
     np.testing.assert_array_equal(acting4.forward(x)[0], want)
     again = pickle.loads(pickle.dumps(acting))
     assert again.use_columns is True and again.plan(64).variant == "columns"
+
+
+def test_a_version_6_recurrent_q_worker_resumes_exactly_like_the_current_one(tmp_path):
+    """Version 6's SequenceAssembler kept its one env copy's open episode as plain values (steps, first,
+    start, covered); version 7's keeps lists, one entry per copy. The same checkpoint of a recurrent QMIX
+    run, its assemblers written back as version 6 held them, resumes to the bytes of today's."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "scenarios" / "spread_qmix.yaml").read_text())
+    raw["run"] = {"seed": 0, "total_env_steps": 1200, "progress": False, "plots": False}
+    raw["backend"] = {"name": "sim", "workers": 2}
+    raw["scenario"]["max_cycles"] = 10
+    raw["algorithm"].update(chunk_steps=7, hypernet_embed=8, mixer_embed_dim=8)
+    raw["algorithm"]["replay"].update(learning_starts=200, ratio=0.05, batch_size=8, sequence=6, burn_in=2)
+    raw["critic"] = {"head": "mlp", "hidden": [16], "recurrent": "gru"}
+    seen = []
+
+    def as_version_6(snap, meta):
+        state = _raw(snap)["state"]
+        for obj in _reachable_objects(state):
+            if type(obj).__name__ == "SequenceAssembler":
+                assert len(obj.first) == 1  # a TeamEnv: one copy
+                for key in ("steps", "first", "start", "covered"):
+                    obj.__dict__[key] = obj.__dict__[key][0]
+                seen.append(len(obj.steps))
+        buf = io.BytesIO()
+        torch.save(dict(pack(state), format_version=6), buf, pickle_module=_FullStatePickle,
+                   pickle_protocol=pickle.HIGHEST_PROTOCOL)
+        snap.write_bytes(buf.getvalue())
+        meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+
+    _resumes_as_today(raw, tmp_path, as_version_6)
+    assert len(seen) == 2 and any(seen)  # both workers' assemblers, at least one with an open window
