@@ -448,6 +448,16 @@ def test_a_version_3_file_resumes_exactly_like_the_current_one(small_raw, tmp_pa
     _resumes_as_today(small_raw, tmp_path, as_version_3)
 
 
+def _write_as_version(snap: Path, meta: dict, state: dict, version: int) -> None:
+    """Write ``state`` to the snapshot file as a file of format ``version`` (torch's pickler, full-state envs),
+    and name its new bytes in the checkpoint's header ``meta``."""
+    buf = io.BytesIO()
+    torch.save(dict(pack(state), format_version=version), buf, pickle_module=_FullStatePickle,
+               pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    snap.write_bytes(buf.getvalue())
+    meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "sgd"])
 def test_a_version_5_file_with_torch_optimizers_resumes_exactly_like_the_current_one(small_raw, tmp_path, optimizer):
     """Version 5's PPO workers stepped torch.optim optimizers on their flat parameters; the same
@@ -474,11 +484,7 @@ def test_a_version_5_file_with_torch_optimizers_resumes_exactly_like_the_current
                 old.state[flat.param] = {"step": torch.tensor(float(flat.steps)), **{k: v.clone() for k, v in moments.items()}}
             obj.__dict__["optimizer"] = old
             seen.append((name, flat.steps))
-        buf = io.BytesIO()
-        torch.save(dict(pack(state), format_version=5), buf, pickle_module=_FullStatePickle,
-                   pickle_protocol=pickle.HIGHEST_PROTOCOL)
-        snap.write_bytes(buf.getvalue())
-        meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+        _write_as_version(snap, meta, state, 5)
 
     _resumes_as_today(small_raw, tmp_path, as_version_5)
     expected = {"adam": "FlatAdam", "rmsprop": "FlatRMSprop", "sgd": "FlatSGD"}[optimizer]
@@ -569,11 +575,7 @@ def test_a_version_6_recurrent_q_worker_resumes_exactly_like_the_current_one(tmp
                 for key in ("steps", "first", "start", "covered"):
                     obj.__dict__[key] = obj.__dict__[key][0]
                 seen.append(len(obj.steps))
-        buf = io.BytesIO()
-        torch.save(dict(pack(state), format_version=6), buf, pickle_module=_FullStatePickle,
-                   pickle_protocol=pickle.HIGHEST_PROTOCOL)
-        snap.write_bytes(buf.getvalue())
-        meta["snapshot"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+        _write_as_version(snap, meta, state, 6)
 
     _resumes_as_today(raw, tmp_path, as_version_6)
     assert len(seen) == 2 and any(seen)  # both workers' assemblers, at least one with an open window
