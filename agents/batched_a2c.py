@@ -585,7 +585,7 @@ class BatchedA2C:
                 gv = (2.0 * ac.vf_coef / 1) * error
                 grad_logits[valid, 0] = g[valid]
                 grad_values[valid, 0, 0] = gv[valid]
-                # agents.losses.a2c_loss_grad's terms: a one-element np.dot is the product itself; the
+                # agents.losses.loss_grad's terms: a one-element np.dot is the product itself; the
                 # entropy's two-term sum stays np.vdot (a BLAS dot, which may fuse), seed by seed
                 policy = (-(adv * logp[rows, actions]) / 1).tolist()
                 value = ((error * error) / 1).tolist()

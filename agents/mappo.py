@@ -40,9 +40,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agents.actor_critic import ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update
+from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update,
+                                 update_twins)
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import FlatParameters, build_head
+from agents.numpy_heads import NumpyMLP
 from agents.recurrent_ac import TeamMemory, recurrent_update, team_memory
 from agents.rollout import (AgentEpisodeBook, EpisodeBook, ParallelCopies, Step, TeamRows, TeamStep, evaluate, rollout,
                             team_copies)
@@ -338,10 +340,15 @@ class TeamWorker(ActorCriticWorker):
     (``agents.rollout.ParallelCopies``); the rest is the actor-critic worker's."""
 
     memory: Optional[TeamMemory] = None  # recurrent heads' states (agents/recurrent_ac.py); None: feed-forward
+    # the actor's float32 numpy twin the rollout acts through (``update_twins``' actor: mlp heads, discrete
+    # actions, fast_path on); None: through torch (and for workers pickled before it existed)
+    act_twin: Optional[NumpyMLP] = None
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         super().__init__(cfg, index)
         self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
+        twins = update_twins(self.ac, self.actor, self.critic, self.dist)
+        self.act_twin = None if twins is None else twins[0]
 
     def build_env(self) -> None:
         """``envs_per_worker`` copies, each seeded from its own stream; what the networks are sized from."""
@@ -432,6 +439,9 @@ class TeamWorker(ActorCriticWorker):
         part.clock += 1
         obs, critic, avail, rows, memory = part.obs, part.critic, part.avail, part.rows, self.memory
         self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
+        if memory is None and self.act_twin is not None:  # numpy's GEMMs and tanh: no torch dispatch per layer
+            out = self.act_twin.forward(obs[t].reshape(rows, -1))[0]
+            return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
         with torch.inference_mode():  # acting keeps no graph
             x = torch.from_numpy(obs[t].reshape(rows, -1))
             if memory is None:

@@ -119,12 +119,14 @@ def _ppo_update(ac, batch):
     return diag, flat.numpy()
 
 
-def test_ppo_diagnostics_are_cleanrls_last_minibatch_and_mean_clip_fraction(monkeypatch):
+@pytest.mark.parametrize("fast_path", [False, True])
+def test_ppo_diagnostics_are_cleanrls_last_minibatch_and_mean_clip_fraction(monkeypatch, fast_path):
     """approx_kl is the last minibatch's, clipfrac the mean over every minibatch of every epoch (CleanRL);
-    a single clipped pass is at ratio 1 (KL 0, nothing clipped)."""
+    a single clipped pass is at ratio 1 (KL 0, nothing clipped). The torch path takes them from
+    ``ratio_stats``, the numpy epochs (``fast_path``, mlp heads) from ``loss_grad``'s terms."""
     import agents.actor_critic as ac_mod
     from agents.actor_critic import PPOConfig
-    from agents.losses import ratio_stats
+    from agents.losses import loss_grad, ratio_stats
 
     batch = _ppo_batch()
     seen = []
@@ -133,15 +135,23 @@ def test_ppo_diagnostics_are_cleanrls_last_minibatch_and_mean_clip_fraction(monk
         seen.append(ratio_stats(*args, **kw))
         return seen[-1]
 
-    monkeypatch.setattr(ac_mod, "ratio_stats", spy)
-    ppo = PPOConfig(n_steps=8, epochs=3, minibatches=2, lr=0.05)
+    def spy_terms(*args, **kw):
+        out = loss_grad(*args, **kw)
+        seen.append(dict(args[6]))  # the terms it filled
+        return out
+
+    if fast_path:
+        monkeypatch.setattr(ac_mod, "loss_grad", spy_terms)
+    else:
+        monkeypatch.setattr(ac_mod, "ratio_stats", spy)
+    ppo = PPOConfig(n_steps=8, epochs=3, minibatches=2, lr=0.05, fast_path=fast_path)
     diag, _ = _ppo_update(ppo, batch)
     assert len(seen) == 6
     assert diag["approx_kl"] == seen[-1]["approx_kl"] > 0
     assert diag["clipfrac"] == pytest.approx(np.mean([s["clipfrac"] for s in seen])) and diag["clipfrac"] > 0
     assert all(np.isfinite(diag[k]) for k in diag)
     seen.clear()
-    one_pass, _ = _ppo_update(PPOConfig(n_steps=8, epochs=1, minibatches=1), batch)
+    one_pass, _ = _ppo_update(PPOConfig(n_steps=8, epochs=1, minibatches=1, fast_path=fast_path), batch)
     assert one_pass["approx_kl"] == pytest.approx(0.0, abs=1e-7) and one_pass["clipfrac"] == 0.0
 
 

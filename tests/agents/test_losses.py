@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.losses import (a2c_loss_grad, actor_critic_loss, categorical, diagnostics, explained_variance,
+from agents.losses import (loss_grad, actor_critic_loss, categorical, diagnostics, explained_variance,
                            policy_loss, ratio_stats, value_loss)
 from agents.heads import MLPConfig, build_mlp
 from marl_q.metrics import DIAGNOSTICS
@@ -100,7 +100,7 @@ def test_a_mask_weighs_like_leaving_the_masked_samples_out(clip, value_clip, adv
     (9, 0.05, True, 0.7),
 ])
 def test_numpy_twin_gradient_equals_torch_autograd(B, ent_coef, adv_norm, vf_coef):
-    """a2c_loss_grad (float64, by hand) against autograd through categorical + actor_critic_loss
+    """loss_grad (float64, by hand) against autograd through categorical + actor_critic_loss
     (float32, the heads' dtype): equal to float32 rounding."""
     rng = np.random.default_rng(B)
     logits, values = rng.normal(size=(B, 3)), rng.normal(size=B)
@@ -111,12 +111,12 @@ def test_numpy_twin_gradient_equals_torch_autograd(B, ent_coef, adv_norm, vf_coe
     logp, ent = categorical(z, torch.from_numpy(actions), entropy=ent_coef != 0.0)
     actor_critic_loss(k, logp, torch.tensor(adv, dtype=torch.float32), v,
                       torch.tensor(returns, dtype=torch.float32), entropy=ent).loss.backward()
-    grad_logits, grad_values = a2c_loss_grad(k, logits, actions, adv, values, returns)
+    grad_logits, grad_values = loss_grad(k, logits, actions, adv, values, returns)
     np.testing.assert_allclose(grad_logits, z.grad.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(grad_values, v.grad.numpy(), rtol=1e-5, atol=1e-7)
     # the terms it reports for train.csv are LossTerms', and asking for them leaves the gradient as it was
     terms: dict = {}
-    grad_logits_2, grad_values_2 = a2c_loss_grad(k, logits, actions, adv, values, returns, terms)
+    grad_logits_2, grad_values_2 = loss_grad(k, logits, actions, adv, values, returns, terms)
     assert np.array_equal(grad_logits_2, grad_logits) and np.array_equal(grad_values_2, grad_values)
     logp, ent = categorical(z.detach(), torch.from_numpy(actions))
     expected = actor_critic_loss(k, logp, torch.tensor(adv, dtype=torch.float32), v.detach(),

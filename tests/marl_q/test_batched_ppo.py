@@ -56,8 +56,8 @@ def test_first_update_of_batched_seeds_equals_each_single_run(extra):
         if a.optimizer is not None:
             sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
             assert sorted(sa) == sorted(sb)
-            for key in sa:
-                np.testing.assert_allclose(sb[key].numpy(), sa[key].numpy(), rtol=1e-4, atol=1e-9)
+            for key in sa:  # (the moments: the gradients' float32 rounding, held to 1e-3 above, and its square)
+                np.testing.assert_allclose(sb[key].numpy(), sa[key].numpy(), rtol=2e-3, atol=1e-9)
         if a.value_norm is not None:  # the statistics are taken in by the single run's code
             assert (a.value_norm.mean, a.value_norm.mean_sq, a.value_norm.debias) == \
                 (b.value_norm.mean, b.value_norm.mean_sq, b.value_norm.debias)
