@@ -35,6 +35,7 @@ from marl_q.aggregation import Aggregator
 from marl_q.errors import ConfigError
 from marl_q.evaluation import eval_progress
 from marl_q.messages import HELLO, SERVER, TRAIN, Message
+from marl_q.native import prepare_process
 from marl_q.metrics import episode_summary
 from marl_q.protocol import ActingPolicy, Algorithm, Work, Worker, gumbel_max, worker_name, worker_names
 from marl_q.registry import AGGREGATIONS, ALGORITHMS, SCENARIOS
@@ -189,26 +190,52 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     return update_diagnostics(prep, dist, last, clipfracs)
 
 
+class AutogradHead:
+    """A head without a float32 numpy twin (a circuit head, say) inside ``numpy_epochs``: its torch forward,
+    the graph kept, and its backward from the numpy gradient of its output, autograd accumulating into the
+    flat gradient as the torch path's ``loss.backward()`` does."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+        out = self.module(torch.from_numpy(x))
+        return out.detach().numpy(), out
+
+    def backward(self, cache: torch.Tensor, grad: np.ndarray) -> None:
+        cache.backward(torch.from_numpy(np.ascontiguousarray(grad)))
+
+
+def float32_twin(module: nn.Module) -> Optional[NumpyMLP]:
+    """An ``mlp`` head's numpy twin at the parameters' float32, read in place; None for other heads."""
+    return NumpyMLP(module, np.float32) if NumpyMLP.supports(module) else None
+
+
 def update_twins(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, dist: Optional[Distribution]
-                 ) -> Optional[tuple[NumpyMLP, NumpyMLP]]:
-    """The float32 numpy twins that ``numpy_epochs`` descends through, or None (the torch path): with
-    ``fast_path`` on, both heads ``mlp`` (Linear / Tanh / ReLU layers) and discrete actions."""
+                 ) -> Optional[tuple[NumpyMLP | AutogradHead, NumpyMLP | AutogradHead]]:
+    """The heads ``numpy_epochs`` descends through, or None (the torch path): with ``fast_path`` on and
+    discrete actions, each head's float32 twin where it is an ``mlp`` head, else the head through autograd,
+    as long as one of the two has a twin."""
     if not getattr(ac, "fast_path", True) or (dist is not None and dist.continuous):
         return None
-    if not (NumpyMLP.supports(actor) and NumpyMLP.supports(critic)):
+    twins = float32_twin(actor), float32_twin(critic)
+    if twins == (None, None):
         return None
-    return NumpyMLP(actor, np.float32), NumpyMLP(critic, np.float32)
+    return twins[0] or AutogradHead(actor), twins[1] or AutogradHead(critic)
 
 
-def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP, NumpyMLP], flat: FlatParameters,
+def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP | AutogradHead, NumpyMLP | AutogradHead],
+                 flat: FlatParameters,
                  optimizer: Optional[FlatOptimizer], rng: np.random.Generator, prep: UpdateSamples
                  ) -> dict[str, Optional[float]]:
-    """``actor_critic_update``'s epochs on ``mlp`` heads in numpy float32: per minibatch (the same draws from
-    ``rng``) the heads' forward, the loss's gradient by hand (``agents.losses.loss_grad``, masked logits for
-    an availability mask), backward into the flat gradient, then the clip and the optimizer step as the
-    torch path takes them (``clip_and_step``). The arithmetic is the torch path's to float32 rounding
+    """``actor_critic_update``'s epochs in numpy float32 (``update_twins``: ``mlp`` heads through their twins,
+    another head through autograd): per minibatch (the same draws from ``rng``) the heads' forward, the
+    loss's gradient by hand (``agents.losses.loss_grad``, masked logits for an availability mask), backward
+    into the flat gradient, then the clip and the optimizer step as the torch path takes them
+    (``clip_and_step``). The arithmetic is the torch path's to float32 rounding
     (tests/agents/test_update_twins.py), 2x as fast on spread's MAPPO (docs/performance.md): no autograd
     graph, no per-op dispatch, numpy's SIMD tanh and BLAS. Returns the update's diagnostics."""
+    prepare_process()  # numpy's BLAS on one thread: its bits do not depend on what the process ran before
     actor, critic = twins
     s = {k: None if v is None else v.numpy() for k, v in prep.samples.items()}
     same_inputs = prep.samples["critic_obs"] is prep.samples["obs"]

@@ -348,7 +348,7 @@ class TeamWorker(ActorCriticWorker):
         super().__init__(cfg, index)
         self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
         twins = update_twins(self.ac, self.actor, self.critic, self.dist)
-        self.act_twin = None if twins is None else twins[0]
+        self.act_twin = twins[0] if twins is not None and isinstance(twins[0], NumpyMLP) else None
 
     def build_env(self) -> None:
         """``envs_per_worker`` copies, each seeded from its own stream; what the networks are sized from."""

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from circuits.blocks import ANSATZE, LayerOptions
+from marl_q.native import single_thread_blas  # noqa: F401  (the executors import it from here)
 
 BLOCK_WIDTH = 4  # wires per Kronecker block of the numpy state-vector executor: a 16 x 16 GEMM per block
 AXES = {"rx": 0, "ry": 1, "rz": 2}  # the Pauli axes' codes in ``Program.axes`` (circuits.numba_kernels)
@@ -170,24 +171,6 @@ def _diagonal_phase(state_map: np.ndarray, n_qubits: int, dtype: np.dtype) -> np
     for _ in range(n_qubits):
         phase = np.kron(phase, np.diag(state_map))
     return phase.astype(dtype)[:, None]
-
-
-_BLAS_SINGLE_THREAD = False
-
-
-def single_thread_blas(loaded: bool = False) -> None:
-    """Numpy's BLAS to one thread, once per process, on the first call of a numpy executor. Its GEMMs
-    (16 x 16 blocks against a few thousand columns, small dense matrices) gain nothing from threads,
-    and OpenBLAS's spinning workers cost several times the CPU time of one thread on a busy machine,
-    far more in a process pinned to one CPU. torch's own pool is left alone (``torch.set_num_threads``).
-    ``loaded``: again, after an executor loaded a BLAS library of its own (scipy's,
-    ``statevector.conjugating_gemm``): the limit reaches only the libraries loaded when it is set."""
-    global _BLAS_SINGLE_THREAD
-    if not _BLAS_SINGLE_THREAD or loaded:
-        _BLAS_SINGLE_THREAD = True
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=1, user_api="blas")
 
 
 def kept_on_circuit(circuit: Any, attribute: str, make: Callable[[Any], Any]) -> Any:

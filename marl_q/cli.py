@@ -429,10 +429,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(name: str, argv: list[str]) -> int:
-    from marl_q.allocator import keep_freed_memory
+    from marl_q.native import prepare_process
     from marl_q.registry import BENCHES
 
-    keep_freed_memory()  # benches time what runs do (marl_q.experiment applies it to every run)
+    prepare_process()  # benches run as runs do (marl_q.native)
     return int(BENCHES.get(name, key="bench").obj(argv) or 0)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import torch
 
-from marl_q.allocator import keep_freed_memory
+from marl_q.native import prepare_process
 from marl_q.evaluation import EVAL_FILE, cut_eval_csv
 from marl_q.config import ExperimentConfig, apply_override, build_config, read_yaml
 from marl_q.errors import CheckpointError, ConfigError, RunDirError, RunWriteError, UserError
@@ -40,7 +40,7 @@ def run_experiment(cfg: ExperimentConfig, out: Optional[Path], plots: Optional[b
     _preflight(backend, cfg)
     if out is not None:
         check_new_run_dir(Path(out))
-    keep_freed_memory()
+    prepare_process()
     torch.set_num_threads(cfg.backend.threads_per_worker)
     built = build_algorithm(cfg)
     if out is None:
@@ -173,7 +173,7 @@ def resume_experiment(run_dir: Path, overrides: list[str] = (), checkpoint: Opti
     runner's form (``snapshot_kind``): ``marlq resume`` and ``marlq sweep`` continue it there
     (``agents.batched_a2c.resume_batched_seeds``); this function refuses it."""
     cfg, backend, point, lock = prepare_resume(run_dir, overrides, checkpoint, kind=SIM_SNAPSHOT)
-    keep_freed_memory()
+    prepare_process()
     try:
         return _execute(cfg, Path(run_dir), backend, point, plots)
     finally:

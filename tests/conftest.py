@@ -73,10 +73,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each test process probes its numerics class before any test runs: the circuit executors set numpy's
-    BLAS to one thread for the rest of the process (``circuits.program.single_thread_blas``), which moves
-    the probe's last bits, so a class probed after a quantum scenario's golden run named another class and
-    that process's goldens checked traces only. ``goldens --record`` probes first too."""
+    """Each test process probes its numerics class before any test runs: every run sets numpy's BLAS to one
+    thread for the rest of the process (``marl_q.native.single_thread_blas``), which moves the probe's last
+    bits, so a class probed after a golden run named another class and that process's goldens checked
+    traces only. ``goldens --record`` probes first too."""
     from tests.golden.goldens import numerics_class
 
     numerics_class()

@@ -13,12 +13,13 @@ import pytest
 import torch
 
 import agents.actor_critic as actor_critic_module
-from agents.actor_critic import PPOConfig, actor_critic_update, update_twins
+from agents.actor_critic import AutogradHead, PPOConfig, actor_critic_update, update_twins
 from agents.distributions import Categorical, DiagGaussian
 from agents.heads import FlatParameters, MLPConfig, build_mlp
 from agents.losses import actor_critic_loss, categorical, loss_grad, ratio_stats
 from agents.numpy_heads import NumpyMLP
 from agents.value_norm import ValueNorm
+from circuits.vqc import VQC
 from marl_q.metrics import DIAGNOSTICS
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -161,12 +162,13 @@ def _batch(rng, T: int, N: int, obs_dim: int, state_dim: int, A: int, masked: bo
     return batch
 
 
-@pytest.mark.parametrize("minibatches,state_dim,masked,value_norm", [
-    (1, 0, False, False),  # IPPO's critic reads the actor's rows
-    (1, 9, False, True),  # MAPPO: a centralised critic, value normalisation
-    (4, 9, True, False),  # shuffled minibatches, an availability mask
+@pytest.mark.parametrize("minibatches,state_dim,masked,value_norm,quantum", [
+    (1, 0, False, False, False),  # IPPO's critic reads the actor's rows
+    (1, 9, False, True, False),  # MAPPO: a centralised critic, value normalisation
+    (4, 9, True, False, False),  # shuffled minibatches, an availability mask
+    (2, 9, False, True, True),  # a circuit actor (through autograd) beside the critic's twin
 ])
-def test_numpy_epochs_equal_the_torch_update(minibatches, state_dim, masked, value_norm, monkeypatch):
+def test_numpy_epochs_equal_the_torch_update(minibatches, state_dim, masked, value_norm, quantum, monkeypatch):
     """A whole update (3 epochs, SGD so that each step is the gradient itself) from the same parameters, batch
     and generator: the torch path (fast_path off) and the numpy epochs end at the same parameters to float32
     rounding and report the same diagnostics."""
@@ -177,7 +179,8 @@ def test_numpy_epochs_equal_the_torch_update(minibatches, state_dim, masked, val
         ac = PPOConfig(n_steps=T, epochs=3, minibatches=minibatches, clip=0.2, value_clip=0.2, ent_coef=0.01,
                        vf_coef=0.5, adv_norm=True, max_grad_norm=1.0, optimizer="sgd", lr=0.05, fast_path=fast)
         torch.manual_seed(7)
-        actor = build_mlp(MLPConfig(hidden=[32, 32]), obs_dim, A)
+        actor = (VQC(obs_dim, A, n_qubits=4, layers=2, preprocess="linear", output="linear", scaling="atan", seed=1)
+                 if quantum else build_mlp(MLPConfig(hidden=[32, 32]), obs_dim, A))
         critic = build_mlp(MLPConfig(hidden=[32, 32]), state_dim or obs_dim, 1)
         flat = FlatParameters(actor, critic)
         start = flat.numpy()
@@ -197,13 +200,16 @@ def test_numpy_epochs_equal_the_torch_update(minibatches, state_dim, masked, val
 
 def test_which_updates_take_the_numpy_epochs():
     ac = PPOConfig()
-    mlp = build_mlp(MLPConfig(hidden=[8]), 3, 2)
-    assert update_twins(ac, mlp, build_mlp(MLPConfig(hidden=[8]), 3, 1), Categorical(2)) is not None
-    assert update_twins(ac, mlp, build_mlp(MLPConfig(hidden=[8]), 3, 1), None) is not None  # softmax over logits
-    assert update_twins(PPOConfig(fast_path=False), mlp, mlp, None) is None
-    assert update_twins(ac, mlp, mlp, DiagGaussian(np.array([-1.0]), np.array([1.0]))) is None  # continuous
-    gru = torch.nn.GRU(3, 4)
-    assert update_twins(ac, gru, mlp, None) is None  # a head without a numpy pass
+    mlp, critic = build_mlp(MLPConfig(hidden=[8]), 3, 2), build_mlp(MLPConfig(hidden=[8]), 3, 1)
+    twins = update_twins(ac, mlp, critic, Categorical(2))
+    assert all(isinstance(t, NumpyMLP) and t.dtype == np.float32 for t in twins)
+    assert update_twins(ac, mlp, critic, None) is not None  # the softmax over the logits
+    assert update_twins(PPOConfig(fast_path=False), mlp, critic, None) is None
+    assert update_twins(ac, mlp, critic, DiagGaussian(np.array([-1.0]), np.array([1.0]))) is None  # continuous
+    vqc = VQC(3, 2, n_qubits=3, layers=1, seed=0)
+    actor, twin = update_twins(ac, vqc, critic, None)  # a head without a twin goes through autograd
+    assert isinstance(actor, AutogradHead) and actor.module is vqc and isinstance(twin, NumpyMLP)
+    assert update_twins(ac, vqc, VQC(3, 1, n_qubits=3, layers=1, seed=0), None) is None  # no twin at all
 
 
 def test_team_worker_acts_through_the_twin_and_learns_as_the_torch_path(tmp_path):

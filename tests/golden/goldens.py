@@ -381,8 +381,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--trace", action="store_true", help="with --record: record the numeric traces too")
     p.add_argument("--class", dest="show_class", action="store_true", help="print this machine's numerics class")
     args = p.parse_args(argv)
-    # the class is probed before any run, as the test session does (tests/conftest.py): a run's circuit
-    # executors set numpy's BLAS to one thread (``single_thread_blas``), which moves the probe's complex GEMMs'
+    # the class is probed before any run, as the test session does (tests/conftest.py): every run sets
+    # numpy's BLAS to one thread (``marl_q.native.single_thread_blas``), which moves the probe's complex GEMMs'
     # last bits, so a class probed after one named another class
     cls = numerics_class()
     if args.show_class:
