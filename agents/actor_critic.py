@@ -25,8 +25,9 @@ import torch
 from torch import nn
 
 from agents.heads import FlatParameters, build_head, count_params, head_report, worker_heads
-from agents.distributions import MASKED_LOGIT, Distribution, LogStd, distribution_for
-from agents.losses import actor_critic_loss, categorical, diagnostics, explained_variance, loss_grad, ratio_stats
+from agents.distributions import Distribution, LogStd, distribution_for, masked_logits_np
+from agents.losses import (actor_critic_loss, categorical, diagnostics, explained_variance, log_softmax, loss_grad,
+                           ratio_stats)
 from agents.numpy_heads import NumpyMLP, a2c_gradient, numpy_head
 from agents.returns import rollout_targets
 from agents.rollout import EpisodeBook, GymVector, Step, evaluate, rollout
@@ -167,8 +168,8 @@ def actor_critic_update(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Modu
     batched = getattr(SEED_BATCH, "update", None)
     if batched is not None:
         return batched(ac, actor, critic, flat, optimizer, rng, batch, logits, dist, value_norm)
-    prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm)
-    twins = None if prep.single_pass else update_twins(ac, actor, critic, dist)
+    twins = update_twins(ac, actor, critic, dist)
+    prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm, twins=twins)
     if twins is not None:
         return numpy_epochs(ac, twins, flat, optimizer, rng, prep)
     samples, single_pass = prep.samples, prep.single_pass
@@ -211,17 +212,28 @@ def float32_twin(module: nn.Module) -> Optional[NumpyMLP]:
     return NumpyMLP(module, np.float32) if NumpyMLP.supports(module) else None
 
 
+def one_pass(ac: ActorCriticConfig) -> bool:
+    """A2C's single pass (1 epoch of 1 minibatch): at the rollout's parameters, its forward reusable."""
+    return ac.epochs == 1 and ac.minibatches == 1
+
+
 def update_twins(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, dist: Optional[Distribution]
                  ) -> Optional[tuple[NumpyMLP | AutogradHead, NumpyMLP | AutogradHead]]:
-    """The heads ``numpy_epochs`` descends through, or None (the torch path): with ``fast_path`` on and
-    discrete actions, each head's float32 twin where it is an ``mlp`` head, else the head through autograd,
-    as long as one of the two has a twin."""
-    if not getattr(ac, "fast_path", True) or (dist is not None and dist.continuous):
+    """The heads ``numpy_epochs`` descends through, or None (the torch path): for more than one pass with
+    ``fast_path`` on and discrete actions, each head's float32 twin where it is an ``mlp`` head, else the
+    head through autograd, as long as one of the two has a twin."""
+    if one_pass(ac) or not getattr(ac, "fast_path", True) or (dist is not None and dist.continuous):
         return None
     twins = float32_twin(actor), float32_twin(critic)
     if twins == (None, None):
         return None
     return twins[0] or AutogradHead(actor), twins[1] or AutogradHead(critic)
+
+
+def numpy_log_prob(logits: np.ndarray, actions: np.ndarray, avail: Optional[np.ndarray] = None) -> np.ndarray:
+    """log pi(a) per row under the softmax of the logits (masked where ``avail`` is 0), in numpy: the
+    rollout's log-probabilities of the numpy epochs' ratio."""
+    return log_softmax(masked_logits_np(logits, avail))[np.arange(len(actions)), actions]
 
 
 def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP | AutogradHead, NumpyMLP | AutogradHead],
@@ -246,8 +258,7 @@ def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP | AutogradHead, Nu
             x = s if mb is None else {k: None if v is None else v[mb.numpy()] for k, v in s.items()
                                       if not (same_inputs and k == "critic_obs")}
             logits, actor_cache = actor.forward(x["obs"])
-            if x["avail"] is not None:
-                logits = np.where(x["avail"] > 0, logits, np.float32(MASKED_LOGIT))
+            logits = masked_logits_np(logits, x["avail"])
             values, critic_cache = critic.forward(x["obs"] if same_inputs else x["critic_obs"])
             terms = {}
             grad_logits, grad_values = loss_grad(ac, logits, x["act"], x["adv"], values[:, 0], x["ret"], terms,
@@ -291,10 +302,13 @@ def log_prob_entropy(dist: Optional[Distribution], out: torch.Tensor, act: torch
 
 def update_samples(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, batch: dict[str, np.ndarray],
                    logits: Optional[torch.Tensor] = None, dist: Optional[Distribution] = None,
-                   value_norm: Optional[ValueNorm] = None, reuse_forward: bool = True) -> UpdateSamples:
+                   value_norm: Optional[ValueNorm] = None, reuse_forward: bool = True,
+                   twins: Optional[tuple[NumpyMLP | AutogradHead, NumpyMLP | AutogradHead]] = None) -> UpdateSamples:
     """The samples of ``actor_critic_update`` (its arguments): the heads at the rollout's parameters, GAE,
     the value normalisation's statistics. ``reuse_forward`` false: a single pass's samples carry the
-    heads' inputs, as more passes' do, instead of the outputs with their graph (batched seeds)."""
+    heads' inputs, as more passes' do, instead of the outputs with their graph (batched seeds). ``twins``
+    (``update_twins``'): the heads' outputs and the rollout's log-probabilities through them, as the
+    numpy epochs will compute theirs."""
     T, N = batch["actions"].shape[:2]
     obs_all = torch.from_numpy(batch["obs"].reshape((T + 1) * N, -1))
     critic_all = obs_all if "critic_obs" not in batch else torch.from_numpy(batch["critic_obs"].reshape((T + 1) * N, -1))
@@ -303,11 +317,15 @@ def update_samples(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, b
     # the samples are the valid steps; take(x) picks their rows of a (T N, ...) tensor (no copy if all)
     idx = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
     take = (lambda x: x) if idx is None else (lambda x: x[idx])
-    single_pass = ac.epochs == 1 and ac.minibatches == 1
+    single_pass = one_pass(ac)
     if single_pass and reuse_forward:  # at the rollout's parameters one forward with its graph serves targets and loss
         values_grad = critic(critic_all).squeeze(-1)
         logits_grad = actor(obs_all[: T * N]) if logits is None else logits
         values_all, logits_all = values_grad.detach(), logits_grad.detach()
+    elif twins is not None:
+        with torch.no_grad():  # (a head through autograd keeps no graph here)
+            values_all = torch.from_numpy(twins[1].forward(critic_all.numpy())[0][:, 0])
+            logits_all = torch.from_numpy(twins[0].forward(obs_all[: T * N].numpy())[0]) if ac.clip is not None else None
     else:
         with torch.no_grad():
             values_all = critic(critic_all).squeeze(-1)
@@ -325,8 +343,10 @@ def update_samples(ac: ActorCriticConfig, actor: nn.Module, critic: nn.Module, b
                "avail": None if avail_all is None else take(avail_all),
                # the rollout's values and log-probabilities feed only the clips
                "old_v": take(values_all[: T * N]) if ac.value_clip is not None else None,
-               "old_logp": take(log_prob_entropy(dist, logits_all, act_all, avail_all, False)[0])
-               if ac.clip is not None else None}
+               "old_logp": None if ac.clip is None else take(
+                   log_prob_entropy(dist, logits_all, act_all, avail_all, False)[0] if twins is None
+                   else torch.from_numpy(numpy_log_prob(logits_all.numpy(), act_all.numpy(),
+                                                        None if avail_all is None else avail_all.numpy())))}
     if single_pass and reuse_forward:  # the heads' outputs on the samples come from the forward above
         samples["logits"], samples["v"] = take(logits_grad), take(values_grad[: T * N])
     else:

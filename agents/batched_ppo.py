@@ -54,7 +54,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from agents.actor_critic import (SEED_BATCH, UpdateSamples, minibatches_of, log_prob_entropy, make_optimizer,
-                                 update_diagnostics, update_samples)
+                                 update_diagnostics, update_samples, update_twins)
 from agents.heads import FlatParameters
 from agents.losses import LossTerms, actor_critic_loss, ratio_stats
 from marl_q.errors import ConfigError
@@ -266,7 +266,9 @@ class SeedBatch:
               optimizer: Optional[FlatOptimizer], rng: np.random.Generator, batch: dict[str, np.ndarray],
               logits: Optional[torch.Tensor], dist: Any, value_norm: Any) -> dict[str, Optional[float]]:
         """``SEED_BATCH.update`` in seed ``seat``'s thread: the samples as alone, then wait for the batch."""
-        prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm, reuse_forward=False)
+        # the single run's samples, through the heads it would take (``update_twins``), so equal to its bits
+        prep = update_samples(ac, actor, critic, batch, logits, dist, value_norm, reuse_forward=False,
+                              twins=update_twins(ac, actor, critic, dist))
         seat.job = UpdateJob(ac, actor, critic, flat, optimizer, rng, prep, dist)
         self.back.release()
         seat.go.acquire()

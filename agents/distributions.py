@@ -33,6 +33,11 @@ def masked_logits(logits: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.
     return logits if avail is None else logits.masked_fill(avail <= 0, MASKED_LOGIT)
 
 
+def masked_logits_np(logits: np.ndarray, avail: Optional[np.ndarray]) -> np.ndarray:
+    """``masked_logits`` on numpy arrays, in the logits' dtype."""
+    return logits if avail is None else np.where(avail > 0, logits, MASKED_LOGIT)
+
+
 class Categorical:
     """Softmax over logits, optionally masked by availability."""
 
@@ -49,12 +54,10 @@ class Categorical:
 
     def sample(self, out: np.ndarray, rng: np.random.Generator, avail: Optional[np.ndarray] = None) -> np.ndarray:
         """Gumbel-max draws per row (marl_q.protocol.gumbel_max, the draws of every discrete policy)."""
-        return gumbel_max(out if avail is None else np.where(avail > 0, out, MASKED_LOGIT), rng)
+        return gumbel_max(masked_logits_np(out, avail), rng)
 
     def mode(self, out: np.ndarray, avail: Optional[np.ndarray] = None) -> np.ndarray:
-        if avail is not None:
-            out = np.where(avail > 0, out, MASKED_LOGIT)
-        return np.argmax(out, axis=1)
+        return np.argmax(masked_logits_np(out, avail), axis=1)
 
     def log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor,
                          avail: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -172,8 +172,7 @@ def loss_grad(knobs: LossKnobs, logits: np.ndarray, actions: np.ndarray, adv: np
     count = len(actions)
     if knobs.adv_norm and count > 1:
         adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
-    z = logits - _row_max(logits)
-    logp = z - np.log(_row_sum(np.exp(z)))
+    logp = log_softmax(logits)
     p = np.exp(logp)
     onehot = np.zeros_like(p)
     rows = np.arange(count)
@@ -210,6 +209,12 @@ def loss_grad(knobs: LossKnobs, logits: np.ndarray, actions: np.ndarray, adv: np
                           float(np.maximum(error * error, clipped_error * clipped_error).sum())) / count
         terms["entropy"] = float(-np.vdot(p, logp) if entropy is None else entropy.sum()) / count
     return grad_logits, grad_values
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax over each row (B, A), shifted by the row's maximum, in the logits' dtype."""
+    z = logits - _row_max(logits)
+    return z - np.log(_row_sum(np.exp(z)))
 
 
 def _row_max(x: np.ndarray) -> np.ndarray:

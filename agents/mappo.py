@@ -41,7 +41,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticWorker, PPOConfig, actor_critic_update,
-                                 update_twins)
+                                 float32_twin)
 from agents.distributions import DiagGaussian, LogStd, distribution_for, head_out_dim
 from agents.heads import FlatParameters, build_head
 from agents.numpy_heads import NumpyMLP
@@ -340,15 +340,15 @@ class TeamWorker(ActorCriticWorker):
     (``agents.rollout.ParallelCopies``); the rest is the actor-critic worker's."""
 
     memory: Optional[TeamMemory] = None  # recurrent heads' states (agents/recurrent_ac.py); None: feed-forward
-    # the actor's float32 numpy twin the rollout acts through (``update_twins``' actor: mlp heads, discrete
+    # the actor's float32 numpy twin the rollout acts through (``float32_twin``: an mlp actor, discrete
     # actions, fast_path on); None: through torch (and for workers pickled before it existed)
     act_twin: Optional[NumpyMLP] = None
 
     def __init__(self, cfg: ExperimentConfig, index: int) -> None:
         super().__init__(cfg, index)
         self.value_norm = ValueNorm(self.ac.value_norm_beta) if self.ac.value_norm else None
-        twins = update_twins(self.ac, self.actor, self.critic, self.dist)
-        self.act_twin = twins[0] if twins is not None and isinstance(twins[0], NumpyMLP) else None
+        fast = getattr(self.ac, "fast_path", True) and not self.dist.continuous
+        self.act_twin = float32_twin(self.actor) if fast else None
 
     def build_env(self) -> None:
         """``envs_per_worker`` copies, each seeded from its own stream; what the networks are sized from."""

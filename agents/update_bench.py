@@ -3,14 +3,17 @@ An epoch alone is not a whole run: docs/performance.md has a change that was fas
 
 One PPO epoch (forward, loss, backward, grad-norm clip, optimizer step) over ``--rows`` samples of
 spread_mappo's shapes (actor 21-64-64-5 on the observation and agent id, critic 57-64-64-1 on the
-state, tanh), three ways, interleaved in one process on the same tensors:
+state, tanh), four ways, interleaved in one process on the same tensors:
 
 - ``torch``: the heads as torch modules with ``nn.Tanh`` (torch's tanh kernel), autograd, torch.optim.Adam;
 - ``numpy tanh``: the heads' tanh through numpy (``agents.heads.Tanh``), autograd, torch.optim.Adam;
-- ``flat adam``: that, with marl_q.optim's FlatAdam: what a run does today.
+- ``flat adam``: that, with marl_q.optim's FlatAdam: the torch path of a run (``fast_path: false``);
+- ``numpy epochs``: ``agents.actor_critic.numpy_epochs``, the heads' float32 numpy twins and the loss's
+  gradient by hand, with the same FlatAdam: what a run does today.
 
-It first checks that the last two leave the same parameters after ``--check`` epochs from the same
-start (they compute the same bits; ``torch`` differs from them in tanh's last bits only). Medians and
+It first checks that ``numpy tanh`` and ``flat adam`` leave the same parameters after ``--check`` epochs from
+the same start (they compute the same bits; ``torch`` differs from them in tanh's last bits only), and
+reports how far ``numpy epochs`` ends from them (float32 rounding, through Adam). Medians and
 ranges of ``--repeats`` blocks of ``--epochs`` epochs each, milliseconds per epoch, one torch thread.
 ``--json`` prints the figures as one JSON object. Timings are printed, never asserted
 (docs/performance.md quotes them).
@@ -24,10 +27,11 @@ import statistics
 import time
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
-VARIANTS = ("torch", "numpy tanh", "flat adam")
+VARIANTS = ("torch", "numpy tanh", "flat adam", "numpy epochs")
 
 
 def _setup(rows: int, seed: int) -> dict[str, Any]:
@@ -59,12 +63,26 @@ def _variant(name: str, base: dict[str, Any]) -> tuple[Callable[[], None], Calla
     from agents.heads import FlatParameters, Tanh
     from agents.losses import actor_critic_loss, categorical
 
+    from agents.actor_critic import UpdateSamples, float32_twin, numpy_epochs
+
     actor, critic = copy.deepcopy(base["actor"]), copy.deepcopy(base["critic"])
     if name == "torch":  # torch's own tanh kernel
         actor, critic = (nn.Sequential(*[nn.Tanh() if isinstance(m, Tanh) else m for m in net]) for net in (actor, critic))
     flat = FlatParameters(actor, critic)
     ac, x = base["ac"], base["data"]
-    optimizer = make_optimizer("adam", flat.flat, ac) if name == "flat adam" else _TorchAdam(flat.flat, ac)
+    optimizer = make_optimizer("adam", flat.flat, ac) if name in ("flat adam", "numpy epochs") else _TorchAdam(flat.flat, ac)
+
+    if name == "numpy epochs":  # the run's own function, one epoch of one minibatch a call
+        one = copy.copy(ac)
+        one.epochs, one.minibatches = 1, 1
+        twins = float32_twin(actor), float32_twin(critic)  # (update_twins leaves one pass to torch)
+        prep = UpdateSamples({**x, "avail": None, "old_v": None}, None, False)
+        rng = np.random.default_rng(0)
+
+        def numpy_epoch() -> None:
+            numpy_epochs(one, twins, flat, optimizer, rng, prep)
+
+        return numpy_epoch, lambda: flat.flat.detach().clone()
 
     def epoch() -> None:
         logits, values = actor(x["obs"]), critic(x["critic_obs"]).squeeze(-1)
@@ -86,6 +104,7 @@ def measure(rows: int = 1200, epochs: int = 100, repeats: int = 3, check: int = 
             epoch()
         finals[name] = params()
     same = torch.equal(finals["numpy tanh"], finals["flat adam"])
+    apart = float((finals["numpy epochs"] - finals["flat adam"]).abs().max())
     runs = {name: _variant(name, base)[0] for name in VARIANTS}
     for epoch in runs.values():  # warm-up: first-call allocations, numpy's dispatch
         for _ in range(3):
@@ -97,7 +116,7 @@ def measure(rows: int = 1200, epochs: int = 100, repeats: int = 3, check: int = 
             for _ in range(epochs):
                 epoch()
             blocks[name].append((time.perf_counter() - start) / epochs * 1e3)
-    return {"rows": rows, "epochs": epochs, "repeats": repeats, "same_bits": same,
+    return {"rows": rows, "epochs": epochs, "repeats": repeats, "same_bits": same, "numpy_epochs_apart": apart,
             "ms_per_epoch": {n: {"median": statistics.median(v), "min": min(v), "max": max(v)} for n, v in blocks.items()}}
 
 
@@ -119,9 +138,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     base = out["ms_per_epoch"]["torch"]["median"]
     print(f"one PPO epoch, {args.rows} rows, spread_mappo's heads; ms per epoch over {args.repeats} blocks of "
-          f"{args.epochs}; flat-buffer variants bit for bit: {out['same_bits']}")
+          f"{args.epochs}; flat-buffer variants bit for bit: {out['same_bits']}; numpy epochs' parameters after "
+          f"{args.check} epochs within {out['numpy_epochs_apart']:.2e} of flat adam's (lr {5e-4:g} a step)")
     for name, t in out["ms_per_epoch"].items():
-        print(f"  {name:11s} median {t['median']:.3f} (range {t['min']:.3f}-{t['max']:.3f})  "
+        print(f"  {name:12s} median {t['median']:.3f} (range {t['min']:.3f}-{t['max']:.3f})  "
               f"{base / t['median']:.2f}x torch")
     return 0
 

@@ -12,6 +12,17 @@ recipe (a value-based update of B transitions every 1/ratio env steps), the last
 any implementation on this CPU can be: a peer's time per env step divided by them is the most a
 speed-up over the peer can be. docs/value_based.md ("Against EPyMARL") has the figures. Numpy work
 (the agents' acting through the numpy twins) is not counted: the floor is a lower bound.
+
+Since PPO's epochs on ``mlp`` heads run in numpy (``agents.actor_critic.numpy_epochs``), torch's profiler
+no longer sees their products. For them:
+
+    python -m analysis.gemm_floor --numpy-mlp 18-64-64-5,18-64-64-1 --rows 1536 --rows-per-env-step 12
+
+times, with numpy on one thread, exactly the products one minibatch of ``--rows`` rows makes through the
+twins of those heads (each linear layer's forward, its weight gradient, and its input gradient but the
+first layer's), and prints their FLOPs and time per minibatch and per env step (``--rows-per-env-step``:
+the rows an env step puts through the heads over an update, epochs x agents: 4 x 3 for IPPO at JaxMARL's
+settings, 10 x 3 for spread's MAPPO).
 """
 from __future__ import annotations
 
@@ -54,7 +65,49 @@ def peak_gemm_rate(n: int = 512, repeats: int = 50) -> float:
     return 2.0 * n ** 3 / best
 
 
+def numpy_mlp_products(rows: int, heads: list[list[int]], repeats: int = 200) -> tuple[float, float]:
+    """(FLOPs, seconds) of one minibatch's products through float32 numpy MLPs of the layer widths ``heads``
+    (e.g. [[18, 64, 64, 5], [18, 64, 64, 1]]), as ``NumpyMLP`` makes them: per layer the forward h @ W^T, the
+    weight gradient g^T @ h and, but at the first layer, the input gradient g @ W (a one-wide output's by
+    broadcasting, as the twin does). The best of five timings of ``repeats`` minibatches."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    products, flops = [], 0.0
+    for widths in heads:
+        for layer, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
+            h, w = rng.standard_normal((rows, n_in), dtype=np.float32), rng.standard_normal((n_out, n_in), dtype=np.float32)
+            g = rng.standard_normal((rows, n_out), dtype=np.float32)
+            products += [(h, w.T), (g.T, h)]
+            flops += 2 * 2.0 * rows * n_in * n_out
+            if layer > 0:
+                products.append((g, w))
+                flops += 2.0 * rows * n_in * n_out
+    with threadpool_limits(limits=1, user_api="blas"):
+        def minibatch() -> None:
+            for a, b in products:
+                if a.shape[1] == 1:
+                    a * b
+                else:
+                    a @ b
+        for _ in range(10):
+            minibatch()
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(repeats):
+                minibatch()
+            best = min(best, (time.perf_counter() - start) / repeats)
+    return flops, best
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        import sys
+        argv = sys.argv[1:]
+    if "--numpy-mlp" in argv:
+        return numpy_main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", help="a scenario file")
     parser.add_argument("--steps", type=int, default=30000, help="env steps of the profiled run")
@@ -80,6 +133,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.scenario}, {args.steps} env steps: matrix products {per_step / 1e6:.2f} MFLOP per env step; "
           f"in the run {seconds / args.steps * 1e6:.1f} us per env step ({flops / max(seconds, 1e-12) / 1e9:.1f} GFLOP/s); "
           f"at the large-product rate ({peak / 1e9:.1f} GFLOP/s, 512^3, one thread) {per_step / peak * 1e6:.1f} us per env step")
+    return 0
+
+
+def numpy_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.gemm_floor --numpy-mlp",
+                                     description="the products of PPO's numpy epochs on mlp heads, per minibatch and env step")
+    parser.add_argument("--numpy-mlp", required=True, metavar="W-W-...,W-W-...",
+                        help="each head's layer widths, input first, e.g. 18-64-64-5,18-64-64-1")
+    parser.add_argument("--rows", type=int, required=True, help="rows of one minibatch")
+    parser.add_argument("--rows-per-env-step", type=float, required=True,
+                        help="rows an env step puts through the heads over an update (epochs x agents)")
+    args = parser.parse_args(argv)
+    try:
+        heads = [[int(w) for w in head.split("-")] for head in args.numpy_mlp.split(",")]
+    except ValueError:
+        parser.error(f"--numpy-mlp: widths are integers joined by '-', heads by ',', got {args.numpy_mlp!r}")
+    if args.rows < 1 or args.rows_per_env_step <= 0 or any(len(h) < 2 or min(h) < 1 for h in heads):
+        parser.error("--rows and --rows-per-env-step must be positive, and each head needs two or more positive widths")
+    flops, seconds = numpy_mlp_products(args.rows, heads)
+    per_step = seconds / args.rows * args.rows_per_env_step
+    print(f"numpy float32 products of heads {args.numpy_mlp}, {args.rows} rows a minibatch: {flops / 1e6:.1f} MFLOP in "
+          f"{seconds * 1e6:.0f} us ({flops / seconds / 1e9:.1f} GFLOP/s); at {args.rows_per_env_step:g} rows per env step "
+          f"{flops / args.rows * args.rows_per_env_step / 1e6:.2f} MFLOP and {per_step * 1e6:.2f} us per env step")
     return 0
 
 

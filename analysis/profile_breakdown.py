@@ -41,14 +41,18 @@ def breakdown(path: str) -> tuple[float, float, list[tuple[str, float]]]:
     roll = cum(st, "agents/mappo.py", "rollout")
     env = (cum(st, "spread_native.py", "step") + cum(st, "spread_native.py", "reset")
            + cum(st, "spread_native.py", "state") + cum(st, "spread_native.py", "observations"))
-    act_fwd = cum(st, "torch/nn/modules/module.py", "_wrapped_call_impl",
-                  caller=lambda f, fn: f.endswith("agents/mappo.py") and fn in ("act", "_act"))
+    acting = lambda f, fn: f.endswith("agents/mappo.py") and fn in ("act", "_act", "act_rows")  # noqa: E731
+    # the actor through torch, or through its float32 numpy twin (agents.mappo.TeamWorker.act_twin)
+    act_fwd = (cum(st, "torch/nn/modules/module.py", "_wrapped_call_impl", caller=acting)
+               + cum(st, "agents/numpy_heads.py", "forward", caller=acting))
     sampling = cum(st, "agents/distributions.py", "sample")
     learn = cum(st, "agents/actor_critic.py", "actor_critic_update")
     gae = cum(st, "agents/", "rollout_targets")
-    backward = cum(st, "torch/_tensor.py", "backward")
-    opt = cum(st, "torch/optim/adam.py", "step") + cum(st, "torch/nn/utils/clip_grad.py", "clip_grad_norm_",
-                                                     caller=lambda f, fn: "actor_critic" in f)
+    # autograd's, and the numpy epochs' (agents.actor_critic.numpy_epochs: the twins' backward)
+    backward = cum(st, "torch/_tensor.py", "backward") + cum(
+        st, "agents/numpy_heads.py", "backward", caller=lambda f, fn: f.endswith("agents/actor_critic.py"))
+    opt = (cum(st, "torch/optim/adam.py", "step") + cum(st, "marl_q/optim.py", "step")
+           + cum(st, "torch/nn/utils/clip_grad.py", "clip_grad_norm_", caller=lambda f, fn: "actor_critic" in f))
     fwd = learn - gae - backward - opt
     rows = [("env stepping", env), ("acting forward", act_fwd), ("sampling", sampling),
             ("rollout bookkeeping", roll - env - act_fwd - sampling),
