@@ -245,8 +245,9 @@ def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP | AutogradHead, Nu
     loss's gradient by hand (``agents.losses.loss_grad``, masked logits for an availability mask), backward
     into the flat gradient, then the clip and the optimizer step as the torch path takes them
     (``clip_and_step``). The arithmetic is the torch path's to float32 rounding
-    (tests/agents/test_update_twins.py), 2x as fast on spread's MAPPO (docs/performance.md): no autograd
-    graph, no per-op dispatch, numpy's SIMD tanh and BLAS. Returns the update's diagnostics."""
+    (tests/agents/test_update_twins.py), and an epoch takes about half the torch path's time on spread's
+    MAPPO (docs/performance.md, "The update in numpy"): no autograd graph, no per-op dispatch, numpy's
+    SIMD tanh and BLAS. Returns the update's diagnostics."""
     prepare_process()  # numpy's BLAS on one thread: its bits do not depend on what the process ran before
     actor, critic = twins
     s = {k: None if v is None else v.numpy() for k, v in prep.samples.items()}
