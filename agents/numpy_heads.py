@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agents.losses import loss_grad, diagnostics, explained_variance
+from agents.losses import diagnostics, explained_variance, loss_grad
 from agents.returns import rollout_targets
 from circuits.twins import NumpyVQC, NumpyVQCActing, acting_twin, training_twin  # noqa: F401 (the twins' classes: sim snapshots pickled them by this module's name)
 
@@ -52,8 +52,8 @@ class NumpyMLP:
         return isinstance(net, nn.Sequential) and all(isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU)) for m in net)
 
     def linear_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each linear layer's weight as ``forward`` converts it on every call (transposed, float64) and its
-        bias: what an actor whose parameters stay put between acts keeps and hands to ``forward``."""
+        """Each linear layer's weight as ``forward`` converts it on every call (transposed, at the twin's dtype)
+        and its bias: what an actor whose parameters stay put between acts keeps and hands to ``forward``."""
         return [(module.weight.detach().numpy().T.astype(self.dtype), module.bias.detach().numpy().copy())
                 for kind, module in self.layers if kind == "linear"]
 
