@@ -57,12 +57,32 @@ class NumpyMLP:
         return [(module.weight.detach().numpy().T.astype(self.dtype), module.bias.detach().numpy().copy())
                 for kind, module in self.layers if kind == "linear"]
 
+    def views(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A float32 twin's linear layers as (W^T, b) numpy views of the parameters themselves: always their
+        current values (loads and optimizer steps write the flat buffer in place). Kept while the layers
+        hold the same parameter objects (a sim snapshot's resume seats new ones: made again then, and
+        never pickled: ``__getstate__``); 9 us of a 48-row act's 22 was making them on every call."""
+        params = [module.weight for kind, module in self.layers if kind == "linear"]
+        kept = self.__dict__.get("_views")
+        if kept is None or any(p is not q for p, q in zip(params, kept[0])):
+            kept = (params, [(module.weight.detach().numpy().T, module.bias.detach().numpy())
+                             for kind, module in self.layers if kind == "linear"])
+            self._views = kept
+        return kept[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_views", None)  # views of the parameters' memory: a pickle would hold copies
+        return state
+
     def forward(self, x: np.ndarray, weights: Optional[list[tuple[np.ndarray, np.ndarray]]] = None
                 ) -> tuple[np.ndarray, Cache]:
         """The output and the cache for ``backward``; ``weights``: ``linear_weights()`` of the parameters
-        now (the same arrays, so the same bits), else converted here."""
+        now (the same arrays, so the same bits), else a float32 twin's ``views()``, else converted here."""
         saved = []
         h = x
+        if weights is None and self.dtype == np.float32:
+            weights = self.views()
         kept = iter(weights) if weights is not None else None
         for kind, module in self.layers:
             saved.append(h)
@@ -88,8 +108,11 @@ class NumpyMLP:
         saved, out = cache
         outputs = saved[1:] + [out]
         last = len(self.layers) - 1
+        views = self.views() if self.dtype == np.float32 else None
+        linear = sum(kind == "linear" for kind, _ in self.layers)
         for i, ((kind, module), h_in, h_out) in enumerate(zip(reversed(self.layers), reversed(saved), reversed(outputs))):
             if kind == "linear":
+                linear -= 1  # this layer's index among the linear ones
                 module.weight.grad.numpy()[...] = grad.T @ h_in
                 # float32 (PPO's epochs over many rows): the column sums as a product with ones, 4x as fast
                 # as numpy's reduction over axis 0; float64 keeps the one-step path's bits
@@ -97,7 +120,8 @@ class NumpyMLP:
                                                  else np.ones(len(grad), self.dtype) @ grad)
                 if i == last:
                     break
-                w = module.weight.detach().numpy().astype(self.dtype, copy=False)
+                w = (views[linear][0].T if views is not None
+                     else module.weight.detach().numpy().astype(self.dtype, copy=False))
                 # one output (a critic's value): the outer product by broadcasting, the same products as
                 # the (B, 1) @ (1, n) GEMM, which BLAS takes 5x as long over
                 grad = grad * w if grad.shape[1] == 1 else grad @ w

@@ -244,3 +244,31 @@ def test_the_terms_leave_the_gradient_as_it_was():
     plain = loss_grad(k, logits, actions, adv, values, returns, old_logp=old_logp, old_values=old_values)
     logged = loss_grad(k, logits, actions, adv, values, returns, {}, old_logp=old_logp, old_values=old_values)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(plain, logged))
+
+
+def test_the_float32_twin_reads_its_parameters_as_they_are_now():
+    """The twin keeps views of the parameters: an optimizer's in-place step and a load show at once; new
+    parameter objects (a resumed snapshot's) are read afresh; a pickle holds no views."""
+    import pickle
+
+    torch.manual_seed(0)
+    net = build_mlp(MLPConfig(hidden=[16]), 3, 2)
+    flat = FlatParameters(net)
+    twin = NumpyMLP(net, np.float32)
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+
+    def reference() -> np.ndarray:
+        with torch.no_grad():
+            return net(torch.from_numpy(x)).numpy()
+
+    np.testing.assert_allclose(twin.forward(x)[0], reference(), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        flat.flat.mul_(0.5)  # in place, as an optimizer step
+    np.testing.assert_allclose(twin.forward(x)[0], reference(), rtol=1e-5, atol=1e-6)
+    flat.load(np.linspace(-1, 1, flat.size).astype(np.float32))  # a pull from the server
+    np.testing.assert_allclose(twin.forward(x)[0], reference(), rtol=1e-5, atol=1e-6)
+    first = net[0].weight
+    FlatParameters(net)  # new parameter objects seated on the same modules
+    assert net[0].weight is not first
+    np.testing.assert_allclose(twin.forward(x)[0], reference(), rtol=1e-5, atol=1e-6)
+    assert "_views" in twin.__dict__ and "_views" not in pickle.loads(pickle.dumps(twin)).__dict__
