@@ -441,14 +441,14 @@ class TeamWorker(ActorCriticWorker):
         self._fill(vec, obs[t], None if critic is None else critic[t], None if avail is None else avail[t])
         if memory is None and self.act_twin is not None:  # numpy's GEMMs and tanh: no torch dispatch per layer
             out = self.act_twin.forward(obs[t].reshape(rows, -1))[0]
-            return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
-        with torch.inference_mode():  # acting keeps no graph
-            x = torch.from_numpy(obs[t].reshape(rows, -1))
-            if memory is None:
-                out = self.actor(x).numpy()
-            else:  # the recurrent heads step (the critic too: its states at the chunk starts)
-                inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
-                out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
+        else:
+            with torch.inference_mode():  # acting keeps no graph
+                x = torch.from_numpy(obs[t].reshape(rows, -1))
+                if memory is None:
+                    out = self.actor(x).numpy()
+                else:  # the recurrent heads step (the critic too: its states at the chunk starts)
+                    inputs = {"actor": x, "critic": x if critic is None else torch.from_numpy(critic[t].reshape(rows, -1))}
+                    out = memory.act(t, {"actor": self.actor, "critic": self.critic}, inputs, vec.pending_reset).numpy()
         return self.dist.sample(out, self.rng, None if avail is None else avail[t].reshape(rows, -1))
 
     def store_rows(self, part: "RolloutRows", t: int, actions: np.ndarray, data: TeamStep) -> None:

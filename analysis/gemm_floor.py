@@ -103,16 +103,20 @@ def numpy_mlp_products(rows: int, heads: list[list[int]], repeats: int = 200) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        import sys
-        argv = sys.argv[1:]
-    if "--numpy-mlp" in argv:
-        return numpy_main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", help="a scenario file")
+    parser.add_argument("scenario", nargs="?", help="a scenario file (the profiled run's floor)")
     parser.add_argument("--steps", type=int, default=30000, help="env steps of the profiled run")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--numpy-mlp", metavar="W-W-...,W-W-...",
+                        help="instead of a run: each numpy head's layer widths, input first, e.g. 18-64-64-5,18-64-64-1")
+    parser.add_argument("--rows", type=int, help="with --numpy-mlp: rows of one minibatch")
+    parser.add_argument("--rows-per-env-step", type=float,
+                        help="with --numpy-mlp: rows an env step puts through the heads over an update (epochs x agents)")
     args = parser.parse_args(argv)
+    if args.numpy_mlp is not None:
+        return numpy_products(parser, args)
+    if args.scenario is None:
+        parser.error("give a scenario file, or --numpy-mlp with --rows and --rows-per-env-step")
     if args.steps < 1:
         parser.error("--steps must be positive")
     torch.set_num_threads(1)
@@ -136,19 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def numpy_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.gemm_floor --numpy-mlp",
-                                     description="the products of PPO's numpy epochs on mlp heads, per minibatch and env step")
-    parser.add_argument("--numpy-mlp", required=True, metavar="W-W-...,W-W-...",
-                        help="each head's layer widths, input first, e.g. 18-64-64-5,18-64-64-1")
-    parser.add_argument("--rows", type=int, required=True, help="rows of one minibatch")
-    parser.add_argument("--rows-per-env-step", type=float, required=True,
-                        help="rows an env step puts through the heads over an update (epochs x agents)")
-    args = parser.parse_args(argv)
+def numpy_products(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--numpy-mlp``: the products of PPO's numpy epochs on mlp heads, per minibatch and per env step."""
     try:
         heads = [[int(w) for w in head.split("-")] for head in args.numpy_mlp.split(",")]
     except ValueError:
         parser.error(f"--numpy-mlp: widths are integers joined by '-', heads by ',', got {args.numpy_mlp!r}")
+    if args.rows is None or args.rows_per_env_step is None:
+        parser.error("--numpy-mlp needs --rows and --rows-per-env-step")
     if args.rows < 1 or args.rows_per_env_step <= 0 or any(len(h) < 2 or min(h) < 1 for h in heads):
         parser.error("--rows and --rows-per-env-step must be positive, and each head needs two or more positive widths")
     flops, seconds = numpy_mlp_products(args.rows, heads)

@@ -41,7 +41,9 @@ def breakdown(path: str) -> tuple[float, float, list[tuple[str, float]]]:
     roll = cum(st, "agents/mappo.py", "rollout")
     env = (cum(st, "spread_native.py", "step") + cum(st, "spread_native.py", "reset")
            + cum(st, "spread_native.py", "state") + cum(st, "spread_native.py", "observations"))
-    acting = lambda f, fn: f.endswith("agents/mappo.py") and fn in ("act", "_act", "act_rows")  # noqa: E731
+    def acting(f: str, fn: str) -> bool:  # the team worker's acting functions
+        return f.endswith("agents/mappo.py") and fn in ("act", "_act", "act_rows")
+
     # the actor through torch, or through its float32 numpy twin (agents.mappo.TeamWorker.act_twin)
     act_fwd = (cum(st, "torch/nn/modules/module.py", "_wrapped_call_impl", caller=acting)
                + cum(st, "agents/numpy_heads.py", "forward", caller=acting))
