@@ -590,7 +590,10 @@ def test_reward_statistics_travel_in_the_service_state_and_their_absence_is_refu
     assert {"reward_stats.mean", "reward_stats.var", "reward_stats.count"} <= set(state)
     back = build_algorithm(load_config(SCEN / "spread_qmix.yaml", std))[1]
     back.load_state_dict(state)
-    assert back.learner.reward_stats.state_dict() == pytest.approx(service.learner.reward_stats.state_dict())
+    want, got = service.learner.reward_stats.state_dict(), back.learner.reward_stats.state_dict()
+    assert set(got) == set(want)
+    for key in want:  # 0-d arrays, back as they were (pytest 9.2's approx takes no arrays inside a dict)
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     plain = build_algorithm(load_config(SCEN / "spread_qmix.yaml", SMALL_QMIX + ["algorithm.standardise_rewards=false"])
                             )[1].state_dict()
     assert not any(k.startswith("reward_stats.") for k in plain)
