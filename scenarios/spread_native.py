@@ -35,12 +35,14 @@ from __future__ import annotations
 import argparse
 import functools
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
+
+from marl_q.compiled import njit_or_python
 
 # mpe2's constants (World, Agent and SimpleEnv._set_action defaults; simple_spread's sizes)
 DIM_P = 2
@@ -212,7 +214,9 @@ class SpreadBatch:
     It takes over the copies' random generators (the same objects: a copy's resets continue its
     stream), so copy e here is ``envs[e]`` step for step: the same reset draws, and per element the
     same floating-point operations in the same order as ``SpreadNative`` (equal bit for bit,
-    tests/scenarios/test_spread_native.py). What the copies' own ``pos``/``vel`` hold afterwards is
+    tests/agents/test_rollout.py). Its step and observations are loops over copies and agents, compiled
+    by numba (``kernels()``; the same functions in plain Python where ``marl_q.compiled.allowed()`` is
+    false), with numpy's logaddexp between them. What the copies' own ``pos``/``vel`` hold afterwards is
     not kept up to date; the batch holds the state.
 
     ``reset(e, seed)`` restarts copy e (a new generator from ``seed`` when one is given);
@@ -234,10 +238,7 @@ class SpreadBatch:
         self.landmarks = np.stack([env.landmarks for env in envs])
         self.vel = np.stack([env.vel for env in envs])
         self.steps = np.array([env.steps for env in envs], dtype=np.int64)
-        self._eye = first._eye
-        self._others = first._others
         self._dist_min = first._dist_min
-        self._pairs: Optional[tuple[np.ndarray, np.ndarray]] = None
         self._all = np.ones(E, dtype=bool)
 
     def reset(self, e: int, seed: Optional[int] = None) -> None:
@@ -248,14 +249,6 @@ class SpreadBatch:
         self.landmarks[e] = pos[self.n:]
         self.vel[e] = 0.0
         self.steps[e] = 0
-        self._pairs = None
-
-    def _pair_distances(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._pairs is None:
-            delta = self.pos[:, :, None, :] - self.pos[:, None, :, :]  # delta[e, i, j] = pos_i - pos_j
-            dist = np.sqrt(np.square(delta[..., 0]) + np.square(delta[..., 1]))
-            self._pairs = (delta, dist)
-        return self._pairs
 
     def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -263,58 +256,144 @@ class SpreadBatch:
         (E, N) (0 for a copy not stepped), terminated (E,) (never: spread only truncates) and truncated
         (E,) (False for a copy not stepped)."""
         actions = np.asarray(actions)
-        if actions.shape != (self.num_envs, self.n) or not np.issubdtype(actions.dtype, np.integer) or \
-                actions.size and (actions.min() < 0 or actions.max() >= N_ACTIONS):
+        if actions.shape != (self.num_envs, self.n) or not np.issubdtype(actions.dtype, np.integer):
             raise ValueError(f"SpreadBatch: actions must be ({self.num_envs}, {self.n}) integers in "
                              f"[0, {N_ACTIONS}), got {actions.dtype} {actions.shape}")
         active = self._all if active is None else active
-        sel = slice(None) if active.all() else np.flatnonzero(active)
-        pos, vel = self.pos[sel], self.vel[sel]
-        delta, dist = self._pair_distances()
-        delta, dist = delta[sel], dist[sel] + self._eye  # no self-contact, as SpreadNative._physics
-        k = CONTACT_MARGIN
-        penetration = np.logaddexp(0, -(dist - self._dist_min) / k) * k
-        contact = CONTACT_FORCE * delta / dist[..., None] * penetration[..., None]
-        force = _DIRECTIONS[actions[sel]] + 0.0
-        for j in range(self.n):  # partner order, as mpe2
-            force = contact[:, :, j] + force
-        pos += vel * DT
-        vel = vel * (1 - DAMPING)
-        vel += (force / MASS) * DT
-        self.pos[sel], self.vel[sel] = pos, vel
-        self.steps[sel] += 1
-        self._pairs = None
+        contact, step, _ = kernels()
+        # the contact's soft penetration, numpy's logaddexp between the two loops: the single copy's
+        # function (SpreadNative._physics), so its bits are the same on every CPU's numpy
+        penetration = np.empty((self.num_envs, self.n, self.n))
+        contact(self.pos, active, self._dist_min, CONTACT_MARGIN, penetration)
+        np.logaddexp(0, penetration, out=penetration)
         rewards = np.zeros((self.num_envs, self.n))
-        rewards[sel] = self._rewards(sel)
+        if not step(self.pos, self.vel, self.landmarks, self.steps, actions, active, penetration, _DIRECTIONS,
+                    self.local_ratio, self._dist_min, CONTACT_MARGIN, rewards):
+            raise ValueError(f"SpreadBatch: actions must be ({self.num_envs}, {self.n}) integers in "
+                             f"[0, {N_ACTIONS}), got values outside it")
         truncated = active & (self.steps >= self.max_cycles)
         return rewards, np.zeros(self.num_envs, dtype=bool), truncated
 
-    def _rewards(self, sel: Any) -> np.ndarray:
-        pos, landmarks = self.pos[sel], self.landmarks[sel]
-        d_lm = pos[:, None, :, :] - landmarks[:, :, None, :]  # (E, L, N, 2): agent - landmark
-        nearest = np.sqrt(np.square(d_lm[..., 0]) + np.square(d_lm[..., 1])).min(axis=2)
-        global_reward = np.zeros(len(nearest))
-        for m in range(self.n):  # sequential, as mpe2 accumulates it
-            global_reward = global_reward - nearest[:, m]
-        _, dist = self._pair_distances()
-        collisions = (dist[sel] < self._dist_min).sum(axis=2) - 1
-        local = -collisions.astype(np.float64)
-        return global_reward[:, None] * (1 - self.local_ratio) + local * self.local_ratio
-
-    def observations(self) -> np.ndarray:
-        """(E, N, 6N) float32: [e, i] is agent i's observation in copy e (SpreadNative._observations)."""
-        E, n = self.num_envs, self.n
-        obs = np.zeros((E, n, 6 * n))
-        obs[..., 0:2] = self.vel
-        obs[..., 2:4] = self.pos
-        obs[..., 4:4 + 2 * n] = (self.landmarks[:, None, :, :] - self.pos[:, :, None, :]).reshape(E, n, 2 * n)
-        rel = self.pos[:, None, :, :] - self.pos[:, :, None, :]  # rel[e, i, j] = pos_j - pos_i
-        obs[..., 4 + 2 * n:2 + 4 * n] = rel[:, self._others[0], self._others[1]].reshape(E, n, 2 * (n - 1))
-        return obs.astype(np.float32)
+    def observations(self, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """(E, N, 6N) float32: [e, i] is agent i's observation in copy e (SpreadNative._observations);
+        written into ``out`` when given."""
+        obs = np.empty((self.num_envs, self.n, 6 * self.n), dtype=np.float32) if out is None else out
+        kernels()[2](self.pos, self.vel, self.landmarks, obs)
+        return obs
 
     def states(self, obs: Optional[np.ndarray] = None) -> np.ndarray:
         """(E, 6N N): every copy's ``state()`` (its agents' observations concatenated)."""
         return (self.observations() if obs is None else obs).reshape(self.num_envs, -1)
+
+
+# ----------------------------------------------------------------------------- the batch's loops
+# Per element, SpreadNative's floating-point operations in its order (IEEE-exact +, -, *, / and sqrt, the
+# same in numba and numpy), so a batch equals its copies stepped one at a time bit for bit; the one
+# transcendental function, the contact's logaddexp, stays numpy's (SpreadBatch.step).
+def _contact_py(pos: np.ndarray, active: np.ndarray, dist_min: float, k: float, out: np.ndarray) -> None:
+    """out[e, i, j] = -(|pos_i - pos_j| + [i == j] - dist_min) / k: logaddexp(0, .)'s argument (0 for a
+    copy not stepped)."""
+    E, N = pos.shape[0], pos.shape[1]
+    for e in range(E):
+        if not active[e]:
+            out[e] = 0.0
+            continue
+        for i in range(N):
+            for j in range(N):
+                dx = pos[e, i, 0] - pos[e, j, 0]
+                dy = pos[e, i, 1] - pos[e, j, 1]
+                d = np.sqrt(dx * dx + dy * dy) + (1.0 if i == j else 0.0)
+                out[e, i, j] = -(d - dist_min) / k
+
+
+def _step_py(pos: np.ndarray, vel: np.ndarray, landmarks: np.ndarray, steps: np.ndarray, actions: np.ndarray,
+             active: np.ndarray, softplus: np.ndarray, directions: np.ndarray, local_ratio: float,
+             dist_min: float, k: float, rewards: np.ndarray) -> bool:
+    """The active copies' physics (softplus = logaddexp(0, _contact's argument)), step count and rewards;
+    False (nothing stepped) where an action lies outside [0, 5)."""
+    E, N = pos.shape[0], pos.shape[1]
+    n_actions = directions.shape[0]
+    for e in range(E):  # every copy's, stepped or not, as SpreadNative checks what it is handed
+        for i in range(N):
+            if actions[e, i] < 0 or actions[e, i] >= n_actions:
+                return False
+    force = np.empty((N, 2))
+    for e in range(E):
+        if not active[e]:
+            continue
+        for i in range(N):
+            fx = directions[actions[e, i], 0] + 0.0
+            fy = directions[actions[e, i], 1] + 0.0
+            for j in range(N):  # partner order, as mpe2 adds them (the diagonal adds zero)
+                dx = pos[e, i, 0] - pos[e, j, 0]
+                dy = pos[e, i, 1] - pos[e, j, 1]
+                d = np.sqrt(dx * dx + dy * dy) + (1.0 if i == j else 0.0)
+                penetration = softplus[e, i, j] * k
+                fx = CONTACT_FORCE * dx / d * penetration + fx
+                fy = CONTACT_FORCE * dy / d * penetration + fy
+            force[i, 0] = fx
+            force[i, 1] = fy
+        for i in range(N):
+            for c in range(2):
+                pos[e, i, c] += vel[e, i, c] * DT
+                vel[e, i, c] = vel[e, i, c] * (1 - DAMPING)
+                vel[e, i, c] += (force[i, c] / MASS) * DT
+        steps[e] += 1
+        global_reward = 0.0
+        for m in range(landmarks.shape[1]):  # each landmark's nearest agent, subtracted in order
+            nearest = np.inf
+            for i in range(N):
+                dx = pos[e, i, 0] - landmarks[e, m, 0]
+                dy = pos[e, i, 1] - landmarks[e, m, 1]
+                nearest = min(nearest, np.sqrt(dx * dx + dy * dy))
+            global_reward = global_reward - nearest
+        for i in range(N):
+            collisions = -1  # the agent itself
+            for j in range(N):
+                dx = pos[e, i, 0] - pos[e, j, 0]
+                dy = pos[e, i, 1] - pos[e, j, 1]
+                if np.sqrt(dx * dx + dy * dy) < dist_min:
+                    collisions += 1
+            rewards[e, i] = global_reward * (1 - local_ratio) + -float(collisions) * local_ratio
+    return True
+
+
+def _observe_py(pos: np.ndarray, vel: np.ndarray, landmarks: np.ndarray, out: np.ndarray) -> None:
+    """out[e, i] = agent i's observation (float32): own velocity and position, landmark offsets, the other
+    agents' offsets in index order, their (silent) communication."""
+    E, N, L = pos.shape[0], pos.shape[1], landmarks.shape[1]
+    for e in range(E):
+        for i in range(N):
+            o = out[e, i]
+            o[0] = vel[e, i, 0]
+            o[1] = vel[e, i, 1]
+            o[2] = pos[e, i, 0]
+            o[3] = pos[e, i, 1]
+            c = 4
+            for m in range(L):
+                o[c] = landmarks[e, m, 0] - pos[e, i, 0]
+                o[c + 1] = landmarks[e, m, 1] - pos[e, i, 1]
+                c += 2
+            for j in range(N):
+                if j != i:
+                    o[c] = pos[e, j, 0] - pos[e, i, 0]
+                    o[c + 1] = pos[e, j, 1] - pos[e, i, 1]
+                    c += 2
+            for q in range(c, out.shape[2]):
+                o[q] = 0.0
+
+
+_KERNELS: Optional[tuple[Callable[..., Any], ...]] = None
+
+
+def kernels() -> tuple[Callable[..., Any], ...]:
+    """(contact, step, observe): numba-compiled on first use (cached on disk), or the Python functions where
+    ``marl_q.compiled.allowed()`` is false (the same bits, slower). Lazy, so that importing the scenarios
+    does not import numba."""
+    global _KERNELS
+    if _KERNELS is None:
+        _KERNELS = njit_or_python(_contact_py, _step_py, _observe_py)
+    return _KERNELS
 
 
 def _time_env(env: ParallelEnv, steps: int, seed: int) -> float:

@@ -226,6 +226,39 @@ def test_batched_spread_equals_the_copies_stepped_one_by_one(n_agents, max_cycle
         batched.step(np.full(E * n_agents, 5))
 
 
+def test_batched_spread_compiled_and_plain_loops_agree(monkeypatch):
+    """SpreadBatch's loops compiled by numba and run as plain Python (``MARLQ_KERNELS=0``'s path): the
+    same observations, positions, velocities, rewards and truncations bit for bit, with some copies left
+    out of each step (they stay as they were) and copies reset along the way."""
+    from marl_q import compiled
+    from scenarios import spread_native
+
+    compiled_kernels = spread_native.kernels()
+    if compiled.allowed():  # numba is a dependency: the default path is the compiled one
+        assert all(hasattr(f, "py_func") for f in compiled_kernels)
+    plain = (spread_native._contact_py, spread_native._step_py, spread_native._observe_py)
+    batches = [spread_native.SpreadNative.batched(_spread_copies(4, 3, 9)) for _ in range(2)]
+    rng = np.random.default_rng(3)
+    for t in range(300):
+        active = rng.random(4) < 0.7
+        actions = rng.integers(0, 5, size=(4, 3))
+        out = []
+        for batch, kernels in zip(batches, (compiled_kernels, plain)):
+            monkeypatch.setattr(spread_native, "_KERNELS", kernels)
+            before = batch.pos.copy()
+            rewards, terminated, truncated = batch.step(actions, active)
+            assert (batch.pos[~active] == before[~active]).all() and not rewards[~active].any()
+            assert not terminated.any() and not truncated[~active].any()
+            out.append((batch.observations().tobytes(), batch.pos.tobytes(), batch.vel.tobytes(),
+                        rewards.tobytes(), truncated.tobytes()))
+            for e in np.flatnonzero(truncated):
+                batch.reset(int(e))
+        assert out[0] == out[1], t
+    monkeypatch.setattr(spread_native, "_KERNELS", plain)
+    with pytest.raises(ValueError, match="actions must be"):
+        batches[1].step(np.full((4, 3), -1))
+
+
 def test_batched_spread_evaluates_as_the_copies_do():
     """Greedy evaluation through the batched vector (copies reset with seeds) gives the returns of the
     copies stepped one by one."""
@@ -331,6 +364,7 @@ def test_a_team_worker_of_state_format_1_continues_with_per_agent_returns(tmp_pa
     rows, old_rows = [], []
     for _ in range(8):
         (b1, e1, s1), (b2, e2, s2) = twin.rollout(), back.rollout()
+        assert s1 == s2
         rows += e1
         old_rows += e2
         for key in b1:
