@@ -1,0 +1,39 @@
+"""analysis.loop_split: a team learner's rollout and update timed apart, and its bad input refused."""
+from __future__ import annotations
+
+import pytest
+
+from analysis import loop_split
+
+SMALL = ["algorithm.envs_per_worker=2", "algorithm.n_steps=8", "algorithm.epochs=1"]
+
+
+def test_split_times_both_halves_per_env_step_of_a_batched_and_a_plain_vector():
+    batched = loop_split.split("scenarios/spread_mappo.yaml", SMALL, rollouts=2, warmup=0, repeats=3)
+    # two copies: the first rollout's first step only resets them (pending), so the second rollout takes 2 x 8
+    assert batched["copies"] == 2 and batched["env_steps_per_rollout"] == 16
+    assert batched["rollout_s"] > 0 and batched["update_s"] > 0
+    assert {"the batch's step", "the batch's observations", "the team vector's step"} <= set(batched["calls"])
+    assert all(seconds > 0 for seconds in batched["calls"].values())
+    plain = loop_split.split("scenarios/spread_mappo.yaml", SMALL + ["scenario.engine=mpe2"], rollouts=1, warmup=1,
+                             repeats=2)  # mpe2's env: stepped copy by copy, no batch of its own
+    assert "the batch's step" not in plain["calls"] and plain["calls"]["the team vector's step"] > 0
+
+
+def test_main_prints_the_split(capsys):
+    assert loop_split.main(["scenarios/spread_mappo.yaml", *[x for kv in SMALL for x in ("--set", kv)],
+                            "--rollouts", "1", "--warmup", "0", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "per env step: rollout" in out and "update" in out and "us a call" in out
+
+
+@pytest.mark.parametrize("argv, fault", [
+    (["scenarios/no_such_file.yaml"], "no_such_file.yaml"),
+    (["scenarios/spread_mappo.yaml", "--rollouts", "0"], "--rollouts: must be at least 1"),
+    (["scenarios/spread_mappo.yaml", "--warmup", "-1"], "--warmup: must be at least 0"),
+    (["scenarios/spread_mappo.yaml", "--set", "algorithm.n_steps=oops"], "n_steps"),
+    (["scenarios/cartpole_a3c.yaml"], "has no team worker"),
+])
+def test_bad_input_exits_2_naming_the_fault(argv, fault, capsys):
+    assert loop_split.main(argv) == 2
+    assert fault in capsys.readouterr().err
