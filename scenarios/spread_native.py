@@ -274,10 +274,9 @@ class SpreadBatch:
         truncated = active & (self.steps >= self.max_cycles)
         return rewards, np.zeros(self.num_envs, dtype=bool), truncated
 
-    def observations(self, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """(E, N, 6N) float32: [e, i] is agent i's observation in copy e (SpreadNative._observations);
-        written into ``out`` when given."""
-        obs = np.empty((self.num_envs, self.n, 6 * self.n), dtype=np.float32) if out is None else out
+    def observations(self) -> np.ndarray:
+        """(E, N, 6N) float32: [e, i] is agent i's observation in copy e (SpreadNative._observations)."""
+        obs = np.empty((self.num_envs, self.n, 6 * self.n), dtype=np.float32)
         kernels()[2](self.pos, self.vel, self.landmarks, obs)
         return obs
 
