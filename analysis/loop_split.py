@@ -6,7 +6,9 @@ one ``TeamWorker`` (IPPO, MAPPO, IA2C, MAA2C) built from a scenario file rolls o
 ``--rollouts`` times after ``--warmup`` rounds, and each rollout's and update's seconds are divided by
 the env steps the rollout took. Then the calls inside one rollout step, each repeated: the team vector's
 step (and, for a batched env, the batch's own ``step`` and ``observations``), filling the rows, the
-actor's forward and the sample. Medians over the rollouts; run it pinned to one core
+actor's forward and the sample; and where the update takes PPO's numpy epochs, each step of one of its
+minibatches (gathering the rows, the heads' forwards, the loss's gradient, the backwards, the clip and the
+optimizer step). Medians over the rollouts; run it pinned to one core
 (``taskset -c 0``), one thread, the other core idle.
 
     python -m analysis.loop_split scenarios/spread_ippo_jaxmarl.yaml --rollouts 10
@@ -85,7 +87,54 @@ def split(scenario: str, sets: list[str], rollouts: int, warmup: int, repeats: i
         lambda: worker._fill(vec, part.obs[0], None if part.critic is None else part.critic[0], avail), repeats)
     calls["filling the rows, acting and sampling (act_rows)"] = _per_call(lambda: worker.act_rows(_rewound(part), vec), repeats)
     return {"scenario": scenario, "env_steps_per_rollout": steps, "copies": len(worker.envs),
-            "rollout_s": statistics.median(rollout_s), "update_s": statistics.median(update_s), "calls": calls}
+            "rollout_s": statistics.median(rollout_s), "update_s": statistics.median(update_s), "calls": calls,
+            "minibatch": minibatch_parts(worker, batch, repeats)}
+
+
+def minibatch_parts(worker: Any, batch: dict[str, np.ndarray], repeats: int) -> dict[str, float]:
+    """Seconds of each step of one minibatch of PPO's numpy epochs (``agents.actor_critic.numpy_epochs``,
+    in its order) on the worker's last rollout; empty where its update does not take them (one pass,
+    ``fast_path: false``, continuous actions, a recurrent head). Only the gradient is formed and stepped
+    here, as the update does: the worker's parameters move."""
+    from agents.actor_critic import clip_and_step, minibatches_of, update_samples, update_twins
+    from agents.distributions import masked_logits_np
+    from agents.losses import loss_grad
+
+    ac = worker.ac
+    twins = None if worker.memory is not None else update_twins(ac, worker.actor, worker.critic, worker.dist)
+    if twins is None:
+        return {}
+    prep = update_samples(ac, worker.actor, worker.critic, batch, dist=worker.dist, value_norm=worker.value_norm,
+                          twins=twins)
+    s = {k: None if v is None else v.numpy() for k, v in prep.samples.items()}
+    same = prep.samples["critic_obs"] is prep.samples["obs"]
+    mb = minibatches_of(len(s["act"]), ac.minibatches, np.random.default_rng(0))[0]
+    actor, critic = twins
+
+    def gather() -> dict[str, Any]:
+        return s if mb is None else {k: None if v is None else v[mb.numpy()] for k, v in s.items()
+                                     if not (same and k == "critic_obs")}
+
+    x = gather()
+    critic_in = x["obs"] if same else x["critic_obs"]
+    logits, actor_cache = actor.forward(x["obs"])
+    logits = masked_logits_np(logits, x["avail"])
+    values, critic_cache = critic.forward(critic_in)
+
+    def grads() -> tuple[np.ndarray, np.ndarray]:
+        return loss_grad(ac, logits, x["act"], x["adv"], values[:, 0], x["ret"], {}, old_logp=x["old_logp"],
+                         old_values=x["old_v"])
+
+    grad_logits, grad_values = grads()
+    return {"gathering its rows": _per_call(gather, repeats),
+            "the actor's forward": _per_call(lambda: actor.forward(x["obs"]), repeats),
+            "the critic's forward": _per_call(lambda: critic.forward(critic_in), repeats),
+            "the loss's gradient (loss_grad)": _per_call(grads, repeats),
+            "the critic's backward": _per_call(lambda: critic.backward(critic_cache, grad_values[:, None]), repeats),
+            "the actor's backward": _per_call(lambda: actor.backward(actor_cache, grad_logits), repeats),
+            "the clip and the optimizer step": _per_call(
+                lambda: clip_and_step(worker.flat, worker.optimizer, ac.max_grad_norm), repeats),
+            "rows": float(len(x["act"]))}
 
 
 def _rewound(part: Any) -> Any:
@@ -112,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
           f"({r['update_s'] / total:.0%} of the two)")
     for name, seconds in r["calls"].items():
         print(f"  {name}: {seconds * 1e6:.1f} us a call ({seconds / r['copies'] * 1e6:.2f} us per copy)")
+    parts = dict(r["minibatch"])
+    if parts:
+        rows = int(parts.pop("rows"))
+        print(f"one minibatch of PPO's numpy epochs ({rows} rows):")
+        for name, seconds in parts.items():
+            print(f"  {name}: {seconds * 1e6:.1f} us")
+    else:
+        print("(its update does not take PPO's numpy epochs: no minibatch split)")
     return 0
 
 

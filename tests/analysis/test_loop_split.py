@@ -18,6 +18,24 @@ def test_split_times_both_halves_per_env_step_of_a_batched_and_a_plain_vector():
     plain = loop_split.split("scenarios/spread_mappo.yaml", SMALL + ["scenario.engine=mpe2"], rollouts=1, warmup=1,
                              repeats=2)  # mpe2's env: stepped copy by copy, no batch of its own
     assert "the batch's step" not in plain["calls"] and plain["calls"]["the team vector's step"] > 0
+    # one epoch of one minibatch is the single clip-free pass, not PPO's numpy epochs: no minibatch split
+    assert batched["minibatch"] == {} and plain["minibatch"] == {}
+
+
+def test_split_times_one_minibatch_of_the_numpy_epochs():
+    r = loop_split.split("scenarios/spread_ippo_jaxmarl.yaml", ["algorithm.envs_per_worker=2", "algorithm.n_steps=16"],
+                         rollouts=1, warmup=1, repeats=2)
+    parts = dict(r["minibatch"])
+    # the rollout's valid rows (3 agents an env step; a restart step is not one) in 4 minibatches
+    rows = r["env_steps_per_rollout"] * 3
+    assert 0 < rows < 2 * 3 * 16 and parts.pop("rows") in (rows // 4, -(-rows // 4))
+    assert list(parts) == ["gathering its rows", "the actor's forward", "the critic's forward",
+                           "the loss's gradient (loss_grad)", "the critic's backward", "the actor's backward",
+                           "the clip and the optimizer step"]
+    assert all(seconds > 0 for seconds in parts.values())
+    recurrent = loop_split.split("scenarios/spread_mappo_gru.yaml", ["algorithm.envs_per_worker=2", "algorithm.n_steps=25"],
+                                 rollouts=1, warmup=0, repeats=1)
+    assert recurrent["minibatch"] == {} and recurrent["update_s"] > 0  # chunked BPTT: not the numpy epochs
 
 
 def test_main_prints_the_split(capsys):
