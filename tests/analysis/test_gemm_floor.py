@@ -34,8 +34,8 @@ def test_numpy_mlp_counts_the_twins_products_by_hand(capsys):
     """Heads 3-4-2 and 3-4-1, 10 rows: per layer forward and weight gradient (2 x 2 rows n_in n_out), the
     input gradient but at the first layer: (2 * 2 * 10 * 3 * 4) + (2 * 2 * 10 * 4 * 2 + 2 * 10 * 4 * 2) for
     the first head, the same with 1 output for the second."""
-    flops, seconds = gemm_floor.numpy_mlp_products(10, [[3, 4, 2], [3, 4, 1]], repeats=2)
-    assert flops == (480 + 320 + 160) + (480 + 160 + 80) and seconds > 0
+    flops, _ = gemm_floor.numpy_mlp_products(10, [[3, 4, 2], [3, 4, 1]], repeats=2)
+    assert flops == (480 + 320 + 160) + (480 + 160 + 80)
     assert gemm_floor.main(["--numpy-mlp", "3-4-2,3-4-1", "--rows", "10", "--rows-per-env-step", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("numpy float32 products of heads 3-4-2,3-4-1, 10 rows a minibatch: 0.0 MFLOP")

@@ -12,12 +12,13 @@ def test_split_times_both_halves_per_env_step_of_a_batched_and_a_plain_vector():
     batched = loop_split.split("scenarios/spread_mappo.yaml", SMALL, rollouts=2, warmup=0, repeats=3)
     # two copies: the first rollout's first step only resets them (pending), so the second rollout takes 2 x 8
     assert batched["copies"] == 2 and batched["env_steps_per_rollout"] == 16
-    assert batched["rollout_s"] > 0 and batched["update_s"] > 0
-    assert {"the batch's step", "the batch's observations", "the team vector's step"} <= set(batched["calls"])
-    assert all(seconds > 0 for seconds in batched["calls"].values())
+    assert all(isinstance(batched[key], float) for key in ("rollout_s", "update_s"))  # times: not asserted on
+    assert list(batched["calls"]) == ["the batch's step", "the batch's observations", "the team vector's step",
+                                      "filling the rows", "filling the rows, acting and sampling (act_rows)"]
     plain = loop_split.split("scenarios/spread_mappo.yaml", SMALL + ["scenario.engine=mpe2"], rollouts=1, warmup=1,
                              repeats=2)  # mpe2's env: stepped copy by copy, no batch of its own
-    assert "the batch's step" not in plain["calls"] and plain["calls"]["the team vector's step"] > 0
+    assert list(plain["calls"]) == ["the team vector's step", "filling the rows",
+                                    "filling the rows, acting and sampling (act_rows)"]
     # one epoch of one minibatch is the single clip-free pass, not PPO's numpy epochs: no minibatch split
     assert batched["minibatch"] == {} and plain["minibatch"] == {}
 
@@ -32,10 +33,9 @@ def test_split_times_one_minibatch_of_the_numpy_epochs():
     assert list(parts) == ["gathering its rows", "the actor's forward", "the critic's forward",
                            "the loss's gradient (loss_grad)", "the critic's backward", "the actor's backward",
                            "the clip and the optimizer step"]
-    assert all(seconds > 0 for seconds in parts.values())
     recurrent = loop_split.split("scenarios/spread_mappo_gru.yaml", ["algorithm.envs_per_worker=2", "algorithm.n_steps=25"],
                                  rollouts=1, warmup=0, repeats=1)
-    assert recurrent["minibatch"] == {} and recurrent["update_s"] > 0  # chunked BPTT: not the numpy epochs
+    assert recurrent["minibatch"] == {} and recurrent["env_steps_per_rollout"] > 0  # chunked BPTT: not the numpy epochs
 
 
 def test_main_prints_the_split(capsys):
