@@ -250,22 +250,17 @@ def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP | AutogradHead, Nu
     SIMD tanh and BLAS. Returns the update's diagnostics."""
     prepare_process()  # numpy's BLAS on one thread: its bits do not depend on what the process ran before
     actor, critic = twins
-    s = {k: None if v is None else v.numpy() for k, v in prep.samples.items()}
-    same_inputs = prep.samples["critic_obs"] is prep.samples["obs"]
+    s, same_inputs = numpy_samples(prep)
     terms: dict[str, float] = {}
     clipfracs: list[float] = []
     for _ in range(ac.epochs):
         for mb in minibatches_of(len(s["act"]), ac.minibatches, rng):
-            x = s if mb is None else {k: None if v is None else v[mb.numpy()] for k, v in s.items()
-                                      if not (same_inputs and k == "critic_obs")}
+            x = minibatch_rows(s, mb, same_inputs)
             logits, actor_cache = actor.forward(x["obs"])
             logits = masked_logits_np(logits, x["avail"])
             values, critic_cache = critic.forward(x["obs"] if same_inputs else x["critic_obs"])
             terms = {}
-            grad_logits, grad_values = loss_grad(ac, logits, x["act"], x["adv"], values[:, 0], x["ret"], terms,
-                                                 old_logp=x["old_logp"], old_values=x["old_v"])
-            if x["avail"] is not None:  # masked_fill's gradient: none to the masked logits
-                grad_logits = np.where(x["avail"] > 0, grad_logits, np.float32(0.0))
+            grad_logits, grad_values = minibatch_loss_grad(ac, x, logits, values, terms)
             flat.zero_grad()
             critic.backward(critic_cache, grad_values[:, None])
             actor.backward(actor_cache, grad_logits)
@@ -276,6 +271,31 @@ def numpy_epochs(ac: ActorCriticConfig, twins: tuple[NumpyMLP | AutogradHead, Nu
         return diagnostics(None, None)
     return diagnostics(terms["policy"], terms["value"], terms["entropy"], terms.get("approx_kl"),
                        float(np.mean(clipfracs)) if clipfracs else None, prep.explained)
+
+
+def numpy_samples(prep: UpdateSamples) -> tuple[dict[str, Optional[np.ndarray]], bool]:
+    """``numpy_epochs``' samples: the update's as numpy arrays, and whether the critic reads the actor's rows."""
+    samples = {k: None if v is None else v.numpy() for k, v in prep.samples.items()}
+    return samples, prep.samples["critic_obs"] is prep.samples["obs"]
+
+
+def minibatch_rows(samples: dict[str, Optional[np.ndarray]], mb: Optional[torch.Tensor], same_inputs: bool
+                   ) -> dict[str, Optional[np.ndarray]]:
+    """One minibatch's rows of ``numpy_samples``' arrays (``minibatches_of``' index; None: all of them)."""
+    return samples if mb is None else {k: None if v is None else v[mb.numpy()] for k, v in samples.items()
+                                       if not (same_inputs and k == "critic_obs")}
+
+
+def minibatch_loss_grad(ac: ActorCriticConfig, x: dict[str, Optional[np.ndarray]], logits: np.ndarray,
+                        values: np.ndarray, terms: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The loss's gradient on one minibatch's rows ``x`` from the heads' outputs (the logits masked as
+    ``masked_logits_np`` masks them, values (B, 1)): ``loss_grad``, with no gradient to a masked logit
+    (masked_fill's); ``terms`` receives the loss's terms."""
+    grad_logits, grad_values = loss_grad(ac, logits, x["act"], x["adv"], values[:, 0], x["ret"], terms,
+                                         old_logp=x["old_logp"], old_values=x["old_v"])
+    if x["avail"] is not None:
+        grad_logits = np.where(x["avail"] > 0, grad_logits, np.float32(0.0))
+    return grad_logits, grad_values
 
 
 SEED_BATCH = threading.local()  # .update: set in a batched seed's thread (agents/batched_ppo.py), else absent

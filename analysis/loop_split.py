@@ -96,9 +96,9 @@ def minibatch_parts(worker: Any, batch: dict[str, np.ndarray], repeats: int) -> 
     in its order) on the worker's last rollout; empty where its update does not take them (one pass,
     ``fast_path: false``, continuous actions, a recurrent head). Only the gradient is formed and stepped
     here, as the update does: the worker's parameters move."""
-    from agents.actor_critic import clip_and_step, minibatches_of, update_samples, update_twins
+    from agents.actor_critic import (clip_and_step, minibatch_loss_grad, minibatch_rows, minibatches_of,
+                                     numpy_samples, update_samples, update_twins)
     from agents.distributions import masked_logits_np
-    from agents.losses import loss_grad
 
     ac = worker.ac
     twins = None if worker.memory is not None else update_twins(ac, worker.actor, worker.critic, worker.dist)
@@ -106,27 +106,20 @@ def minibatch_parts(worker: Any, batch: dict[str, np.ndarray], repeats: int) -> 
         return {}
     prep = update_samples(ac, worker.actor, worker.critic, batch, dist=worker.dist, value_norm=worker.value_norm,
                           twins=twins)
-    s = {k: None if v is None else v.numpy() for k, v in prep.samples.items()}
-    same = prep.samples["critic_obs"] is prep.samples["obs"]
+    s, same = numpy_samples(prep)
     mb = minibatches_of(len(s["act"]), ac.minibatches, np.random.default_rng(0))[0]
     actor, critic = twins
-
-    def gather() -> dict[str, Any]:
-        return s if mb is None else {k: None if v is None else v[mb.numpy()] for k, v in s.items()
-                                     if not (same and k == "critic_obs")}
-
-    x = gather()
+    x = minibatch_rows(s, mb, same)
     critic_in = x["obs"] if same else x["critic_obs"]
     logits, actor_cache = actor.forward(x["obs"])
     logits = masked_logits_np(logits, x["avail"])
     values, critic_cache = critic.forward(critic_in)
 
     def grads() -> tuple[np.ndarray, np.ndarray]:
-        return loss_grad(ac, logits, x["act"], x["adv"], values[:, 0], x["ret"], {}, old_logp=x["old_logp"],
-                         old_values=x["old_v"])
+        return minibatch_loss_grad(ac, x, logits, values, {})
 
     grad_logits, grad_values = grads()
-    return {"gathering its rows": _per_call(gather, repeats),
+    return {"gathering its rows": _per_call(lambda: minibatch_rows(s, mb, same), repeats),
             "the actor's forward": _per_call(lambda: actor.forward(x["obs"]), repeats),
             "the critic's forward": _per_call(lambda: critic.forward(critic_in), repeats),
             "the loss's gradient (loss_grad)": _per_call(grads, repeats),

@@ -28,8 +28,9 @@ from torch import nn
 
 from circuits import gates, kernels, statevector
 from circuits.blocks import ANSATZE, LayerOptions
-from circuits.program import Program, kron_matrices, numpy_dtype, program_of, single_thread_blas
+from circuits.program import Program, kron_matrices, numpy_dtype, program_of
 from circuits.spec import VQCConfig
+from marl_q.native import single_thread_blas
 
 COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 ROTATION_BLOCK = 4  # wires whose single-qubit matrices torch_autograd merges into one 16 x 16 block

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from circuits.blocks import ANSATZE, LayerOptions
-from marl_q.native import single_thread_blas  # noqa: F401  (the executors import it from here)
 
 BLOCK_WIDTH = 4  # wires per Kronecker block of the numpy state-vector executor: a 16 x 16 GEMM per block
 AXES = {"rx": 0, "ry": 1, "rz": 2}  # the Pauli axes' codes in ``Program.axes`` (circuits.numba_kernels)

@@ -38,7 +38,8 @@ import torch
 from circuits import gates
 from circuits.blocks import ANSATZE
 from circuits.kernels import rotations_and_generators
-from circuits.program import Program, block_layout, kron_matrices, single_thread_blas  # noqa: F401 (block_layout: the tests')
+from circuits.program import Program, block_layout, kron_matrices  # noqa: F401 (block_layout: the tests')
+from marl_q.native import single_thread_blas
 
 HEAP_KEEP_BYTES = 1 << 26  # keep_heap: arrays up to this size come from (and return to) the heap
 _HEAP_KEPT = False

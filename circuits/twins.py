@@ -36,6 +36,7 @@ from circuits.planner import ANALYTIC_MAX_BATCH, Plan, Planner, without_pauli
 from circuits.planner import plan as planned
 from circuits.program import program_of
 from circuits.resources import counter_of
+from marl_q.native import single_thread_blas
 
 
 @dataclass
@@ -179,7 +180,7 @@ class NumpyVQC:
             out, hidden = self._head(readouts)
             return out, ForwardCache(readouts, hidden, plan, (program, states, rot, gen))
         if plan.variant == "blocks":
-            statevector.single_thread_blas()
+            single_thread_blas()
             statevector.keep_heap()
             program = program_of(circuit)
             w = weights.detach().numpy()

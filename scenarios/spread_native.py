@@ -324,6 +324,8 @@ def _step_py(pos: np.ndarray, vel: np.ndarray, landmarks: np.ndarray, steps: np.
             fx = directions[actions[e, i], 0] + 0.0
             fy = directions[actions[e, i], 1] + 0.0
             for j in range(N):  # partner order, as mpe2 adds them (the diagonal adds zero)
+                # (the pair's offset and distance as _contact_py computed them: recomputed, the same bits,
+                # cheaper than an (E, N, N, 3) array written there and read back here)
                 dx = pos[e, i, 0] - pos[e, j, 0]
                 dy = pos[e, i, 1] - pos[e, j, 1]
                 d = np.sqrt(dx * dx + dy * dy) + (1.0 if i == j else 0.0)
